@@ -1,0 +1,141 @@
+"""Messages and records that cross stage boundaries: frozen, versioned, JSON on the wire.
+
+URL and content hashes are signed 64-bit integers everywhere (Parquet int64, BigQuery INT64).
+
+This module owns the shapes only; it does not decide anything about crawling.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+
+WIRE_VERSION = 1
+
+
+class PageState(StrEnum):
+    """Terminal states of an accepted URL (DESIGN.md invariant 3)."""
+
+    FETCHED = "fetched"
+    REDIRECTED = "redirected"  # 3xx answered; the target went back to the frontier
+    FAILED = "failed"  # permanent failure, or transient failures past the attempt limit
+    DISALLOWED = "disallowed"  # robots.txt said no (or could not be fetched: RFC 9309 2.3.1.4)
+    FILTERED = "filtered"  # depth, length, scope, type, trap
+    DUPLICATE = "duplicate"  # content already stored under another URL
+    OVER_BUDGET = "over_budget"  # the crawl's or host's page budget was spent
+    DEAD_LETTERED = "dead_lettered"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordPointer:
+    """Where one gzip member (one WARC or WET record) lives: read `length` bytes at `offset`."""
+
+    file: str
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True, slots=True)
+class FrontierBatch:
+    """One Pub/Sub frontier message: URLs discovered on one page (or seeds), all at one depth.
+
+    kind: "seeds" | "links" | "spill" (URLs already accepted once, returned by a full host
+    queue; they skip the seen-check) | "heartbeat" (keeps the local runner's pull short;
+    dropped on arrival).
+    """
+
+    crawl_id: str
+    depth: int
+    urls: tuple[str, ...]
+    kind: str = "links"
+    source_url: str | None = None
+    version: int = WIRE_VERSION
+
+    def to_bytes(self) -> bytes:
+        payload = asdict(self)
+        payload["urls"] = list(self.urls)
+        return json.dumps(payload, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> FrontierBatch:
+        """Decode a frontier message; raises ValueError with the reason if it is malformed."""
+        try:
+            payload = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"frontier message is not JSON: {exc}") from exc
+        if not isinstance(payload, dict):
+            raise ValueError("frontier message is not a JSON object")
+        version = payload.get("version")
+        if version != WIRE_VERSION:
+            raise ValueError(f"frontier message version {version!r} is not {WIRE_VERSION}")
+        try:
+            urls = payload["urls"]
+            if not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
+                raise ValueError("urls must be a list of strings")
+            return cls(
+                crawl_id=str(payload["crawl_id"]),
+                depth=int(payload["depth"]),
+                urls=tuple(urls),
+                kind=str(payload.get("kind", "links")),
+                source_url=payload.get("source_url"),
+            )
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"frontier message lacks a field: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class FrontierEntry:
+    """A URL a host's queue holds: normalised, hashed, with its depth and attempt count."""
+
+    url: str
+    url_hash: int
+    depth: int
+    attempt: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """What the host scheduler hands downstream for a URL it fetched (any HTTP answer)."""
+
+    crawl_id: str
+    url: str
+    url_hash: int
+    host: str
+    depth: int
+    attempt: int
+    fetched_at: float  # epoch seconds when the request started
+    elapsed: float  # seconds until the body was read
+    http_status: int
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+    truncated: bool = False
+    ip: str | None = None
+
+    def header(self, name: str) -> str | None:
+        lname = name.lower()
+        for key, value in self.headers:
+            if key.lower() == lname:
+                return value
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class PageRow:
+    """One accepted URL in its terminal state: a row of the `pages` table."""
+
+    crawl_id: str
+    url: str
+    url_hash: int
+    host: str
+    depth: int
+    state: str
+    reason: str = ""
+    http_status: int | None = None
+    fetched_at: float | None = None
+    attempts: int = 0
+    content_type: str | None = None
+    content_hash: int | None = None
+    warc: RecordPointer | None = None
+    wet: RecordPointer | None = None
+    links: int = 0
