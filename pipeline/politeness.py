@@ -1,0 +1,428 @@
+"""The host politeness state machine: one host's queue, seen-set, robots, delay and lease.
+
+This module owns every decision about *when* a host may be asked for *what* (DESIGN.md
+invariants 1, 2, 5 and 6). It is plain Python: the Beam HostScheduler only stores a HostState
+per host key, feeds it events (URLs offered, a timer firing, a fetch finished) and carries out
+the actions it returns. It does not perform I/O, read clocks or know about Beam.
+
+Event contract, which makes duplicate timer firings and replays harmless:
+  offer(...)        URLs arrive for the host; returns terminal outcomes for ones it rejects.
+  next_action(now)  the timer fired: returns what to do now (start a fetch under a new lease,
+                    terminal outcomes to record) and when to wake next. It re-checks the state,
+                    never the firing, so a second firing at the same instant does nothing.
+  complete(...)     a fetch under lease L finished; results for any other lease are stale and
+                    ignored, so a result that arrives after its lease expired changes nothing.
+  expire_lease(now) the lease outlived its deadline with no result in this process (the worker
+                    that held it died): the URL is queued again and the host waits a full delay.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import random
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from urllib.parse import urljoin, urlsplit
+
+from pipeline.bloom import BloomFilter
+from pipeline.records import FrontierEntry, PageState
+from pipeline.robots import RobotsPolicy
+
+log = logging.getLogger(__name__)
+
+ROBOTS_MAX_REDIRECTS = 5
+TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True, slots=True)
+class HostPolicy:
+    """The knobs of politeness, shared by every host of a crawl."""
+
+    user_agent: str
+    min_delay: float = 1.0
+    max_crawl_delay: float = 30.0
+    fetch_timeout: float = 30.0
+    lease_grace: float = 10.0
+    max_depth: int | None = None
+    max_pages_per_host: int | None = None
+    max_attempts: int = 3
+    retry_base: float = 2.0
+    retry_cap: float = 600.0
+    queue_cap: int = 2000
+    bloom_capacity: int = 20_000
+    bloom_fp_rate: float = 1e-4
+
+    def __post_init__(self) -> None:
+        if self.min_delay <= 0:
+            raise ValueError(f"min_delay must be positive, got {self.min_delay}")
+        if self.max_crawl_delay < self.min_delay:
+            raise ValueError("max_crawl_delay must be at least min_delay")
+        if self.max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        if self.queue_cap < 1:
+            raise ValueError("queue_cap must be at least 1")
+
+    @property
+    def lease_seconds(self) -> float:
+        # The fetch client enforces `fetch_timeout` as a total deadline, so once the lease has
+        # run this long the request it covered is certainly over.
+        return self.fetch_timeout + self.lease_grace
+
+
+class LeaseKind(StrEnum):
+    ROBOTS = "robots"
+    PAGE = "page"
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """The one request a host may have in flight."""
+
+    lease_id: str
+    kind: LeaseKind
+    url: str
+    started_at: float
+    expires_at: float
+    entry: FrontierEntry | None = None  # the page being fetched (None for robots)
+    robots_hop: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A terminal state decided without a fetch result to pass on (rejected or given up)."""
+
+    entry: FrontierEntry
+    state: PageState
+    reason: str
+    http_status: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FetchOrder:
+    """Start this request now, under this lease."""
+
+    lease: Lease
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What the scheduler must do after an event."""
+
+    fetch: FetchOrder | None = None
+    outcomes: tuple[Outcome, ...] = ()
+    page_done: FrontierEntry | None = None  # the fetched page result is final: pass it on
+    links: tuple[str, ...] = ()  # URLs to send back to the frontier (redirect targets)
+    wake_at: float | None = None  # when to fire the timer next (None: nothing to do)
+    spill: tuple[FrontierEntry, ...] = ()  # accepted URLs the full queue hands back
+
+
+@dataclass(frozen=True, slots=True)
+class FetchReport:
+    """The part of a fetch response the state machine needs (no body)."""
+
+    status: int | None
+    error: str | None = None
+    retry_after: str | None = None
+    location: str | None = None
+    body: bytes = b""  # only for robots.txt
+    elapsed: float = 0.0
+
+
+def compute_delay(policy: HostPolicy, crawl_delay: float | None) -> float:
+    """delay(host) = max(configured minimum, robots Crawl-delay capped) (invariant 1)."""
+    if crawl_delay is None:
+        return policy.min_delay
+    return max(policy.min_delay, min(crawl_delay, policy.max_crawl_delay))
+
+
+def parse_retry_after(value: str | None, now: float) -> float | None:
+    """Seconds to wait from `now`, from a Retry-After header (delta-seconds or HTTP-date)."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - now)
+
+
+@dataclass
+class HostState:
+    """Everything the crawler remembers about one host. Kilobytes: queue capped, Bloom sized."""
+
+    host: str
+    scheme: str = "http"
+    queue: deque[FrontierEntry] = field(default_factory=deque)
+    seen: bytes = b""  # BloomFilter.to_bytes(); bytes pickle small and fast
+    robots: RobotsPolicy | None = None
+    next_allowed: float = 0.0
+    last_request_at: float | None = None
+    lease: Lease | None = None
+    pages_issued: int = 0
+    consecutive_failures: int = 0
+    robots_redirect: str | None = None  # next hop of a robots.txt redirect chain
+    robots_hops: int = 0
+    wake_at: float | None = None  # when the host's timer is set to fire
+    crawl_delay_capped_logged: bool = False
+
+    # ----------------------------------------------------------------------------- helpers
+    def delay(self, policy: HostPolicy) -> float:
+        crawl_delay = None
+        if self.robots is not None:
+            crawl_delay = self.robots.crawl_delay(policy.user_agent)
+            if (
+                crawl_delay is not None
+                and crawl_delay > policy.max_crawl_delay
+                and not self.crawl_delay_capped_logged
+            ):
+                log.warning(
+                    "host %s asks Crawl-delay %.1fs; capped at %.1fs (--max-crawl-delay)",
+                    self.host, crawl_delay, policy.max_crawl_delay,
+                )
+                self.crawl_delay_capped_logged = True
+        return compute_delay(policy, crawl_delay)
+
+    def _bloom(self, policy: HostPolicy) -> BloomFilter:
+        if self.seen:
+            return BloomFilter.from_bytes(self.seen)
+        return BloomFilter(policy.bloom_capacity, policy.bloom_fp_rate)
+
+    @property
+    def busy(self) -> bool:
+        """True while the host has work: queued URLs or a request in flight."""
+        return bool(self.queue) or self.lease is not None
+
+    def _robots_url(self) -> str:
+        return f"{self.scheme}://{self.host}/robots.txt"
+
+    # ----------------------------------------------------------------------------- events
+    def offer(
+        self,
+        urls: list[tuple[str, int, str | None]],
+        depth: int,
+        policy: HostPolicy,
+        *,
+        already_accepted: bool = False,
+    ) -> tuple[list[FrontierEntry], list[Outcome], list[FrontierEntry]]:
+        """Take URLs for this host. Returns (accepted, terminal outcomes, spilled).
+
+        Each URL comes as (url, url_hash, rejection): a URL is accepted the first time the host
+        sees it (Bloom filter, invariant 5); URLs it has seen are dropped here without a row,
+        because their first copy has one. An accepted URL the frontier already rejected (too
+        long, out of scope) ends `filtered` with that reason. Spilled entries come back from the
+        frontier with `already_accepted` and skip the seen-check.
+        """
+        accepted: list[FrontierEntry] = []
+        outcomes: list[Outcome] = []
+        spilled: list[FrontierEntry] = []
+        bloom = None if already_accepted else self._bloom(policy)
+        for url, url_hash, rejection in urls:
+            if bloom is not None and not bloom.add(url_hash):
+                continue
+            entry = FrontierEntry(url=url, url_hash=url_hash, depth=depth)
+            if not self.queue and self.lease is None and not accepted and urlsplit(url).scheme:
+                self.scheme = urlsplit(url).scheme
+            if bloom is not None:
+                accepted.append(entry)
+            if rejection:
+                outcomes.append(Outcome(entry, PageState.FILTERED, rejection))
+            elif policy.max_depth is not None and depth > policy.max_depth:
+                outcomes.append(
+                    Outcome(entry, PageState.FILTERED, f"depth {depth} > max depth {policy.max_depth}")
+                )
+            elif len(self.queue) >= policy.queue_cap:
+                spilled.append(entry)
+            else:
+                self.queue.append(entry)
+        if bloom is not None:
+            self.seen = bloom.to_bytes()
+        return accepted, outcomes, spilled
+
+    def next_action(
+        self,
+        now: float,
+        policy: HostPolicy,
+        *,
+        claim_page: Callable[[], bool] = lambda: True,
+    ) -> Decision:
+        """The timer fired at `now`: start at most one request if the host is due.
+
+        `claim_page` asks the crawl's global page budget for one more page; once it says no,
+        every queued URL ends `over_budget` at once, without a request.
+        """
+        if self.lease is not None:
+            # A request is in flight: never start another (invariant 1). The caller collects
+            # its result or expires the lease; until then, wake at the lease deadline.
+            return Decision(wake_at=self.lease.expires_at)
+        outcomes: list[Outcome] = []
+        if not self.queue:
+            return Decision()
+        if now < self.next_allowed:
+            return Decision(wake_at=self.next_allowed)
+        if self.robots is None or now >= self.robots.expires_at:
+            url = self.robots_redirect or self._robots_url()
+            return self._start(now, policy, LeaseKind.ROBOTS, url, None, self.robots_hops)
+        while self.queue:
+            entry = self.queue[0]
+            denial = self.robots.denial_reason(entry.url, policy.user_agent)
+            if denial is not None:
+                self.queue.popleft()
+                outcomes.append(Outcome(entry, PageState.DISALLOWED, denial))
+                continue
+            if (
+                entry.attempt == 0
+                and policy.max_pages_per_host is not None
+                and self.pages_issued >= policy.max_pages_per_host
+            ):
+                self.queue.popleft()
+                outcomes.append(Outcome(
+                    entry, PageState.OVER_BUDGET,
+                    f"host page budget {policy.max_pages_per_host} spent",
+                ))
+                continue
+            if entry.attempt == 0:
+                if not claim_page():
+                    outcomes.extend(
+                        self._drain_queue(PageState.OVER_BUDGET, "crawl page budget spent")
+                    )
+                    return Decision(outcomes=tuple(outcomes))
+                self.pages_issued += 1
+            self.queue.popleft()
+            decision = self._start(now, policy, LeaseKind.PAGE, entry.url, entry, 0)
+            return Decision(fetch=decision.fetch, outcomes=tuple(outcomes), wake_at=decision.wake_at)
+        return Decision(outcomes=tuple(outcomes))
+
+    def _start(
+        self,
+        now: float,
+        policy: HostPolicy,
+        kind: LeaseKind,
+        url: str,
+        entry: FrontierEntry | None,
+        robots_hop: int,
+    ) -> Decision:
+        lease = Lease(
+            lease_id=uuid.uuid4().hex,
+            kind=kind,
+            url=url,
+            started_at=now,
+            expires_at=now + policy.lease_seconds,
+            entry=entry,
+            robots_hop=robots_hop,
+        )
+        self.lease = lease
+        self.last_request_at = now
+        self.next_allowed = max(self.next_allowed, now + self.delay(policy))
+        # Wake when the next request would be allowed: by then this fetch has usually
+        # finished, so one firing both collects its result and starts the next request.
+        return Decision(fetch=FetchOrder(lease), wake_at=self.next_allowed)
+
+    def _drain_queue(self, state: PageState, reason: str) -> list[Outcome]:
+        outcomes = [Outcome(entry, state, reason) for entry in self.queue]
+        self.queue.clear()
+        return outcomes
+
+    def expire_lease(self, now: float, policy: HostPolicy) -> Decision:
+        """The lease ran out with no result here (its worker died): fetch the URL again later.
+
+        The host then waits a full delay from now, as if a request had only just ended, so a
+        request that might still have been running elsewhere cannot overlap the next one.
+        """
+        lease = self.lease
+        if lease is None or now < lease.expires_at:
+            return Decision(wake_at=lease.expires_at if lease else None)
+        self.lease = None
+        if lease.entry is not None:
+            self.queue.appendleft(lease.entry)
+        self.next_allowed = max(self.next_allowed, now + self.delay(policy))
+        return Decision(wake_at=self.next_allowed)
+
+    def complete(
+        self, lease_id: str, report: FetchReport, now: float, policy: HostPolicy
+    ) -> Decision:
+        """A fetch finished. Decide the URL's fate and the host's next allowed time."""
+        lease = self.lease
+        if lease is None or lease.lease_id != lease_id:
+            return Decision(wake_at=self._wake_after_event())  # stale: already replaced
+        self.lease = None
+        if lease.kind is LeaseKind.ROBOTS:
+            return self._complete_robots(lease, report, now, policy)
+        assert lease.entry is not None
+        entry = lease.entry
+        transient = report.status is None or report.status in TRANSIENT_STATUSES
+        if transient:
+            self.consecutive_failures += 1
+            wait = self._backoff(policy, report, now)
+            self.next_allowed = max(self.next_allowed, now + wait, lease.started_at + wait)
+            what = report.error or f"HTTP {report.status}"
+            if entry.attempt + 1 >= policy.max_attempts:
+                return Decision(
+                    outcomes=(Outcome(
+                        entry, PageState.FAILED,
+                        f"{what} after {entry.attempt + 1} attempts", report.status,
+                    ),),
+                    page_done=entry if report.status is not None else None,
+                    wake_at=self._wake_after_event(),
+                )
+            self.queue.append(
+                FrontierEntry(entry.url, entry.url_hash, entry.depth, entry.attempt + 1)
+            )
+            return Decision(wake_at=self._wake_after_event())
+        self.consecutive_failures = 0
+        return Decision(page_done=entry, wake_at=self._wake_after_event())
+
+    def _backoff(self, policy: HostPolicy, report: FetchReport, now: float) -> float:
+        base = min(policy.retry_cap, policy.retry_base * 2 ** (self.consecutive_failures - 1))
+        # Jitter spreads hosts that failed together so they do not come back together.
+        wait = base * (0.5 + random.random() / 2)
+        retry_after = parse_retry_after(report.retry_after, now)
+        if retry_after is not None:
+            wait = max(wait, min(retry_after, policy.retry_cap))
+        return max(wait, self.delay(policy))
+
+    def _complete_robots(
+        self, lease: Lease, report: FetchReport, now: float, policy: HostPolicy
+    ) -> Decision:
+        status = report.status
+        if status is not None and 300 <= status < 400 and report.location:
+            target = urljoin(lease.url, report.location)
+            parts = urlsplit(target)
+            same_host = (parts.netloc or "").lower() == self.host
+            if lease.robots_hop + 1 > ROBOTS_MAX_REDIRECTS:
+                self.robots = RobotsPolicy.too_many_redirects(now)
+            elif not same_host:
+                # Following it would send a request to another host outside that host's
+                # schedule (invariant 1). Treat robots.txt as unreachable: disallow all, retry
+                # later.
+                self.robots = RobotsPolicy.from_response(
+                    None, None, now, error=f"redirected to another host ({parts.netloc})"
+                )
+            else:
+                # The next hop is a request like any other: it waits for the host's delay.
+                self.robots_redirect = target
+                self.robots_hops = lease.robots_hop + 1
+                return Decision(wake_at=self._wake_after_event())
+        else:
+            self.robots = RobotsPolicy.from_response(status, report.body, now, error=report.error)
+        # The robots.txt request itself counts (invariant 1): the first page waits the delay
+        # robots.txt just announced, measured from that request.
+        self.next_allowed = max(self.next_allowed, lease.started_at + self.delay(policy))
+        self.robots_redirect = None
+        self.robots_hops = 0
+        return Decision(wake_at=self._wake_after_event())
+
+    def _wake_after_event(self) -> float | None:
+        if self.lease is not None:
+            return self.lease.expires_at
+        if self.queue:
+            return self.next_allowed
+        return None

@@ -1,0 +1,336 @@
+"""The host state machine: politeness, robots first, leases, retries, budgets, seen-set."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.politeness import (
+    FetchReport,
+    HostPolicy,
+    HostState,
+    LeaseKind,
+    compute_delay,
+    parse_retry_after,
+)
+from pipeline.records import PageState
+from pipeline.urls import url_hash
+
+HOST = "a.test"
+POLICY = HostPolicy(user_agent="testbot", min_delay=1.0, fetch_timeout=5.0, lease_grace=1.0)
+
+
+def urls(*paths: str) -> list[tuple[str, int, str | None]]:
+    return [(f"http://{HOST}/{p}", url_hash(f"http://{HOST}/{p}"), None) for p in paths]
+
+
+def robots(body: bytes | None = b"", status: int | None = 200) -> FetchReport:
+    return FetchReport(status=status, body=body or b"")
+
+
+def ready_host(robots_body: bytes = b"User-agent: *\nDisallow: /private/\n") -> HostState:
+    """A host whose robots.txt was fetched at t=0; next request allowed at t=1."""
+    state = HostState(host=HOST)
+    state.offer(urls("a"), 0, POLICY)
+    decision = state.next_action(0.0, POLICY)
+    assert decision.fetch is not None and decision.fetch.lease.kind is LeaseKind.ROBOTS
+    state.complete(decision.fetch.lease.lease_id, robots(robots_body), 0.1, POLICY)
+    return state
+
+
+def test_robots_is_the_first_request_and_pages_wait_a_full_delay_after_it():
+    state = HostState(host=HOST)
+    state.offer(urls("a", "b"), 0, POLICY)
+    first = state.next_action(10.0, POLICY)
+    assert first.fetch is not None
+    assert first.fetch.lease.url == f"http://{HOST}/robots.txt"
+    assert first.wake_at == 11.0
+    # The robots answer arrives quickly, but the page still waits for the delay.
+    after = state.complete(first.fetch.lease.lease_id, robots(), 10.05, POLICY)
+    assert after.wake_at == 11.0
+    assert state.next_action(10.5, POLICY).fetch is None
+    page = state.next_action(11.0, POLICY)
+    assert page.fetch is not None and page.fetch.lease.url == f"http://{HOST}/a"
+
+
+def test_a_timer_firing_twice_starts_one_request():
+    state = ready_host()
+    first = state.next_action(1.0, POLICY)
+    assert first.fetch is not None
+    again = state.next_action(1.0, POLICY)  # the runner fired the same timer twice
+    assert again.fetch is None
+    state.complete(first.fetch.lease.lease_id, FetchReport(status=200), 1.01, POLICY)
+    # Result in, queue still holds nothing: a late duplicate firing still starts nothing.
+    assert state.next_action(1.02, POLICY).fetch is None
+
+
+def test_no_second_request_while_one_is_in_flight_even_when_due():
+    state = ready_host()
+    state.offer(urls("b", "c"), 0, POLICY)
+    first = state.next_action(1.0, POLICY)
+    assert first.fetch is not None
+    # Far past the delay but the first fetch has not reported: nothing starts.
+    blocked = state.next_action(3.0, POLICY)
+    assert blocked.fetch is None
+    assert blocked.wake_at == first.fetch.lease.expires_at
+
+
+def test_a_result_that_arrives_after_its_lease_expired_is_ignored_and_delay_holds():
+    state = ready_host()
+    first = state.next_action(1.0, POLICY)
+    assert first.fetch is not None
+    lease = first.fetch.lease
+    assert lease.expires_at == 1.0 + POLICY.lease_seconds
+    # Before the deadline, expiry does nothing.
+    state.expire_lease(lease.expires_at - 0.01, POLICY)
+    assert state.lease is lease
+    expired_at = lease.expires_at
+    decision = state.expire_lease(expired_at, POLICY)
+    assert state.lease is None and state.queue[0].url == lease.url
+    assert decision.wake_at is not None and decision.wake_at >= expired_at + 1.0
+    assert state.next_action(expired_at + 0.5, POLICY).fetch is None
+    retry = state.next_action(expired_at + 1.0, POLICY)
+    assert retry.fetch is not None and retry.fetch.lease.url == lease.url
+    # The first fetch finally reports: stale, ignored; the retry's lease stands.
+    stale = state.complete(lease.lease_id, FetchReport(status=200), expired_at + 1.1, POLICY)
+    assert stale.page_done is None and stale.outcomes == ()
+    assert state.lease is retry.fetch.lease
+
+
+def test_crawl_delay_lengthens_the_delay_and_is_capped():
+    state = ready_host(b"User-agent: *\nCrawl-delay: 2.5\n")
+    assert state.delay(POLICY) == 2.5
+    capped = ready_host(b"User-agent: *\nCrawl-delay: 500\n")
+    assert capped.delay(POLICY) == POLICY.max_crawl_delay
+    assert compute_delay(POLICY, 0.1) == POLICY.min_delay
+
+
+def test_disallowed_paths_end_disallowed_without_a_request():
+    state = ready_host()
+    state.offer(urls("private/x", "b"), 1, POLICY)
+    decision = state.next_action(1.0, POLICY)
+    assert decision.fetch is not None
+    assert decision.fetch.lease.url == f"http://{HOST}/a"
+    state.complete(decision.fetch.lease.lease_id, FetchReport(status=200), 1.01, POLICY)
+    decision = state.next_action(2.0, POLICY)
+    assert [o.state for o in decision.outcomes] == [PageState.DISALLOWED]
+    assert decision.outcomes[0].entry.url.endswith("/private/x")
+    assert decision.fetch is not None and decision.fetch.lease.url.endswith("/b")
+
+
+def test_robots_5xx_disallows_everything_and_404_allows_everything():
+    for status, expected in ((503, PageState.DISALLOWED), (404, None)):
+        state = HostState(host=HOST)
+        state.offer(urls("a", "b"), 0, POLICY)
+        lease = state.next_action(0.0, POLICY).fetch.lease
+        state.complete(lease.lease_id, robots(None, status), 0.1, POLICY)
+        decision = state.next_action(1.0, POLICY)
+        if expected is None:
+            assert decision.fetch is not None and decision.fetch.lease.kind is LeaseKind.PAGE
+        else:
+            assert decision.fetch is None
+            assert {o.state for o in decision.outcomes} == {expected}
+            assert len(decision.outcomes) == 2
+
+
+def test_robots_timeout_disallows_everything():
+    state = HostState(host=HOST)
+    state.offer(urls("a"), 0, POLICY)
+    lease = state.next_action(0.0, POLICY).fetch.lease
+    state.complete(lease.lease_id, FetchReport(status=None, error="timeout"), 5.0, POLICY)
+    decision = state.next_action(6.0, POLICY)
+    assert decision.fetch is None
+    assert [o.state for o in decision.outcomes] == [PageState.DISALLOWED]
+
+
+def test_robots_redirect_hops_are_scheduled_requests_and_cross_host_is_not_followed():
+    state = HostState(host=HOST)
+    state.offer(urls("a"), 0, POLICY)
+    lease = state.next_action(0.0, POLICY).fetch.lease
+    state.complete(lease.lease_id, FetchReport(status=301, location="/robots-moved.txt"),
+                   0.1, POLICY)
+    assert state.next_action(0.5, POLICY).fetch is None  # the hop waits for the delay
+    hop = state.next_action(1.0, POLICY).fetch
+    assert hop is not None and hop.lease.url == f"http://{HOST}/robots-moved.txt"
+    state.complete(hop.lease.lease_id, robots(b"User-agent: *\nDisallow: /a\n"), 1.1, POLICY)
+    decision = state.next_action(2.0, POLICY)
+    assert [o.state for o in decision.outcomes] == [PageState.DISALLOWED]
+
+    other = HostState(host=HOST)
+    other.offer(urls("a"), 0, POLICY)
+    lease = other.next_action(0.0, POLICY).fetch.lease
+    other.complete(lease.lease_id, FetchReport(status=301, location="http://b.test/robots.txt"),
+                   0.1, POLICY)
+    decision = other.next_action(1.0, POLICY)
+    assert decision.fetch is None
+    assert [o.state for o in decision.outcomes] == [PageState.DISALLOWED]
+
+
+def test_retry_after_pushes_the_host_out_and_the_url_is_retried_then_fails():
+    policy = HostPolicy(user_agent="testbot", min_delay=1.0, max_attempts=2)
+    state = HostState(host=HOST)
+    state.offer(urls("a"), 0, policy)
+    lease = state.next_action(0.0, policy).fetch.lease
+    state.complete(lease.lease_id, robots(), 0.1, policy)
+    first = state.next_action(1.0, policy).fetch.lease
+    state.complete(first.lease_id, FetchReport(status=429, retry_after="7"), 1.1, policy)
+    assert state.next_allowed >= 1.0 + 7
+    assert state.next_action(7.5, policy).fetch is None
+    second = state.next_action(8.2, policy).fetch
+    assert second is not None and second.lease.entry.attempt == 1
+    final = state.complete(second.lease.lease_id, FetchReport(status=503), 8.3, policy)
+    # An HTTP answer past the attempt limit goes downstream to be stored and marked failed.
+    assert final.page_done is not None and final.page_done.attempt == 1
+    assert not state.queue
+
+
+def test_network_failure_past_the_attempt_limit_ends_failed_with_reason():
+    policy = HostPolicy(user_agent="testbot", min_delay=1.0, max_attempts=1)
+    state = HostState(host=HOST)
+    state.offer(urls("a"), 0, policy)
+    state.complete(state.next_action(0.0, policy).fetch.lease.lease_id, robots(), 0.1, policy)
+    lease = state.next_action(1.0, policy).fetch.lease
+    decision = state.complete(lease.lease_id, FetchReport(status=None, error="timeout"),
+                              2.0, policy)
+    assert [o.state for o in decision.outcomes] == [PageState.FAILED]
+    assert "timeout" in decision.outcomes[0].reason
+
+
+def test_retry_after_http_date():
+    assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", 1445412470.0) == 10.0
+    assert parse_retry_after("120", 0.0) == 120.0
+    assert parse_retry_after("soon", 0.0) is None
+
+
+def test_seen_urls_are_accepted_once():
+    state = HostState(host=HOST)
+    accepted, _, _ = state.offer(urls("a", "b", "a"), 0, POLICY)
+    assert [e.url for e in accepted] == [f"http://{HOST}/a", f"http://{HOST}/b"]
+    accepted, _, _ = state.offer(urls("b", "c"), 1, POLICY)
+    assert [e.url for e in accepted] == [f"http://{HOST}/c"]
+
+
+def test_depth_and_rejections_end_filtered():
+    policy = HostPolicy(user_agent="testbot", max_depth=2)
+    state = HostState(host=HOST)
+    _, outcomes, _ = state.offer(urls("deep"), 3, policy)
+    assert [(o.state, o.reason) for o in outcomes] == [(PageState.FILTERED, "depth 3 > max depth 2")]
+    _, outcomes, _ = state.offer([(f"http://{HOST}/x", 1, "URL too long")], 0, policy)
+    assert [o.reason for o in outcomes] == ["URL too long"]
+    assert not state.queue
+
+
+def test_full_queue_spills_accepted_urls_and_takes_them_back_without_seen_check():
+    policy = HostPolicy(user_agent="testbot", queue_cap=2)
+    state = HostState(host=HOST)
+    accepted, _, spilled = state.offer(urls("a", "b", "c"), 0, policy)
+    assert len(accepted) == 3 and [e.url for e in spilled] == [f"http://{HOST}/c"]
+    state.queue.popleft()
+    accepted, _, spilled = state.offer(urls("c"), 0, policy, already_accepted=True)
+    assert accepted == [] and spilled == [] and state.queue[-1].url == f"http://{HOST}/c"
+
+
+def test_budgets_end_urls_over_budget_without_requests():
+    policy = HostPolicy(user_agent="testbot", max_pages_per_host=1)
+    state = ready_host()
+    state.offer(urls("b"), 1, policy)
+    page = state.next_action(1.0, policy).fetch
+    assert page is not None
+    state.complete(page.lease.lease_id, FetchReport(status=200), 1.1, policy)
+    decision = state.next_action(2.0, policy)
+    assert decision.fetch is None
+    assert [o.state for o in decision.outcomes] == [PageState.OVER_BUDGET]
+
+    crawl_spent = ready_host()
+    crawl_spent.offer(urls("b", "c"), 1, POLICY)
+    decision = crawl_spent.next_action(1.0, POLICY, claim_page=lambda: False)
+    assert decision.fetch is None
+    assert [o.state for o in decision.outcomes] == [PageState.OVER_BUDGET] * 3
+
+
+# ------------------------------------------------------------------ property: politeness
+@dataclass
+class _Sim:
+    """Drives one HostState the way the scheduler does, with adversarial timing."""
+
+    state: HostState = field(default_factory=lambda: HostState(host=HOST))
+    now: float = 0.0
+    starts: list[float] = field(default_factory=list)
+    in_flight: list[tuple[str, float]] = field(default_factory=list)  # (lease_id, started_at)
+    lost: dict[str, float] = field(default_factory=dict)  # lease_id -> started_at
+    next_path: int = 0
+
+
+events = st.lists(
+    st.one_of(
+        st.tuples(st.just("offer"), st.integers(1, 4)),
+        st.tuples(st.just("fire"), st.floats(0.0, 3.0)),
+        st.tuples(st.just("fire_twice"), st.just(0)),
+        st.tuples(st.just("finish"), st.sampled_from([200, 404, 429, 503, None])),
+        st.tuples(st.just("lose"), st.just(0)),
+        st.tuples(st.just("late"), st.just(0)),
+    ),
+    min_size=1,
+    max_size=80,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(events, st.sampled_from([b"", b"User-agent: *\nCrawl-delay: 2\n"]))
+def test_politeness_holds_under_any_interleaving(ops, robots_body):
+    policy = HostPolicy(user_agent="testbot", min_delay=1.0, fetch_timeout=3.0,
+                        lease_grace=1.0, max_attempts=3, retry_base=0.5, retry_cap=5.0)
+    sim = _Sim()
+
+    def fire() -> None:
+        lease = sim.state.lease
+        if lease is not None and lease.lease_id in sim.lost:
+            sim.state.expire_lease(sim.now, policy)
+        decision = sim.state.next_action(sim.now, policy)
+        if decision.fetch is not None:
+            # At most one request in flight: every earlier one has reported, or its lease
+            # (longer than the fetch deadline) has run out.
+            assert not sim.in_flight, (sim.in_flight, ops)
+            assert all(sim.now >= t + policy.lease_seconds for t in sim.lost.values())
+            sim.starts.append(sim.now)
+            sim.in_flight.append((decision.fetch.lease.lease_id, sim.now))
+
+    for op, arg in ops:
+        if op == "offer":
+            paths = [f"p{sim.next_path + i}" for i in range(arg)]
+            sim.next_path += arg
+            sim.state.offer(urls(*paths), 0, policy)
+        elif op == "fire":
+            sim.now += arg
+            fire()
+        elif op == "fire_twice":
+            fire()
+            fire()
+        elif op == "finish" and sim.in_flight:
+            lease_id, _ = sim.in_flight.pop(0)
+            sim.now += 0.01
+            lease = sim.state.lease
+            if lease is not None and lease.lease_id == lease_id and lease.kind is LeaseKind.ROBOTS:
+                report = FetchReport(status=200 if arg is None else arg, body=robots_body)
+            else:
+                report = FetchReport(status=arg, error="timeout" if arg is None else None,
+                                     retry_after="2" if arg == 429 else None)
+            sim.state.complete(lease_id, report, sim.now, policy)
+        elif op == "lose" and sim.in_flight:
+            lease_id, started = sim.in_flight.pop(0)
+            sim.lost[lease_id] = started
+        elif op == "late" and sim.lost:
+            # A fetch whose lease was given up reports after all: must change nothing.
+            before = (sim.state.lease, tuple(sim.state.queue), sim.state.next_allowed)
+            lost, _ = sim.lost.popitem()
+            if sim.state.lease is None or sim.state.lease.lease_id != lost:
+                sim.state.complete(lost, FetchReport(status=200), sim.now, policy)
+                assert (sim.state.lease, tuple(sim.state.queue), sim.state.next_allowed) == before
+
+    # The robots answer decides the delay (Crawl-delay 2 or the 1 s minimum) for every gap,
+    # the one after the robots.txt request included.
+    required = sim.state.delay(policy) if sim.state.robots is not None else 1.0
+    for earlier, later in zip(sim.starts, sim.starts[1:], strict=False):
+        assert later - earlier >= required - 1e-9, (sim.starts, ops)
