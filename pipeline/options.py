@@ -1,0 +1,182 @@
+"""Every knob of a crawl in one place: CrawlOptions, whose help texts are the documentation.
+
+This module owns option names, defaults and validation, and the translation of options into
+the value objects the transforms take. It does not run anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipeline.fetch import FetchConfig
+from pipeline.politeness import HostPolicy
+
+DEFAULT_USER_AGENT = "beam-crawler/0.1 (+https://github.com/beam-crawler)"
+
+
+def new_crawl_id() -> str:
+    return time.strftime("c%Y%m%d-%H%M%S-", time.gmtime()) + secrets.token_hex(2)
+
+
+@dataclass(frozen=True)
+class CrawlOptions:
+    seeds: tuple[str, ...]
+    out: str = "crawl-out"
+    crawl_id: str = field(default_factory=new_crawl_id)
+    max_pages: int | None = 10_000
+    max_pages_per_host: int | None = None
+    max_depth: int | None = None
+    min_delay: float = 1.0
+    max_crawl_delay: float = 30.0
+    user_agent: str = DEFAULT_USER_AGENT
+    resolve: tuple[str, ...] = ()
+    fetch_timeout: float = 30.0
+    max_body_bytes: int = 10 * 1024 * 1024
+    max_attempts: int = 3
+    fetch_concurrency: int = 128
+    host_queue_cap: int = 2000
+    bloom_fp_rate: float = 1e-4
+    project: str = "local-crawler"
+    frontier_topic: str | None = None
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_pages is not None and self.max_pages < 1:
+            raise ValueError("--max-pages must be at least 1")
+        if self.max_pages_per_host is not None and self.max_pages_per_host < 1:
+            raise ValueError("--max-pages-per-host must be at least 1")
+        if self.max_depth is not None and self.max_depth < 0:
+            raise ValueError("--max-depth must be 0 or more")
+        if self.min_delay <= 0:
+            raise ValueError("--min-delay must be positive: politeness needs a delay")
+        if self.fetch_timeout <= 0:
+            raise ValueError("--fetch-timeout must be positive")
+        if not 0 < self.bloom_fp_rate < 1:
+            raise ValueError("--bloom-fp-rate must be between 0 and 1")
+
+    def host_policy(self) -> HostPolicy:
+        budget = self.max_pages_per_host or self.max_pages or 100_000
+        return HostPolicy(
+            user_agent=self.user_agent,
+            min_delay=self.min_delay,
+            max_crawl_delay=max(self.max_crawl_delay, self.min_delay),
+            fetch_timeout=self.fetch_timeout,
+            max_depth=self.max_depth,
+            max_pages_per_host=self.max_pages_per_host,
+            max_attempts=self.max_attempts,
+            queue_cap=self.host_queue_cap,
+            # A host's seen-set holds every URL it is offered, about 4x the pages it may fetch
+            # on link-dense sites; sizing it from the host budget keeps state kilobytes.
+            bloom_capacity=min(4 * budget, 1_000_000),
+            bloom_fp_rate=self.bloom_fp_rate,
+        )
+
+    def fetch_config(self) -> FetchConfig:
+        return FetchConfig(
+            user_agent=self.user_agent,
+            timeout=self.fetch_timeout,
+            connect_timeout=min(10.0, self.fetch_timeout),
+            max_body_bytes=self.max_body_bytes,
+        )
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def add_crawl_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("seeds", nargs="*", metavar="URL", help="seed URLs to start from")
+    parser.add_argument("--seeds-file", type=Path,
+                        help="file with one seed URL per line (# starts a comment)")
+    parser.add_argument("--out", default="crawl-out",
+                        help="output root: WARC/WET segments and the Parquet `pages` table go "
+                             "under OUT/CRAWL_ID/ (default: %(default)s)")
+    parser.add_argument("--crawl-id", default=None,
+                        help="name of this crawl (default: c<UTC date-time>-<random>)")
+    parser.add_argument("--max-pages", type=_positive_int, default=10_000,
+                        help="global page budget: at most this many pages are requested; the "
+                             "rest end `over_budget` (default: %(default)s)")
+    parser.add_argument("--max-pages-per-host", type=_positive_int, default=None,
+                        help="per-host page budget; also sizes each host's seen-set "
+                             "(default: no limit beyond --max-pages)")
+    parser.add_argument("--max-depth", type=int, default=None,
+                        help="links more than this many hops from a seed end `filtered` "
+                             "(default: no limit)")
+    parser.add_argument("--min-delay", type=_positive_float, default=1.0,
+                        help="seconds between two requests to one host, at least; robots.txt "
+                             "Crawl-delay and backoff can only make it longer "
+                             "(default: %(default)s)")
+    parser.add_argument("--max-crawl-delay", type=_positive_float, default=30.0,
+                        help="cap on a robots.txt Crawl-delay, in seconds; a capped host is "
+                             "logged (default: %(default)s)")
+    parser.add_argument("--user-agent", default=DEFAULT_USER_AGENT,
+                        help="User-Agent header, and the product token robots.txt groups are "
+                             "matched against (default: %(default)s)")
+    parser.add_argument("--resolve", action="append", default=[], metavar="HOST:PORT:ADDRESS",
+                        help="like curl: connect to ADDRESS for HOST:PORT instead of asking "
+                             "DNS; HOST may be *.suffix and PORT may be *; repeatable")
+    parser.add_argument("--fetch-timeout", type=_positive_float, default=30.0,
+                        help="total seconds one request may take (connect, headers, body) "
+                             "before it counts as a timeout (default: %(default)s)")
+    parser.add_argument("--max-body-bytes", type=_positive_int, default=10 * 1024 * 1024,
+                        help="bodies are truncated past this many decoded bytes; the record "
+                             "says so (default: %(default)s)")
+    parser.add_argument("--max-attempts", type=_positive_int, default=3,
+                        help="a URL whose fetch fails transiently (timeout, 429, 5xx) is tried "
+                             "this many times, with host backoff between, then ends `failed` "
+                             "(default: %(default)s)")
+    parser.add_argument("--fetch-concurrency", type=_positive_int, default=128,
+                        help="requests in flight at once across all hosts in this process "
+                             "(default: %(default)s)")
+    parser.add_argument("--bloom-fp-rate", type=float, default=1e-4,
+                        help="false-positive rate of each host's seen-set: the chance that a "
+                             "new URL is taken for one already seen and skipped "
+                             "(default: %(default)s)")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="do not draw the progress line (for logs and CI)")
+
+
+def options_from_args(args: argparse.Namespace) -> CrawlOptions:
+    seeds = list(args.seeds)
+    if args.seeds_file is not None:
+        try:
+            lines = args.seeds_file.read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise ValueError(f"cannot read --seeds-file {args.seeds_file}: {exc}") from exc
+        seeds.extend(line.strip() for line in lines
+                     if line.strip() and not line.lstrip().startswith("#"))
+    kwargs = {}
+    if args.crawl_id:
+        kwargs["crawl_id"] = args.crawl_id
+    return CrawlOptions(
+        seeds=tuple(seeds),
+        out=args.out,
+        max_pages=args.max_pages,
+        max_pages_per_host=args.max_pages_per_host,
+        max_depth=args.max_depth,
+        min_delay=args.min_delay,
+        max_crawl_delay=args.max_crawl_delay,
+        user_agent=args.user_agent,
+        resolve=tuple(args.resolve),
+        fetch_timeout=args.fetch_timeout,
+        max_body_bytes=args.max_body_bytes,
+        max_attempts=args.max_attempts,
+        fetch_concurrency=args.fetch_concurrency,
+        bloom_fp_rate=args.bloom_fp_rate,
+        progress=not args.no_progress,
+        **kwargs,
+    )

@@ -1,0 +1,96 @@
+"""Crawl progress from the pipeline's counters: what is done, what is in flight, is it drained.
+
+This module owns the arithmetic of invariant 3 (accepted = terminal + in progress) as the
+runtime sees it through Beam metrics, and the one-line progress text. It reads no metrics
+itself: the runtime passes a name -> value mapping in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+TERMINAL_STATES = (
+    "fetched", "redirected", "failed", "disallowed", "filtered", "duplicate", "over_budget",
+    "dead_lettered",
+)
+
+
+@dataclass(frozen=True)
+class CrawlCounters:
+    """A snapshot of the crawl's committed counters."""
+
+    seeds_published: int
+    batches_received: int
+    batches_published: int  # links + spill
+    link_batches_emitted: int
+    links_published: int
+    urls_decoded: int
+    urls_offered: int
+    urls_accepted: int
+    rows_written: int
+    pages_stored: int
+    requests: int
+    hosts_active: int
+    by_state: Mapping[str, int]
+    bytes_fetched: int
+
+    @classmethod
+    def from_metrics(cls, counters: Mapping[str, int], seeds_published: int) -> CrawlCounters:
+        def get(name: str) -> int:
+            return int(counters.get(name, 0))
+
+        return cls(
+            seeds_published=seeds_published,
+            batches_received=get("batches_received"),
+            batches_published=get("batches_published_links") + get("batches_published_spill"),
+            link_batches_emitted=get("link_batches_emitted"),
+            links_published=get("batches_published_links"),
+            urls_decoded=get("urls_decoded"),
+            urls_offered=get("urls_offered"),
+            urls_accepted=get("urls_accepted"),
+            rows_written=get("rows_written"),
+            pages_stored=get("pages_stored"),
+            requests=get("requests"),
+            hosts_active=get("hosts_activated") - get("hosts_idled"),
+            by_state={s: get(f"rows_{s}") for s in TERMINAL_STATES if get(f"rows_{s}")},
+            bytes_fetched=get("bytes_fetched"),
+        )
+
+    @property
+    def in_progress(self) -> int:
+        """Accepted URLs without a terminal row yet: the frontier's size as users see it."""
+        return self.urls_accepted - self.rows_written
+
+    @property
+    def fetched(self) -> int:
+        return self.by_state.get("fetched", 0)
+
+    def quiet(self) -> bool:
+        """Nothing is anywhere in the loop: every message published was read, every URL read
+        was offered to its host, every accepted URL has its row, every link batch a parse
+        produced was published, and the seeds arrived."""
+        return (
+            self.seeds_published > 0
+            and self.batches_received == self.seeds_published + self.batches_published
+            and self.urls_decoded == self.urls_offered
+            and self.urls_accepted == self.rows_written
+            and self.link_batches_emitted == self.links_published
+        )
+
+
+def drained(previous: CrawlCounters | None, current: CrawlCounters) -> bool:
+    """The crawl is over when it is quiet in two successive snapshots with nothing changed.
+
+    One quiet snapshot is not enough: counters commit per bundle, so a bundle that has read a
+    message but not yet committed can hide behind equal numbers for a moment.
+    """
+    return previous is not None and previous == current and current.quiet()
+
+
+def progress_line(c: CrawlCounters, elapsed: float, pages_per_s: float) -> str:
+    return (
+        f"{c.fetched:,} pages fetched | {pages_per_s:,.1f} pages/s | "
+        f"{c.hosts_active:,} hosts active | frontier {c.in_progress:,} | "
+        f"{c.urls_accepted:,} accepted | {elapsed:,.0f}s"
+    )

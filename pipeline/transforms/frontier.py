@@ -1,0 +1,170 @@
+"""The frontier's two ends: ReadFrontier (Pub/Sub -> URLs grouped by host) and PublishFrontier.
+
+ReadFrontier decodes frontier batches, normalises every URL once and groups a batch's URLs by
+host, so the host scheduler reads and writes its state once per batch rather than once per
+URL. PublishFrontier publishes batches and counts them only once Pub/Sub has them. Neither
+decides whether a URL is new (that is the host's seen-set) or when it is fetched.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from pipeline.records import FrontierBatch
+from pipeline.urls import MAX_URL_LENGTH, InvalidURL, host_key, normalize_url, url_hash
+
+log = logging.getLogger(__name__)
+
+METRICS_NAMESPACE = "crawler"
+HEARTBEAT = "heartbeat"
+
+
+@dataclass(frozen=True, slots=True)
+class HostBatch:
+    """URLs of one frontier batch that belong to one host: (url, url_hash, rejection)."""
+
+    depth: int
+    kind: str
+    entries: tuple[tuple[str, int, str | None], ...]
+
+
+def split_by_host(batch: FrontierBatch) -> tuple[dict[str, HostBatch], int]:
+    """Normalise a batch's URLs and group them by host. Returns (batches, invalid count).
+
+    URLs that cannot be normalised have no host and no hash, so they cannot become rows: they
+    are counted and logged. URLs longer than MAX_URL_LENGTH are passed on with a rejection, so
+    their host records them as `filtered`. Links are already normal (the parser normalised
+    them); seeds and spilled URLs go through the same function, which is idempotent.
+    """
+    grouped: dict[str, list[tuple[str, int, str | None]]] = defaultdict(list)
+    invalid = 0
+    for raw in batch.urls:
+        try:
+            url = normalize_url(raw)
+        except InvalidURL as exc:
+            invalid += 1
+            log.debug("frontier dropped %r: %s", raw, exc)
+            continue
+        rejection = None
+        if len(url) > MAX_URL_LENGTH:
+            rejection = f"URL length {len(url)} > {MAX_URL_LENGTH}"
+        grouped[host_key(url)].append((url, url_hash(url), rejection))
+    return (
+        {
+            host: HostBatch(depth=batch.depth, kind=batch.kind, entries=tuple(entries))
+            for host, entries in grouped.items()
+        },
+        invalid,
+    )
+
+
+class DecodeFrontierFn(beam.DoFn):
+    """Pub/Sub payload -> (host, HostBatch). Heartbeats are dropped; malformed ones logged."""
+
+    def __init__(self, crawl_id: str) -> None:
+        self._crawl_id = crawl_id
+        c = METRICS_NAMESPACE
+        self._received = Metrics.counter(c, "batches_received")
+        self._decoded = Metrics.counter(c, "urls_decoded")
+        self._invalid = Metrics.counter(c, "urls_invalid")
+        self._malformed = Metrics.counter(c, "batches_malformed")
+
+    def process(self, payload: bytes) -> Iterator[tuple[str, HostBatch]]:
+        try:
+            batch = FrontierBatch.from_bytes(payload)
+        except ValueError as exc:
+            self._malformed.inc()
+            log.warning("dropping a malformed frontier message (%s): %.200r", exc, payload)
+            return
+        if batch.kind == HEARTBEAT:
+            return
+        if batch.crawl_id != self._crawl_id:
+            self._malformed.inc()
+            log.warning("dropping a frontier batch of crawl %s (this is %s)",
+                        batch.crawl_id, self._crawl_id)
+            return
+        self._received.inc()
+        by_host, invalid = split_by_host(batch)
+        self._invalid.inc(invalid)
+        for host, host_batch in by_host.items():
+            self._decoded.inc(len(host_batch.entries))
+            yield host, host_batch
+
+
+class ReadFrontier(beam.PTransform):
+    """Pub/Sub frontier subscription -> (host, HostBatch)."""
+
+    def __init__(self, subscription: str, crawl_id: str) -> None:
+        super().__init__()
+        if not subscription.startswith("projects/"):
+            raise ValueError(f"subscription must be a full path projects/P/subscriptions/S, "
+                             f"got {subscription!r}")
+        self._subscription = subscription
+        self._crawl_id = crawl_id
+
+    def expand(self, pbegin):
+        return (
+            pbegin
+            | "ReadFromPubSub" >> beam.io.ReadFromPubSub(subscription=self._subscription)
+            | "DecodeAndGroupByHost" >> beam.ParDo(DecodeFrontierFn(self._crawl_id))
+        )
+
+
+class PublishFrontierFn(beam.DoFn):
+    """Publishes FrontierBatches; a batch is counted once Pub/Sub acknowledged it."""
+
+    def __init__(self, topic: str) -> None:
+        self._topic = topic
+        self._publisher = None
+        self._pending: list = []
+        self._kinds: list[str] = []
+        self._published = {
+            kind: Metrics.counter(METRICS_NAMESPACE, f"batches_published_{kind}")
+            for kind in ("links", "spill", "seeds")
+        }
+
+    def setup(self) -> None:
+        from google.cloud import pubsub_v1
+
+        self._publisher = pubsub_v1.PublisherClient(
+            batch_settings=pubsub_v1.types.BatchSettings(max_messages=100, max_latency=0.01)
+        )
+
+    def start_bundle(self) -> None:
+        self._pending = []
+        self._kinds = []
+
+    def process(self, batch: FrontierBatch) -> None:
+        assert self._publisher is not None
+        self._pending.append(self._publisher.publish(self._topic, batch.to_bytes()))
+        self._kinds.append(batch.kind)
+
+    def finish_bundle(self) -> None:
+        for future, kind in zip(self._pending, self._kinds, strict=True):
+            future.result(timeout=120)
+            self._published.get(kind, self._published["links"]).inc()
+        self._pending = []
+        self._kinds = []
+
+    def teardown(self) -> None:
+        if self._publisher is not None:
+            self._publisher.stop()
+
+
+class PublishFrontier(beam.PTransform):
+    """FrontierBatch -> the frontier topic."""
+
+    def __init__(self, topic: str) -> None:
+        super().__init__()
+        if not topic.startswith("projects/"):
+            raise ValueError(f"topic must be a full path projects/P/topics/T, got {topic!r}")
+        self._topic = topic
+
+    def expand(self, batches):
+        return batches | "Publish" >> beam.ParDo(PublishFrontierFn(self._topic))

@@ -1,0 +1,294 @@
+"""ScheduleFetches: the stateful, per-host DoFn that owns every request a host receives.
+
+The DoFn is a thin shell over pipeline.politeness.HostState: it stores one HostState per host
+key, turns Beam events (an element, a timer firing) into state-machine events, and carries out
+the decisions: fetches start on a process-wide pool (so the runner's thread never blocks, the
+pattern of Beam's AsyncWrapper) and their results are collected on the key's next timer firing.
+It does not parse, store or publish anything.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+import apache_beam as beam
+from apache_beam import TimeDomain
+from apache_beam.coders import PickleCoder
+from apache_beam.metrics import Metrics
+from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
+from apache_beam.utils.timestamp import Timestamp
+
+from pipeline.budget import PageBudget
+from pipeline.fetch import FetchClient, FetchConfig, FetchResponse, fetch_pool, shared_client
+from pipeline.politeness import (
+    Decision,
+    FetchReport,
+    HostPolicy,
+    HostState,
+    Lease,
+    LeaseKind,
+    Outcome,
+)
+from pipeline.records import FetchResult, FrontierBatch, FrontierEntry, PageRow
+from pipeline.transforms.frontier import HostBatch
+
+log = logging.getLogger(__name__)
+
+ROWS = "rows"
+SPILL = "spill"
+METRICS_NAMESPACE = "crawler"
+
+# How soon to look again when a fetch is still running at the time the host became due.
+_POLL_MIN = 0.02
+_POLL_MAX = 0.5
+
+
+class _InFlight:
+    """Futures of running fetches, by lease id, shared by every DoFn instance in the process.
+
+    A lease whose id is not here after a restart or a move to another worker simply expires
+    (HostState.expire_lease), which is how a dead worker's fetch is retried.
+    """
+
+    _lock = threading.Lock()
+    _futures: dict[str, Future[FetchResponse]] = {}
+
+    @classmethod
+    def put(cls, lease_id: str, future: Future[FetchResponse]) -> None:
+        with cls._lock:
+            cls._futures[lease_id] = future
+
+    @classmethod
+    def get(cls, lease_id: str) -> Future[FetchResponse] | None:
+        with cls._lock:
+            return cls._futures.get(lease_id)
+
+    @classmethod
+    def pop(cls, lease_id: str) -> None:
+        with cls._lock:
+            cls._futures.pop(lease_id, None)
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    """Everything the scheduler needs, as one small picklable value."""
+
+    crawl_id: str
+    policy: HostPolicy
+    fetch: FetchConfig
+    resolve: tuple[str, ...] = ()
+    fetch_concurrency: int = 128
+
+
+def _report(response: FetchResponse, lease: Lease) -> FetchReport:
+    return FetchReport(
+        status=response.status,
+        error=response.error,
+        retry_after=response.header("Retry-After"),
+        location=response.header("Location"),
+        body=response.body if lease.kind is LeaseKind.ROBOTS else b"",
+        elapsed=response.elapsed,
+    )
+
+
+def outcome_row(crawl_id: str, host: str, outcome: Outcome) -> PageRow:
+    entry = outcome.entry
+    return PageRow(
+        crawl_id=crawl_id,
+        url=entry.url,
+        url_hash=entry.url_hash,
+        host=host,
+        depth=entry.depth,
+        state=str(outcome.state),
+        reason=outcome.reason,
+        http_status=outcome.http_status,
+        attempts=entry.attempt + (1 if outcome.http_status is not None else 0),
+    )
+
+
+def fetch_result(
+    crawl_id: str, host: str, entry: FrontierEntry, response: FetchResponse
+) -> FetchResult:
+    assert response.status is not None
+    return FetchResult(
+        crawl_id=crawl_id,
+        url=entry.url,
+        url_hash=entry.url_hash,
+        host=host,
+        depth=entry.depth,
+        attempt=entry.attempt,
+        fetched_at=response.started_at,
+        elapsed=response.elapsed,
+        http_status=response.status,
+        headers=response.headers,
+        body=response.body,
+        truncated=response.truncated,
+        ip=response.ip,
+    )
+
+
+class HostSchedulerFn(beam.DoFn):
+    """Keyed by host. State: one HostState. Timer: the host's next moment of interest."""
+
+    HOST_STATE = ReadModifyWriteStateSpec("host", PickleCoder())
+    WAKE = TimerSpec("wake", TimeDomain.REAL_TIME)
+
+    def __init__(
+        self,
+        config: ScheduleConfig,
+        budget: PageBudget,
+        clock: Callable[[], float] = time.time,
+        submit: Callable[[Callable[[str], FetchResponse], str], Future[FetchResponse]]
+        | None = None,
+    ) -> None:
+        self._config = config
+        self._budget = budget
+        self._clock = clock
+        self._submit = submit
+        self._client: FetchClient | None = None
+        c = METRICS_NAMESPACE
+        self._offered = Metrics.counter(c, "urls_offered")
+        self._accepted = Metrics.counter(c, "urls_accepted")
+        self._requests = Metrics.counter(c, "requests")
+        self._robots_requests = Metrics.counter(c, "robots_requests")
+        self._hosts_activated = Metrics.counter(c, "hosts_activated")
+        self._hosts_idled = Metrics.counter(c, "hosts_idled")
+        self._leases_expired = Metrics.counter(c, "leases_expired")
+        self._due_lag = Metrics.distribution(c, "due_lag_ms")
+
+    def setup(self) -> None:
+        self._client = shared_client(self._config.fetch, self._config.resolve)
+        if self._submit is None:
+            pool = fetch_pool(self._config.fetch_concurrency)
+            self._submit = pool.submit
+
+    # -------------------------------------------------------------------------- elements
+    def process(
+        self,
+        element: tuple[str, HostBatch],
+        host_state=beam.DoFn.StateParam(HOST_STATE),
+        wake=beam.DoFn.TimerParam(WAKE),
+    ) -> Iterator[object]:
+        host, batch = element
+        policy = self._config.policy
+        state: HostState = host_state.read() or HostState(host=host)
+        was_busy = state.busy
+        self._offered.inc(len(batch.entries))
+        accepted, outcomes, spilled = state.offer(
+            list(batch.entries), batch.depth, policy, already_accepted=batch.kind == "spill"
+        )
+        self._accepted.inc(len(accepted))
+        for outcome in outcomes:
+            yield beam.pvalue.TaggedOutput(ROWS, outcome_row(self._config.crawl_id, host, outcome))
+        if spilled:
+            yield beam.pvalue.TaggedOutput(SPILL, FrontierBatch(
+                crawl_id=self._config.crawl_id, depth=batch.depth,
+                urls=tuple(e.url for e in spilled), kind="spill",
+            ))
+        self._arm(state, wake, self._clock())
+        self._count_activity(was_busy, state)
+        host_state.write(state)
+
+    # ---------------------------------------------------------------------------- timer
+    @on_timer(WAKE)
+    def on_wake(
+        self,
+        key=beam.DoFn.KeyParam,
+        host_state=beam.DoFn.StateParam(HOST_STATE),
+        wake=beam.DoFn.TimerParam(WAKE),
+    ) -> Iterator[object]:
+        state: HostState | None = host_state.read()
+        if state is None:
+            return
+        was_busy = state.busy
+        now = self._clock()
+        state.wake_at = None
+        yield from self._step(key, state, now)
+        self._arm(state, wake, now)
+        self._count_activity(was_busy, state)
+        host_state.write(state)
+
+    def _step(self, host: str, state: HostState, now: float) -> Iterator[object]:
+        """Collect a finished fetch if there is one, then start the next if the host is due."""
+        policy = self._config.policy
+        lease = state.lease
+        if lease is not None:
+            future = _InFlight.get(lease.lease_id)
+            if future is not None and not future.done():
+                running = now - lease.started_at
+                state.wake_at = now + min(_POLL_MAX, max(_POLL_MIN, running / 4))
+                return
+            if future is None:
+                decision = state.expire_lease(now, policy)
+                if state.lease is None:
+                    self._leases_expired.inc()
+                    log.warning("lease on %s for %s expired; fetching it again", host, lease.url)
+                else:
+                    state.wake_at = decision.wake_at
+                    return
+            else:
+                _InFlight.pop(lease.lease_id)
+                response = future.result()
+                decision = state.complete(lease.lease_id, _report(response, lease), now, policy)
+                yield from self._carry_out(host, decision, response)
+        if now >= state.next_allowed and state.queue:
+            self._due_lag.update(int((now - state.next_allowed) * 1000))
+        decision = state.next_action(now, policy, claim_page=self._budget.try_claim)
+        yield from self._carry_out(host, decision, None)
+        if decision.fetch is not None:
+            self._start_fetch(decision.fetch.lease)
+        state.wake_at = decision.wake_at
+
+    def _carry_out(
+        self, host: str, decision: Decision, response: FetchResponse | None
+    ) -> Iterator[object]:
+        crawl_id = self._config.crawl_id
+        for outcome in decision.outcomes:
+            yield beam.pvalue.TaggedOutput(ROWS, outcome_row(crawl_id, host, outcome))
+        if decision.page_done is not None and response is not None:
+            yield fetch_result(crawl_id, host, decision.page_done, response)
+
+    def _start_fetch(self, lease: Lease) -> None:
+        assert self._client is not None and self._submit is not None
+        self._requests.inc()
+        if lease.kind is LeaseKind.ROBOTS:
+            self._robots_requests.inc()
+        _InFlight.put(lease.lease_id, self._submit(self._client.fetch, lease.url))
+
+    def _arm(self, state: HostState, wake, now: float) -> None:
+        """Set the timer for the state's next moment of interest, if it has one."""
+        if state.wake_at is None and state.busy:
+            state.wake_at = state.lease.expires_at if state.lease else state.next_allowed
+        if state.wake_at is not None:
+            wake.set(Timestamp.of(max(state.wake_at, now)))
+
+    def _count_activity(self, was_busy: bool, state: HostState) -> None:
+        if state.busy and not was_busy:
+            self._hosts_activated.inc()
+        elif was_busy and not state.busy:
+            self._hosts_idled.inc()
+
+
+class ScheduleFetches(beam.PTransform):
+    """(host, HostBatch) -> fetched pages (main), terminal rows ('rows'), spilled URLs ('spill')."""
+
+    def __init__(
+        self,
+        config: ScheduleConfig,
+        budget: PageBudget,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__()
+        self._config = config
+        self._budget = budget
+        self._clock = clock
+
+    def expand(self, host_batches):
+        return host_batches | "HostScheduler" >> beam.ParDo(
+            HostSchedulerFn(self._config, self._budget, self._clock)
+        ).with_outputs(ROWS, SPILL, main="fetched")
