@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipeline.dns import parse_resolve
 from pipeline.fetch import FetchConfig
 from pipeline.politeness import HostPolicy
 
@@ -57,6 +58,8 @@ class CrawlOptions:
             raise ValueError("--fetch-timeout must be positive")
         if not 0 < self.bloom_fp_rate < 1:
             raise ValueError("--bloom-fp-rate must be between 0 and 1")
+        for spec in self.resolve:
+            parse_resolve(spec)  # raises ValueError naming the expected form
 
     def host_policy(self) -> HostPolicy:
         budget = self.max_pages_per_host or self.max_pages or 100_000

@@ -24,6 +24,7 @@ from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec
 from apache_beam.utils.timestamp import Timestamp
 
 from pipeline.budget import PageBudget
+from pipeline.dns import parse_resolve
 from pipeline.fetch import FetchClient, FetchConfig, FetchResponse, fetch_pool, shared_client
 from pipeline.politeness import (
     Decision,
@@ -162,7 +163,8 @@ class HostSchedulerFn(beam.DoFn):
         self._due_lag = Metrics.distribution(c, "due_lag_ms")
 
     def setup(self) -> None:
-        self._client = shared_client(self._config.fetch, self._config.resolve)
+        overrides = tuple(parse_resolve(spec) for spec in self._config.resolve)
+        self._client = shared_client(self._config.fetch, overrides)
         if self._submit is None:
             pool = fetch_pool(self._config.fetch_concurrency)
             self._submit = pool.submit

@@ -1,0 +1,174 @@
+"""HostSchedulerFn, driven directly: duplicate timer firings, slow fetches and expired leases.
+
+The DoFn's process and on_wake methods are called as the runner calls them, with in-memory
+state and timer objects, a fake clock and a fake fetch pool whose futures the test completes.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import pytest
+
+from pipeline.budget import LocalPageBudget
+from pipeline.fetch import FetchConfig, FetchResponse
+from pipeline.politeness import HostPolicy
+from pipeline.records import FetchResult, PageRow
+from pipeline.transforms.frontier import HostBatch
+from pipeline.transforms.schedule import HostSchedulerFn, ScheduleConfig, _InFlight
+from pipeline.urls import url_hash
+
+HOST = "a.test"
+
+
+class FakeState:
+    def __init__(self) -> None:
+        self.value = None
+
+    def read(self):
+        return self.value
+
+    def write(self, value) -> None:
+        self.value = value
+
+    def clear(self) -> None:
+        self.value = None
+
+
+@dataclass
+class FakeTimer:
+    fired_for: list[float] = field(default_factory=list)
+
+    def set(self, ts) -> None:
+        self.fired_for.append(float(ts))
+
+    @property
+    def at(self) -> float:
+        return self.fired_for[-1]
+
+
+@dataclass
+class FakePool:
+    """Records each submitted fetch; the test decides when its future completes."""
+
+    submitted: list[tuple[str, float, Future]] = field(default_factory=list)
+    clock: list[float] = field(default_factory=lambda: [0.0])
+
+    def submit(self, fn, url: str) -> Future:
+        future: Future = Future()
+        self.submitted.append((url, self.clock[0], future))
+        return future
+
+    def finish(self, index: int, status: int = 200, body: bytes = b"<html>ok</html>",
+               headers: tuple[tuple[str, str], ...] = (("Content-Type", "text/html"),)) -> None:
+        url, started, future = self.submitted[index]
+        future.set_result(FetchResponse(
+            url=url, started_at=started, elapsed=0.01, status=status, headers=headers,
+            body=body, truncated=False, ip="127.0.0.1", error=None, error_detail=None,
+        ))
+
+
+@pytest.fixture
+def harness():
+    pool = FakePool()
+    policy = HostPolicy(user_agent="testbot", min_delay=1.0, fetch_timeout=5.0, lease_grace=1.0)
+    config = ScheduleConfig(crawl_id="c1", policy=policy, fetch=FetchConfig(user_agent="testbot"))
+    fn = HostSchedulerFn(config, LocalPageBudget("c-sched", None), clock=lambda: pool.clock[0],
+                         submit=pool.submit)
+    fn.setup()
+    state, timer = FakeState(), FakeTimer()
+
+    def offer(*paths: str) -> list:
+        entries = tuple((f"http://{HOST}/{p}", url_hash(f"http://{HOST}/{p}"), None)
+                        for p in paths)
+        return list(fn.process((HOST, HostBatch(depth=0, kind="links", entries=entries)),
+                               host_state=state, wake=timer))
+
+    def fire(at: float) -> list:
+        pool.clock[0] = at
+        return list(fn.on_wake(key=HOST, host_state=state, wake=timer))
+
+    yield pool, offer, fire, timer
+    _InFlight._futures.clear()
+
+
+def test_duplicate_timer_firings_never_start_a_second_request(harness):
+    pool, offer, fire, timer = harness
+    offer("a", "b")
+    assert timer.at == 0.0
+    fire(0.0)
+    fire(0.0)  # the runner fired the same timer twice
+    assert [u for u, _, _ in pool.submitted] == [f"http://{HOST}/robots.txt"]
+    pool.finish(0, status=404)
+    fire(0.3)
+    fire(0.3)
+    assert len(pool.submitted) == 1  # robots answered, but the host is not due yet
+    fire(1.0)
+    fire(1.0)
+    fire(1.001)
+    assert [u for u, _, _ in pool.submitted][1:] == [f"http://{HOST}/a"]
+    pool.finish(1)
+    out = fire(2.0) + fire(2.0)
+    assert [u for u, _, _ in pool.submitted][2:] == [f"http://{HOST}/b"]
+    fetched = [o for o in out if isinstance(o, FetchResult)]
+    assert [f.url for f in fetched] == [f"http://{HOST}/a"]  # emitted once, not twice
+    starts = [t for _, t, _ in pool.submitted]
+    assert all(b - a >= 1.0 for a, b in zip(starts, starts[1:], strict=False))
+
+
+def test_a_fetch_still_running_past_its_lease_blocks_the_host_until_it_reports(harness):
+    pool, offer, fire, timer = harness
+    offer("a", "b")
+    fire(0.0)
+    pool.finish(0, status=404)
+    fire(1.0)
+    assert len(pool.submitted) == 2
+    lease_deadline = 1.0 + 5.0 + 1.0
+    # The fetch is still running long after its lease: no second request while it runs.
+    for t in (2.0, 4.0, lease_deadline, lease_deadline + 3):
+        fire(t)
+    assert len(pool.submitted) == 2
+    assert timer.at <= lease_deadline + 3 + 0.5  # it keeps polling rather than giving up
+    pool.finish(1)
+    out = fire(lease_deadline + 3.2)
+    assert [o.url for o in out if isinstance(o, FetchResult)] == [f"http://{HOST}/a"]
+    assert [u for u, _, _ in pool.submitted][2:] == [f"http://{HOST}/b"]
+
+
+def test_a_lost_fetch_expires_is_fetched_again_and_its_late_result_is_dropped(harness):
+    pool, offer, fire, timer = harness
+    offer("a")
+    fire(0.0)
+    pool.finish(0, status=404)
+    fire(1.0)
+    lost_url, lost_start, lost_future = pool.submitted[1]
+    # The worker holding the fetch died: its future is gone from this process.
+    _InFlight._futures.clear()
+    fire(3.0)
+    assert len(pool.submitted) == 2  # lease not yet expired
+    expiry = lost_start + 6.0
+    fire(expiry)
+    assert len(pool.submitted) == 2  # expired: queued again, but waits a full delay
+    assert timer.at >= expiry + 1.0
+    fire(expiry + 1.0)
+    assert [u for u, _, _ in pool.submitted][2:] == [lost_url]
+    # The old fetch reports late: nothing refers to it any more, so nothing is emitted.
+    pool.finish(1)
+    pool.finish(2)
+    out = fire(expiry + 2.0)
+    results = [o for o in out if isinstance(o, FetchResult)]
+    assert [r.fetched_at for r in results] == [expiry + 1.0]
+
+
+def test_terminal_rows_leave_as_tagged_rows(harness):
+    pool, offer, fire, timer = harness
+    offer("a")
+    fire(0.0)
+    pool.finish(0, status=200, body=b"User-agent: *\nDisallow: /a\n",
+                headers=(("Content-Type", "text/plain"),))
+    out = fire(1.0)
+    rows = [o.value for o in out if getattr(o, "tag", None) == "rows"]
+    assert len(rows) == 1 and isinstance(rows[0], PageRow)
+    assert rows[0].state == "disallowed" and "/a" in rows[0].reason
+    assert len(pool.submitted) == 1
