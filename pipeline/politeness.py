@@ -236,9 +236,8 @@ class HostState:
             if rejection:
                 outcomes.append(Outcome(entry, PageState.FILTERED, rejection))
             elif policy.max_depth is not None and depth > policy.max_depth:
-                outcomes.append(
-                    Outcome(entry, PageState.FILTERED, f"depth {depth} > max depth {policy.max_depth}")
-                )
+                reason = f"depth {depth} > max depth {policy.max_depth}"
+                outcomes.append(Outcome(entry, PageState.FILTERED, reason))
             elif len(self.queue) >= policy.queue_cap:
                 spilled.append(entry)
             else:
@@ -297,8 +296,8 @@ class HostState:
                     return Decision(outcomes=tuple(outcomes))
                 self.pages_issued += 1
             self.queue.popleft()
-            decision = self._start(now, policy, LeaseKind.PAGE, entry.url, entry, 0)
-            return Decision(fetch=decision.fetch, outcomes=tuple(outcomes), wake_at=decision.wake_at)
+            started = self._start(now, policy, LeaseKind.PAGE, entry.url, entry, 0)
+            return Decision(fetch=started.fetch, outcomes=tuple(outcomes), wake_at=started.wake_at)
         return Decision(outcomes=tuple(outcomes))
 
     def _start(

@@ -9,6 +9,7 @@ pipeline.graph; nothing here decides anything about a URL.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -24,7 +25,12 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.budget import LocalPageBudget
-from pipeline.emulators import RunningEmulator, ensure_subscription, ensure_topic, start_pubsub_emulator
+from pipeline.emulators import (
+    RunningEmulator,
+    ensure_subscription,
+    ensure_topic,
+    start_pubsub_emulator,
+)
 from pipeline.graph import build_crawl
 from pipeline.options import CrawlOptions
 from pipeline.progress import CrawlCounters, drained, progress_line
@@ -161,10 +167,10 @@ def run_local_crawl(
         status = "interrupted"
     finally:
         if result is not None:
-            try:
-                counters = CrawlCounters.from_metrics(_read_counters(result), counters.seeds_published)
-            except Exception:  # the summary uses the last good snapshot
-                pass
+            with contextlib.suppress(Exception):  # else the summary keeps the last snapshot
+                counters = CrawlCounters.from_metrics(
+                    _read_counters(result), counters.seeds_published
+                )
             result.cancel()
         if heartbeat is not None:
             heartbeat.stop()

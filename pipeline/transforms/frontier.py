@@ -9,6 +9,7 @@ decides whether a URL is new (that is the host's seen-set) or when it is fetched
 from __future__ import annotations
 
 import logging
+import threading
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -113,7 +114,27 @@ class ReadFrontier(beam.PTransform):
             pbegin
             | "ReadFromPubSub" >> beam.io.ReadFromPubSub(subscription=self._subscription)
             | "DecodeAndGroupByHost" >> beam.ParDo(DecodeFrontierFn(self._crawl_id))
+            # A str key gets a deterministic coder: the host scheduler's state is keyed by it.
+            .with_output_types(tuple[str, HostBatch])
         )
+
+
+_publisher_lock = threading.Lock()
+_publisher = None
+
+
+def _shared_publisher():
+    """One Pub/Sub publisher per process: it is thread-safe, and Beam's local runner sets a
+    DoFn up again for every bundle, which would otherwise open a channel per bundle."""
+    global _publisher
+    with _publisher_lock:
+        if _publisher is None:
+            from google.cloud import pubsub_v1
+
+            _publisher = pubsub_v1.PublisherClient(
+                batch_settings=pubsub_v1.types.BatchSettings(max_messages=100, max_latency=0.005)
+            )
+        return _publisher
 
 
 class PublishFrontierFn(beam.DoFn):
@@ -130,11 +151,7 @@ class PublishFrontierFn(beam.DoFn):
         }
 
     def setup(self) -> None:
-        from google.cloud import pubsub_v1
-
-        self._publisher = pubsub_v1.PublisherClient(
-            batch_settings=pubsub_v1.types.BatchSettings(max_messages=100, max_latency=0.01)
-        )
+        self._publisher = _shared_publisher()
 
     def start_bundle(self) -> None:
         self._pending = []
@@ -151,10 +168,6 @@ class PublishFrontierFn(beam.DoFn):
             self._published.get(kind, self._published["links"]).inc()
         self._pending = []
         self._kinds = []
-
-    def teardown(self) -> None:
-        if self._publisher is not None:
-            self._publisher.stop()
 
 
 class PublishFrontier(beam.PTransform):

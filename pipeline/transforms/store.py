@@ -9,7 +9,9 @@ not durable. Deciding what a page's outcome means for its host is not done here.
 
 from __future__ import annotations
 
+import atexit
 import logging
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -118,6 +120,43 @@ def store_page(
     ), batch)
 
 
+class _OpenSegments:
+    """Segment writers kept open across bundles, one pair per thread and crawl.
+
+    Beam's local runner sets up and tears down a DoFn for every bundle; a writer per DoFn
+    instance would start a new segment file per bundle. Writers are single-threaded, so each
+    thread gets its own; every bundle still ends with a flush.
+    """
+
+    _lock = threading.Lock()
+    _writers: dict[tuple[int, str, str], tuple[SegmentWriter, SegmentWriter]] = {}
+
+    @classmethod
+    def get(cls, out: str, crawl_id: str) -> tuple[SegmentWriter, SegmentWriter]:
+        key = (threading.get_ident(), out, crawl_id)
+        with cls._lock:
+            pair = cls._writers.get(key)
+            if pair is None:
+                writer_id = uuid.uuid4().hex[:12]
+                pair = (
+                    SegmentWriter(out, crawl_id, "warc", writer_id),
+                    SegmentWriter(out, crawl_id, "wet", writer_id),
+                )
+                cls._writers[key] = pair
+            return pair
+
+    @classmethod
+    def close_all(cls) -> None:
+        with cls._lock:
+            for warc, wet in cls._writers.values():
+                warc.close()
+                wet.close()
+            cls._writers.clear()
+
+
+atexit.register(_OpenSegments.close_all)
+
+
 class StorePagesFn(beam.DoFn):
     def __init__(self, out: str, crawl_id: str, agent: str | None) -> None:
         self._out = out
@@ -131,12 +170,8 @@ class StorePagesFn(beam.DoFn):
         self._link_batches = Metrics.counter(c, "link_batches_emitted")
         self._bytes = Metrics.counter(c, "bytes_fetched")
 
-    def setup(self) -> None:
-        writer_id = uuid.uuid4().hex[:12]
-        self._warc = SegmentWriter(self._out, self._crawl_id, "warc", writer_id)
-        self._wet = SegmentWriter(self._out, self._crawl_id, "wet", writer_id)
-
     def start_bundle(self) -> None:
+        self._warc, self._wet = _OpenSegments.get(self._out, self._crawl_id)
         self._buffer = []
 
     def process(self, result: FetchResult) -> None:
@@ -162,11 +197,6 @@ class StorePagesFn(beam.DoFn):
                     LINKS, WindowedValue(stored.links, now, [GlobalWindow()])
                 )
         self._buffer = []
-
-    def teardown(self) -> None:
-        for writer in (self._warc, self._wet):
-            if writer is not None:
-                writer.close()
 
 
 class StorePages(beam.PTransform):
