@@ -1,0 +1,154 @@
+"""The real emulators from the Cloud SDK: start, use through Google's clients, stop for good."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from pipeline.emulators import (
+    EmulatorFailed,
+    EmulatorMissing,
+    RunningEmulator,
+    ensure_subscription,
+    ensure_topic,
+    find_sdk_root,
+    start_bigtable_emulator,
+    start_pubsub_emulator,
+)
+
+
+def _started(start: Callable[[], RunningEmulator]) -> RunningEmulator:
+    try:
+        return start()
+    except EmulatorMissing as exc:
+        pytest.skip(str(exc))
+
+
+def _assert_group_gone(group: int) -> None:
+    with pytest.raises(ProcessLookupError):
+        os.killpg(group, 0)
+
+
+def test_pubsub_emulator_round_trip_and_stop(monkeypatch: pytest.MonkeyPatch) -> None:
+    began = time.monotonic()
+    emulator = _started(start_pubsub_emulator)
+    startup = time.monotonic() - began
+    group = emulator.process.pid
+    try:
+        assert os.getpgid(emulator.process.pid) == group != os.getpgid(0)
+        monkeypatch.setenv("PUBSUB_EMULATOR_HOST", emulator.host_port)
+        assert emulator.env == {"PUBSUB_EMULATOR_HOST": emulator.host_port}
+        from google.cloud import pubsub_v1
+
+        suffix = uuid.uuid4().hex[:8]
+        topic = ensure_topic("test-project", f"frontier-{suffix}")
+        assert topic == f"projects/test-project/topics/frontier-{suffix}"
+        assert ensure_topic("test-project", f"frontier-{suffix}") == topic  # idempotent
+        subscription = ensure_subscription("test-project", topic, f"sub-{suffix}")
+        assert subscription == f"projects/test-project/subscriptions/sub-{suffix}"
+        assert ensure_subscription("test-project", f"frontier-{suffix}", f"sub-{suffix}") == (
+            subscription
+        )
+
+        publisher = pubsub_v1.PublisherClient()
+        sent = {b"one", b"two", b"three"}
+        for data in sent:
+            publisher.publish(topic, data).result(timeout=30)
+        received: set[bytes] = set()
+        with pubsub_v1.SubscriberClient() as subscriber:
+            deadline = time.monotonic() + 30
+            while received != sent and time.monotonic() < deadline:
+                answer = subscriber.pull(subscription=subscription, max_messages=10, timeout=10)
+                received |= {m.message.data for m in answer.received_messages}
+                if answer.received_messages:
+                    subscriber.acknowledge(
+                        subscription=subscription,
+                        ack_ids=[m.ack_id for m in answer.received_messages],
+                    )
+        assert received == sent
+    finally:
+        emulator.stop()
+    _assert_group_gone(group)
+    assert emulator.process.returncode is not None
+    emulator.stop()  # idempotent
+    print(f"Pub/Sub emulator ready in {startup:.2f} s")
+
+
+def test_bigtable_emulator_table_round_trip_and_stop(monkeypatch: pytest.MonkeyPatch) -> None:
+    began = time.monotonic()
+    with _started(start_bigtable_emulator) as emulator:
+        startup = time.monotonic() - began
+        group = emulator.process.pid
+        monkeypatch.setenv("BIGTABLE_EMULATOR_HOST", emulator.host_port)
+        from google.cloud import bigtable
+
+        client = bigtable.Client(project="test-project", admin=True)
+        table = client.instance("test-instance").table("pages")
+        table.create(column_families={"page": None})
+        row = table.direct_row(b"test.a/index")
+        row.set_cell("page", b"state", b"fetched")
+        row.commit()
+        stored = table.read_row(b"test.a/index")
+        assert stored is not None
+        assert stored.cells["page"][b"state"][0].value == b"fetched"
+        assert table.read_row(b"test.a/missing") is None
+    _assert_group_gone(group)
+    print(f"Bigtable emulator ready in {startup:.2f} s")
+
+
+@pytest.mark.parametrize(
+    ("start", "what"),
+    [
+        (start_pubsub_emulator, "gcloud components install pubsub-emulator"),
+        (start_bigtable_emulator, "gcloud components install bigtable"),
+    ],
+)
+def test_missing_emulator_says_what_to_install(
+    start: Callable[[], RunningEmulator], what: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CLOUDSDK_ROOT_DIR", str(tmp_path))
+    with pytest.raises(EmulatorMissing) as caught:
+        start()
+    message = str(caught.value)
+    assert "\n" not in message
+    assert str(tmp_path) in message
+    assert what in message
+    assert "google-cloud-cli-" in message  # the Debian package, too
+
+
+def test_sdk_root_is_found_through_the_gcloud_symlink(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sdk = tmp_path / "sdk"
+    (sdk / "bin").mkdir(parents=True)
+    (sdk / "platform").mkdir()
+    gcloud = sdk / "bin" / "gcloud"
+    gcloud.write_text("#!/bin/sh\n")
+    gcloud.chmod(gcloud.stat().st_mode | stat.S_IXUSR)
+    (tmp_path / "path").mkdir()
+    (tmp_path / "path" / "gcloud").symlink_to(gcloud)
+    monkeypatch.delenv("CLOUDSDK_ROOT_DIR", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "path"))
+    assert find_sdk_root() == sdk
+
+
+def test_an_emulator_that_dies_at_start_reports_its_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = tmp_path / "platform" / "bigtable-emulator" / "cbtemulator"
+    fake.parent.mkdir(parents=True)
+    fake.write_text('#!/bin/sh\necho "listen tcp $1 $2: address already in use"\nexit 7\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("CLOUDSDK_ROOT_DIR", str(tmp_path))
+    with pytest.raises(EmulatorFailed, match="exited with code 7") as caught:
+        start_bigtable_emulator(log_path=str(tmp_path / "logs" / "bigtable.log"))
+    assert "address already in use" in str(caught.value)
+    # Tried twice (a free port can be taken before the emulator binds it), both logged.
+    log = (tmp_path / "logs" / "bigtable.log").read_text()
+    assert log.count("address already in use") == 2
