@@ -1,0 +1,262 @@
+"""The analytics `pages` table: its columns, its Parquet part files, and DuckDB queries over them.
+
+This module owns the table's column list (the one definition the Parquet schema, and later the
+BigQuery schema, are built from), the conversion between PageRow and table rows, writing part
+files atomically, and querying them locally with DuckDB. It does not decide page states.
+
+Layout: {root}/{crawl_id}/pages/part-{writer_id}-{seq:06d}.parquet. Each flush writes one new
+part file under a temporary name in the same directory and renames it into place, so a reader
+(DuckDB globbing `*.parquet`) sees whole files or none. A URL that was processed twice can
+appear in two rows (DESIGN.md invariant 4 holds in the keyed Bigtable row, not here): queries
+that count pages should deduplicate on url_hash.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.records import PageRow, RecordPointer
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of the pages table, for every store it is written to."""
+
+    name: str
+    arrow_type: pa.DataType
+    nullable: bool
+    description: str
+    bigquery_type: str
+
+
+PAGES_COLUMNS: tuple[Column, ...] = (
+    Column("crawl_id", pa.string(), False, "Crawl this page belongs to.", "STRING"),
+    Column("url", pa.string(), False, "Normalised URL.", "STRING"),
+    Column("url_hash", pa.int64(), False, "Signed 64-bit hash of the normalised URL.", "INT64"),
+    Column("host", pa.string(), False, "Host name of the URL, lowercase.", "STRING"),
+    Column("depth", pa.int32(), False, "Links followed from a seed (seeds are 0).", "INT64"),
+    Column("state", pa.string(), False, "Terminal state (records.PageState).", "STRING"),
+    Column(
+        "reason", pa.string(), False, "Why the page ended in its state; may be empty.", "STRING"
+    ),
+    Column("http_status", pa.int32(), True, "HTTP status of the last response.", "INT64"),
+    Column(
+        "fetched_at",
+        pa.timestamp("us", tz="UTC"),
+        True,
+        "When the last fetch started (UTC, microseconds).",
+        "TIMESTAMP",
+    ),
+    Column("attempts", pa.int32(), False, "Fetch attempts made.", "INT64"),
+    Column("content_type", pa.string(), True, "Content-Type header of the response.", "STRING"),
+    Column(
+        "content_hash",
+        pa.int64(),
+        True,
+        "Signed 64-bit hash of the normalised extracted text.",
+        "INT64",
+    ),
+    Column("warc_file", pa.string(), True, "Segment holding the WARC response record.", "STRING"),
+    Column("warc_offset", pa.int64(), True, "Byte offset of that record's gzip member.", "INT64"),
+    Column("warc_length", pa.int64(), True, "Byte length of that record's gzip member.", "INT64"),
+    Column("wet_file", pa.string(), True, "Segment holding the WET text record.", "STRING"),
+    Column("wet_offset", pa.int64(), True, "Byte offset of that record's gzip member.", "INT64"),
+    Column("wet_length", pa.int64(), True, "Byte length of that record's gzip member.", "INT64"),
+    Column("links", pa.int32(), False, "Outgoing links found on the page.", "INT64"),
+)
+
+PAGES_SCHEMA: pa.Schema = pa.schema(
+    [
+        pa.field(
+            column.name,
+            column.arrow_type,
+            nullable=column.nullable,
+            metadata={"description": column.description},
+        )
+        for column in PAGES_COLUMNS
+    ]
+)
+
+_REQUIRED = tuple(column.name for column in PAGES_COLUMNS if not column.nullable)
+
+
+def _pointer_columns(prefix: str, pointer: RecordPointer | None) -> dict[str, Any]:
+    if pointer is None:
+        return {f"{prefix}_file": None, f"{prefix}_offset": None, f"{prefix}_length": None}
+    return {
+        f"{prefix}_file": pointer.file,
+        f"{prefix}_offset": pointer.offset,
+        f"{prefix}_length": pointer.length,
+    }
+
+
+def _pointer(prefix: str, d: dict[str, Any]) -> RecordPointer | None:
+    file = d.get(f"{prefix}_file")
+    if file is None:
+        return None
+    return RecordPointer(file, int(d[f"{prefix}_offset"]), int(d[f"{prefix}_length"]))
+
+
+def row_to_dict(row: PageRow) -> dict[str, Any]:
+    """A table row (column name -> value) for a PageRow; fetched_at becomes a UTC datetime."""
+    fetched_at = (
+        datetime.fromtimestamp(row.fetched_at, tz=UTC) if row.fetched_at is not None else None
+    )
+    return {
+        "crawl_id": row.crawl_id,
+        "url": row.url,
+        "url_hash": row.url_hash,
+        "host": row.host,
+        "depth": row.depth,
+        "state": str(row.state),
+        "reason": row.reason,
+        "http_status": row.http_status,
+        "fetched_at": fetched_at,
+        "attempts": row.attempts,
+        "content_type": row.content_type,
+        "content_hash": row.content_hash,
+        **_pointer_columns("warc", row.warc),
+        **_pointer_columns("wet", row.wet),
+        "links": row.links,
+    }
+
+
+def dict_to_row(d: dict[str, Any]) -> PageRow:
+    """The PageRow of a table row (as read back from Parquet or DuckDB)."""
+    fetched_at = d.get("fetched_at")
+    if isinstance(fetched_at, datetime):
+        if fetched_at.tzinfo is None:  # a naive timestamp in the table is UTC
+            fetched_at = fetched_at.replace(tzinfo=UTC)
+        fetched_at = fetched_at.timestamp()
+    return PageRow(
+        crawl_id=d["crawl_id"],
+        url=d["url"],
+        url_hash=int(d["url_hash"]),
+        host=d["host"],
+        depth=int(d["depth"]),
+        state=d["state"],
+        reason=d.get("reason") or "",
+        http_status=d.get("http_status"),
+        fetched_at=fetched_at,
+        attempts=int(d.get("attempts") or 0),
+        content_type=d.get("content_type"),
+        content_hash=d.get("content_hash"),
+        warc=_pointer("warc", d),
+        wet=_pointer("wet", d),
+        links=int(d.get("links") or 0),
+    )
+
+
+def pages_dir(root: str, crawl_id: str) -> str:
+    """Directory of a crawl's part files."""
+    return os.path.join(root, crawl_id, "pages")
+
+
+def pages_glob(root: str, crawl_id: str) -> str:
+    """Glob matching every part file of a crawl's pages table (and no temporary file)."""
+    return os.path.join(pages_dir(root, crawl_id), "*.parquet")
+
+
+class PagesTableWriter:
+    """Buffers page rows and writes each flush as one new Parquet part file.
+
+    One writer belongs to one thread; writer_id must be unique among the crawl's concurrent
+    writers (part files of a restarted writer with the same id are skipped, not overwritten).
+    """
+
+    def __init__(self, root: str, crawl_id: str, writer_id: str) -> None:
+        if not writer_id or os.sep in writer_id or writer_id.startswith("."):
+            raise ValueError(f"writer_id {writer_id!r} must be a plain file-name part")
+        self._dir = pages_dir(root, crawl_id)
+        self._writer_id = writer_id
+        self._rows: list[dict[str, Any]] = []
+        self._next_seq = 0
+        self._closed = False
+
+    def __len__(self) -> int:
+        """Rows buffered since the last flush."""
+        return len(self._rows)
+
+    def add(self, row: PageRow) -> None:
+        """Buffer one row; raises ValueError naming the column if a required value is None."""
+        if self._closed:
+            raise ValueError("pages table writer is closed; create a new PagesTableWriter")
+        values = row_to_dict(row)
+        missing = [name for name in _REQUIRED if values[name] is None]
+        if missing:
+            raise ValueError(f"page row for {row.url!r} lacks required columns {missing}")
+        self._rows.append(values)
+
+    def flush(self) -> str | None:
+        """Write the buffered rows as one new part file; returns its path (None if no rows)."""
+        if not self._rows:
+            return None
+        table = pa.Table.from_pylist(self._rows, schema=PAGES_SCHEMA)
+        os.makedirs(self._dir, exist_ok=True)
+        path = self._next_path()
+        # A dot-name without the .parquet suffix: readers' globs never see a half-written file.
+        temporary = os.path.join(self._dir, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+        try:
+            pq.write_table(table, temporary, compression="zstd")
+            os.replace(temporary, path)
+        except BaseException:
+            if os.path.exists(temporary):
+                os.unlink(temporary)
+            raise
+        self._rows.clear()
+        return path
+
+    def close(self) -> str | None:
+        """Flush the remaining rows; returns the last part file written, if any."""
+        path = self.flush()
+        self._closed = True
+        return path
+
+    def __enter__(self) -> PagesTableWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _next_path(self) -> str:
+        while True:
+            path = os.path.join(self._dir, f"part-{self._writer_id}-{self._next_seq:06d}.parquet")
+            self._next_seq += 1
+            if not os.path.exists(path):
+                return path
+
+
+def query_pages(root: str, crawl_id: str, sql: str) -> list[tuple[Any, ...]]:
+    """Run DuckDB SQL in which the view `pages` is the crawl's pages table; returns the rows.
+
+    Before any part file exists, `pages` is an empty table with the same columns, so queries
+    still run (COUNT(*) is 0).
+    """
+    connection = duckdb.connect()
+    try:
+        if _has_parts(root, crawl_id):
+            # union_by_name: part files written before a column was added still read.
+            parts = connection.read_parquet(pages_glob(root, crawl_id), union_by_name=True)
+            parts.create_view("pages")
+        else:
+            connection.register("pages", PAGES_SCHEMA.empty_table())
+        return connection.execute(sql).fetchall()
+    finally:
+        connection.close()
+
+
+def _has_parts(root: str, crawl_id: str) -> bool:
+    try:
+        return any(
+            name.endswith(".parquet") and not name.startswith(".")
+            for name in os.listdir(pages_dir(root, crawl_id))
+        )
+    except FileNotFoundError:
+        return False

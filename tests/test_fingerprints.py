@@ -1,0 +1,67 @@
+"""Text fingerprints: normalisation, exact content hash, simhash and Hamming distance."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pipeline.fingerprints import content_hash, hamming, normalise_text, simhash
+
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+VOCABULARY = [
+    "crawler", "frontier", "host", "politeness", "robots", "fetch", "parse", "page", "link",
+    "text", "queue", "budget", "delay", "segment", "record", "pointer", "shard", "worker",
+    "timer", "state", "bloom", "filter", "hash", "index", "table", "query",
+]  # fmt: skip
+
+
+def article(seed: int, words: int = 600) -> str:
+    rng = random.Random(seed)
+    return " ".join(rng.choice(VOCABULARY) for _ in range(words))
+
+
+def test_normalise_text_folds_compatibility_forms_case_and_whitespace() -> None:
+    assert normalise_text("  ＨＥＬＬＯ\u00a0World\n\n\tﬁne  ") == "hello world fine"
+
+
+def test_content_hash_ignores_case_and_whitespace_but_not_words() -> None:
+    assert content_hash("Hello   World\n") == content_hash("hello world")
+    assert content_hash("hello world") != content_hash("hello worlds")
+
+
+def test_simhash_of_near_duplicates_is_close_and_of_different_texts_far() -> None:
+    original = article(1)
+    words = original.split()
+    edited = " ".join(words[:300] + ["inserted", "sentence"] + words[300:590])
+    assert simhash(original) == simhash(original.upper())
+    assert hamming(simhash(original), simhash(edited)) <= 6
+    assert hamming(simhash(original), simhash(article(2))) >= 16
+
+
+def test_simhash_ignores_punctuation_and_handles_short_texts() -> None:
+    assert simhash("one, two; three!") == simhash("one two three")
+    assert simhash("") == 0
+    assert simhash("...") == 0
+    assert simhash("two words") != 0
+
+
+def test_hamming() -> None:
+    assert hamming(0, 0) == 0
+    assert hamming(0, -1) == 64  # signed -1 is all 64 bits set
+    assert hamming(0b1011, 0b0001) == 2
+
+
+@given(st.text(max_size=300))
+def test_hashes_are_signed_64_bit(text: str) -> None:
+    for value in (content_hash(text), simhash(text)):
+        assert INT64_MIN <= value <= INT64_MAX
+
+
+@given(st.integers(INT64_MIN, INT64_MAX), st.integers(INT64_MIN, INT64_MAX))
+def test_hamming_is_a_symmetric_distance(a: int, b: int) -> None:
+    assert hamming(a, b) == hamming(b, a)
+    assert (hamming(a, b) == 0) == (a == b)
+    assert 0 <= hamming(a, b) <= 64
