@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 
 from pipeline.emulators import EmulatorMissing
@@ -134,7 +135,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stop_on_sigterm(signum, frame) -> None:
+    # A crawl stopped by SIGTERM (a supervisor, `timeout`) shuts down like Ctrl-C: emulators
+    # stopped, summary written.
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> None:
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(

@@ -130,6 +130,7 @@ class FetchReport:
     location: str | None = None
     body: bytes = b""  # only for robots.txt
     elapsed: float = 0.0
+    finished_at: float | None = None  # when the exchange ended; None: when it was collected
 
 
 def compute_delay(policy: HostPolicy, crawl_delay: float | None) -> float:
@@ -172,6 +173,7 @@ class HostState:
     robots_redirect: str | None = None  # next hop of a robots.txt redirect chain
     robots_hops: int = 0
     wake_at: float | None = None  # when the host's timer is set to fire
+    last_elapsed: float = 0.0  # how long the last exchange took
     crawl_delay_capped_logged: bool = False
 
     # ----------------------------------------------------------------------------- helpers
@@ -321,9 +323,10 @@ class HostState:
         self.lease = lease
         self.last_request_at = now
         self.next_allowed = max(self.next_allowed, now + self.delay(policy))
-        # Wake when the next request would be allowed: by then this fetch has usually
-        # finished, so one firing both collects its result and starts the next request.
-        return Decision(fetch=FetchOrder(lease), wake_at=self.next_allowed)
+        # Wake when the next request will probably be allowed (a delay after this fetch ends,
+        # guessing it takes as long as the last one): then one firing both collects this
+        # result and starts the next request.
+        return Decision(fetch=FetchOrder(lease), wake_at=self.next_allowed + self.last_elapsed)
 
     def _drain_queue(self, state: PageState, reason: str) -> list[Outcome]:
         outcomes = [Outcome(entry, state, reason) for entry in self.queue]
@@ -353,6 +356,12 @@ class HostState:
         if lease is None or lease.lease_id != lease_id:
             return Decision(wake_at=self._wake_after_event())  # stale: already replaced
         self.lease = None
+        # The host's delay runs from the end of the exchange, not its start: then the next
+        # request reaches the server at least `delay` after this one did, however long this
+        # one's connection took to set up (the server's log is what politeness is judged by).
+        ended = report.finished_at if report.finished_at is not None else now
+        self.last_elapsed = max(0.0, ended - lease.started_at)
+        self.next_allowed = max(self.next_allowed, ended + self.delay(policy))
         if lease.kind is LeaseKind.ROBOTS:
             return self._complete_robots(lease, report, now, policy)
         assert lease.entry is not None
@@ -361,7 +370,7 @@ class HostState:
         if transient:
             self.consecutive_failures += 1
             wait = self._backoff(policy, report, now)
-            self.next_allowed = max(self.next_allowed, now + wait, lease.started_at + wait)
+            self.next_allowed = max(self.next_allowed, ended + wait)
             what = report.error or f"HTTP {report.status}"
             if entry.attempt + 1 >= policy.max_attempts:
                 return Decision(
@@ -413,8 +422,9 @@ class HostState:
         else:
             self.robots = RobotsPolicy.from_response(status, report.body, now, error=report.error)
         # The robots.txt request itself counts (invariant 1): the first page waits the delay
-        # robots.txt just announced, measured from that request.
-        self.next_allowed = max(self.next_allowed, lease.started_at + self.delay(policy))
+        # robots.txt just announced.
+        ended = report.finished_at if report.finished_at is not None else now
+        self.next_allowed = max(self.next_allowed, ended + self.delay(policy))
         self.robots_redirect = None
         self.robots_hops = 0
         return Decision(wake_at=self._wake_after_event())

@@ -21,7 +21,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import apache_beam as beam
-from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.budget import LocalPageBudget
@@ -32,6 +31,8 @@ from pipeline.emulators import (
     start_pubsub_emulator,
 )
 from pipeline.graph import build_crawl
+from pipeline.local_runner import install_direct_runner_speedups
+from pipeline.metrics import LocalTally
 from pipeline.options import CrawlOptions
 from pipeline.progress import CrawlCounters, drained, progress_line
 from pipeline.records import FrontierBatch
@@ -63,6 +64,7 @@ class CrawlSummary:
     invalid_seeds: list[str] = field(default_factory=list)
     cpu_s: float = 0.0
     peak_rss_mb: float = 0.0
+    max_due_lag_ms: float = 0.0  # longest a host waited past its due time for its request
 
 
 def check_seeds(seeds: tuple[str, ...]) -> tuple[list[str], list[str]]:
@@ -100,13 +102,9 @@ class _Heartbeat(threading.Thread):
         self._publisher.stop()
 
 
-def _read_counters(result) -> dict[str, int]:
-    counters: dict[str, int] = {}
-    for item in result.metrics().query(MetricsFilter())["counters"]:
-        name = item.key.metric.name
-        value = item.committed or 0
-        counters[name] = counters.get(name, 0) + value
-    return counters
+def _read_counters() -> dict[str, int]:
+    counts, _ = LocalTally.snapshot()
+    return counts
 
 
 def run_local_crawl(
@@ -139,6 +137,8 @@ def run_local_crawl(
         subscription = ensure_subscription(
             opts.project, topic, f"frontier-{opts.crawl_id}-{uuid.uuid4().hex[:8]}"
         )
+        install_direct_runner_speedups()
+        LocalTally.reset()
         budget = LocalPageBudget(opts.crawl_id, opts.max_pages)
         pipeline_options = PipelineOptions(
             runner="DirectRunner", streaming=True, save_main_session=False
@@ -153,7 +153,7 @@ def run_local_crawl(
         window: list[tuple[float, int]] = []
         while True:
             time.sleep(POLL_S)  # polling interval of the progress display, not a sync point
-            counters = CrawlCounters.from_metrics(_read_counters(result), seeds_published)
+            counters = CrawlCounters.from_metrics(_read_counters(), seeds_published)
             now = time.monotonic()
             window = [(t, n) for t, n in window if now - t <= 60] + [(now, counters.fetched)]
             rate = _rate(window)
@@ -169,7 +169,7 @@ def run_local_crawl(
         if result is not None:
             with contextlib.suppress(Exception):  # else the summary keeps the last snapshot
                 counters = CrawlCounters.from_metrics(
-                    _read_counters(result), counters.seeds_published
+                    _read_counters(), counters.seeds_published
                 )
             result.cancel()
         if heartbeat is not None:
@@ -193,6 +193,7 @@ def run_local_crawl(
         invalid_seeds=bad_seeds,
         cpu_s=round(time.process_time() - cpu_started, 3),
         peak_rss_mb=round(_peak_rss_mb(), 1),
+        max_due_lag_ms=round(LocalTally.snapshot()[1].get("due_lag_ms", 0.0), 1),
     )
     (out_dir / "summary.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
     return summary

@@ -31,12 +31,12 @@ def robots(body: bytes | None = b"", status: int | None = 200) -> FetchReport:
 
 
 def ready_host(robots_body: bytes = b"User-agent: *\nDisallow: /private/\n") -> HostState:
-    """A host whose robots.txt was fetched at t=0; next request allowed at t=1."""
+    """A host whose robots.txt was fetched (instantly) at t=0; next request allowed at t=1."""
     state = HostState(host=HOST)
     state.offer(urls("a"), 0, POLICY)
     decision = state.next_action(0.0, POLICY)
     assert decision.fetch is not None and decision.fetch.lease.kind is LeaseKind.ROBOTS
-    state.complete(decision.fetch.lease.lease_id, robots(robots_body), 0.1, POLICY)
+    state.complete(decision.fetch.lease.lease_id, robots(robots_body), 0.0, POLICY)
     return state
 
 
@@ -47,11 +47,11 @@ def test_robots_is_the_first_request_and_pages_wait_a_full_delay_after_it():
     assert first.fetch is not None
     assert first.fetch.lease.url == f"http://{HOST}/robots.txt"
     assert first.wake_at == 11.0
-    # The robots answer arrives quickly, but the page still waits for the delay.
+    # The robots answer arrives quickly, but the page still waits a full delay after it.
     after = state.complete(first.fetch.lease.lease_id, robots(), 10.05, POLICY)
-    assert after.wake_at == 11.0
-    assert state.next_action(10.5, POLICY).fetch is None
-    page = state.next_action(11.0, POLICY)
+    assert after.wake_at == 11.05
+    assert state.next_action(11.0, POLICY).fetch is None
+    page = state.next_action(11.05, POLICY)
     assert page.fetch is not None and page.fetch.lease.url == f"http://{HOST}/a"
 
 
@@ -113,7 +113,7 @@ def test_disallowed_paths_end_disallowed_without_a_request():
     decision = state.next_action(1.0, POLICY)
     assert decision.fetch is not None
     assert decision.fetch.lease.url == f"http://{HOST}/a"
-    state.complete(decision.fetch.lease.lease_id, FetchReport(status=200), 1.01, POLICY)
+    state.complete(decision.fetch.lease.lease_id, FetchReport(status=200), 1.0, POLICY)
     decision = state.next_action(2.0, POLICY)
     assert [o.state for o in decision.outcomes] == [PageState.DISALLOWED]
     assert decision.outcomes[0].entry.url.endswith("/private/x")
@@ -125,7 +125,7 @@ def test_robots_5xx_disallows_everything_and_404_allows_everything():
         state = HostState(host=HOST)
         state.offer(urls("a", "b"), 0, POLICY)
         lease = state.next_action(0.0, POLICY).fetch.lease
-        state.complete(lease.lease_id, robots(None, status), 0.1, POLICY)
+        state.complete(lease.lease_id, robots(None, status), 0.0, POLICY)
         decision = state.next_action(1.0, POLICY)
         if expected is None:
             assert decision.fetch is not None and decision.fetch.lease.kind is LeaseKind.PAGE
@@ -150,11 +150,11 @@ def test_robots_redirect_hops_are_scheduled_requests_and_cross_host_is_not_follo
     state.offer(urls("a"), 0, POLICY)
     lease = state.next_action(0.0, POLICY).fetch.lease
     state.complete(lease.lease_id, FetchReport(status=301, location="/robots-moved.txt"),
-                   0.1, POLICY)
+                   0.0, POLICY)
     assert state.next_action(0.5, POLICY).fetch is None  # the hop waits for the delay
     hop = state.next_action(1.0, POLICY).fetch
     assert hop is not None and hop.lease.url == f"http://{HOST}/robots-moved.txt"
-    state.complete(hop.lease.lease_id, robots(b"User-agent: *\nDisallow: /a\n"), 1.1, POLICY)
+    state.complete(hop.lease.lease_id, robots(b"User-agent: *\nDisallow: /a\n"), 1.0, POLICY)
     decision = state.next_action(2.0, POLICY)
     assert [o.state for o in decision.outcomes] == [PageState.DISALLOWED]
 
@@ -163,7 +163,7 @@ def test_robots_redirect_hops_are_scheduled_requests_and_cross_host_is_not_follo
     lease = other.next_action(0.0, POLICY).fetch.lease
     other.complete(lease.lease_id, FetchReport(status=301, location="http://b.test/robots.txt"),
                    0.1, POLICY)
-    decision = other.next_action(1.0, POLICY)
+    decision = other.next_action(1.1, POLICY)
     assert decision.fetch is None
     assert [o.state for o in decision.outcomes] == [PageState.DISALLOWED]
 
@@ -173,7 +173,7 @@ def test_retry_after_pushes_the_host_out_and_the_url_is_retried_then_fails():
     state = HostState(host=HOST)
     state.offer(urls("a"), 0, policy)
     lease = state.next_action(0.0, policy).fetch.lease
-    state.complete(lease.lease_id, robots(), 0.1, policy)
+    state.complete(lease.lease_id, robots(), 0.0, policy)
     first = state.next_action(1.0, policy).fetch.lease
     state.complete(first.lease_id, FetchReport(status=429, retry_after="7"), 1.1, policy)
     assert state.next_allowed >= 1.0 + 7
@@ -190,7 +190,7 @@ def test_network_failure_past_the_attempt_limit_ends_failed_with_reason():
     policy = HostPolicy(user_agent="testbot", min_delay=1.0, max_attempts=1)
     state = HostState(host=HOST)
     state.offer(urls("a"), 0, policy)
-    state.complete(state.next_action(0.0, policy).fetch.lease.lease_id, robots(), 0.1, policy)
+    state.complete(state.next_action(0.0, policy).fetch.lease.lease_id, robots(), 0.0, policy)
     lease = state.next_action(1.0, policy).fetch.lease
     decision = state.complete(lease.lease_id, FetchReport(status=None, error="timeout"),
                               2.0, policy)
@@ -216,7 +216,9 @@ def test_depth_and_rejections_end_filtered():
     policy = HostPolicy(user_agent="testbot", max_depth=2)
     state = HostState(host=HOST)
     _, outcomes, _ = state.offer(urls("deep"), 3, policy)
-    assert [(o.state, o.reason) for o in outcomes] == [(PageState.FILTERED, "depth 3 > max depth 2")]
+    assert [(o.state, o.reason) for o in outcomes] == [
+        (PageState.FILTERED, "depth 3 > max depth 2")
+    ]
     _, outcomes, _ = state.offer([(f"http://{HOST}/x", 1, "URL too long")], 0, policy)
     assert [o.reason for o in outcomes] == ["URL too long"]
     assert not state.queue
@@ -238,7 +240,7 @@ def test_budgets_end_urls_over_budget_without_requests():
     state.offer(urls("b"), 1, policy)
     page = state.next_action(1.0, policy).fetch
     assert page is not None
-    state.complete(page.lease.lease_id, FetchReport(status=200), 1.1, policy)
+    state.complete(page.lease.lease_id, FetchReport(status=200), 1.0, policy)
     decision = state.next_action(2.0, policy)
     assert decision.fetch is None
     assert [o.state for o in decision.outcomes] == [PageState.OVER_BUDGET]
@@ -258,6 +260,7 @@ class _Sim:
     state: HostState = field(default_factory=lambda: HostState(host=HOST))
     now: float = 0.0
     starts: list[float] = field(default_factory=list)
+    ends: list[float] = field(default_factory=list)  # when each collected exchange ended
     in_flight: list[tuple[str, float]] = field(default_factory=list)  # (lease_id, started_at)
     lost: dict[str, float] = field(default_factory=dict)  # lease_id -> started_at
     next_path: int = 0
@@ -318,6 +321,7 @@ def test_politeness_holds_under_any_interleaving(ops, robots_body):
                 report = FetchReport(status=arg, error="timeout" if arg is None else None,
                                      retry_after="2" if arg == 429 else None)
             sim.state.complete(lease_id, report, sim.now, policy)
+            sim.ends.append(sim.now)
         elif op == "lose" and sim.in_flight:
             lease_id, started = sim.in_flight.pop(0)
             sim.lost[lease_id] = started
@@ -334,3 +338,8 @@ def test_politeness_holds_under_any_interleaving(ops, robots_body):
     required = sim.state.delay(policy) if sim.state.robots is not None else 1.0
     for earlier, later in zip(sim.starts, sim.starts[1:], strict=False):
         assert later - earlier >= required - 1e-9, (sim.starts, ops)
+    # The delay runs from the end of each exchange: no request starts within `required` of
+    # the end of an earlier one.
+    for start in sim.starts:
+        for end in sim.ends:
+            assert not (end <= start < end + required - 1e-9), (start, end, ops)

@@ -54,6 +54,7 @@ class FakePool:
 
     submitted: list[tuple[str, float, Future]] = field(default_factory=list)
     clock: list[float] = field(default_factory=lambda: [0.0])
+    elapsed: float = 0.0  # how long each exchange took, as the fetch client reports it
 
     def submit(self, fn, url: str) -> Future:
         future: Future = Future()
@@ -64,7 +65,7 @@ class FakePool:
                headers: tuple[tuple[str, str], ...] = (("Content-Type", "text/html"),)) -> None:
         url, started, future = self.submitted[index]
         future.set_result(FetchResponse(
-            url=url, started_at=started, elapsed=0.01, status=status, headers=headers,
+            url=url, started_at=started, elapsed=self.elapsed, status=status, headers=headers,
             body=body, truncated=False, ip="127.0.0.1", error=None, error_detail=None,
         ))
 
@@ -172,3 +173,20 @@ def test_terminal_rows_leave_as_tagged_rows(harness):
     assert len(rows) == 1 and isinstance(rows[0], PageRow)
     assert rows[0].state == "disallowed" and "/a" in rows[0].reason
     assert len(pool.submitted) == 1
+
+
+def test_the_delay_runs_from_the_end_of_the_previous_exchange(harness):
+    pool, offer, fire, timer = harness
+    pool.elapsed = 0.3  # every exchange takes 0.3 s
+    offer("a", "b")
+    fire(0.0)
+    pool.finish(0, status=404)  # robots.txt: ended at 0.3
+    fire(1.0)
+    assert len(pool.submitted) == 1
+    fire(1.3)
+    assert len(pool.submitted) == 2
+    pool.finish(1)  # page a: ended at 1.6
+    fire(2.5)
+    assert len(pool.submitted) == 2
+    fire(2.6)
+    assert [u for u, _, _ in pool.submitted][2:] == [f"http://{HOST}/b"]

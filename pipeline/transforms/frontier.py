@@ -15,14 +15,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import apache_beam as beam
-from apache_beam.metrics import Metrics
 
+from pipeline.metrics import crawl_counter
 from pipeline.records import FrontierBatch
 from pipeline.urls import MAX_URL_LENGTH, InvalidURL, host_key, normalize_url, url_hash
 
 log = logging.getLogger(__name__)
 
-METRICS_NAMESPACE = "crawler"
 HEARTBEAT = "heartbeat"
 
 
@@ -70,11 +69,10 @@ class DecodeFrontierFn(beam.DoFn):
 
     def __init__(self, crawl_id: str) -> None:
         self._crawl_id = crawl_id
-        c = METRICS_NAMESPACE
-        self._received = Metrics.counter(c, "batches_received")
-        self._decoded = Metrics.counter(c, "urls_decoded")
-        self._invalid = Metrics.counter(c, "urls_invalid")
-        self._malformed = Metrics.counter(c, "batches_malformed")
+        self._received = crawl_counter("batches_received")
+        self._decoded = crawl_counter("urls_decoded")
+        self._invalid = crawl_counter("urls_invalid")
+        self._malformed = crawl_counter("batches_malformed")
 
     def process(self, payload: bytes) -> Iterator[tuple[str, HostBatch]]:
         try:
@@ -146,7 +144,7 @@ class PublishFrontierFn(beam.DoFn):
         self._pending: list = []
         self._kinds: list[str] = []
         self._published = {
-            kind: Metrics.counter(METRICS_NAMESPACE, f"batches_published_{kind}")
+            kind: crawl_counter(f"batches_published_{kind}")
             for kind in ("links", "spill", "seeds")
         }
 

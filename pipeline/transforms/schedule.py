@@ -19,13 +19,13 @@ from dataclasses import dataclass
 import apache_beam as beam
 from apache_beam import TimeDomain
 from apache_beam.coders import PickleCoder
-from apache_beam.metrics import Metrics
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.utils.timestamp import Timestamp
 
 from pipeline.budget import PageBudget
 from pipeline.dns import parse_resolve
 from pipeline.fetch import FetchClient, FetchConfig, FetchResponse, fetch_pool, shared_client
+from pipeline.metrics import crawl_counter, crawl_maximum
 from pipeline.politeness import (
     Decision,
     FetchReport,
@@ -42,7 +42,6 @@ log = logging.getLogger(__name__)
 
 ROWS = "rows"
 SPILL = "spill"
-METRICS_NAMESPACE = "crawler"
 
 # How soon to look again when a fetch is still running at the time the host became due.
 _POLL_MIN = 0.02
@@ -94,6 +93,7 @@ def _report(response: FetchResponse, lease: Lease) -> FetchReport:
         location=response.header("Location"),
         body=response.body if lease.kind is LeaseKind.ROBOTS else b"",
         elapsed=response.elapsed,
+        finished_at=response.started_at + response.elapsed,
     )
 
 
@@ -152,15 +152,14 @@ class HostSchedulerFn(beam.DoFn):
         self._clock = clock
         self._submit = submit
         self._client: FetchClient | None = None
-        c = METRICS_NAMESPACE
-        self._offered = Metrics.counter(c, "urls_offered")
-        self._accepted = Metrics.counter(c, "urls_accepted")
-        self._requests = Metrics.counter(c, "requests")
-        self._robots_requests = Metrics.counter(c, "robots_requests")
-        self._hosts_activated = Metrics.counter(c, "hosts_activated")
-        self._hosts_idled = Metrics.counter(c, "hosts_idled")
-        self._leases_expired = Metrics.counter(c, "leases_expired")
-        self._due_lag = Metrics.distribution(c, "due_lag_ms")
+        self._offered = crawl_counter("urls_offered")
+        self._accepted = crawl_counter("urls_accepted")
+        self._requests = crawl_counter("requests")
+        self._robots_requests = crawl_counter("robots_requests")
+        self._hosts_activated = crawl_counter("hosts_activated")
+        self._hosts_idled = crawl_counter("hosts_idled")
+        self._leases_expired = crawl_counter("leases_expired")
+        self._due_lag = crawl_maximum("due_lag_ms")
 
     def setup(self) -> None:
         overrides = tuple(parse_resolve(spec) for spec in self._config.resolve)
@@ -239,7 +238,7 @@ class HostSchedulerFn(beam.DoFn):
                 decision = state.complete(lease.lease_id, _report(response, lease), now, policy)
                 yield from self._carry_out(host, decision, response)
         if now >= state.next_allowed and state.queue:
-            self._due_lag.update(int((now - state.next_allowed) * 1000))
+            self._due_lag.observe((now - state.next_allowed) * 1000)
         decision = state.next_action(now, policy, claim_page=self._budget.try_claim)
         yield from self._carry_out(host, decision, None)
         if decision.fetch is not None:

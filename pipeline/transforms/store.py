@@ -17,12 +17,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import apache_beam as beam
-from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
 from pipeline.fingerprints import content_hash
+from pipeline.metrics import crawl_counter
 from pipeline.parse import PageParseError, is_html, parse_page
 from pipeline.records import FetchResult, FrontierBatch, PageRow, PageState
 from pipeline.segments import SegmentWriter
@@ -31,7 +31,6 @@ from pipeline.urls import InvalidURL, normalize_url
 log = logging.getLogger(__name__)
 
 LINKS = "links"
-METRICS_NAMESPACE = "crawler"
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,10 +164,9 @@ class StorePagesFn(beam.DoFn):
         self._warc: SegmentWriter | None = None
         self._wet: SegmentWriter | None = None
         self._buffer: list[StoredPage] = []
-        c = METRICS_NAMESPACE
-        self._pages = Metrics.counter(c, "pages_stored")
-        self._link_batches = Metrics.counter(c, "link_batches_emitted")
-        self._bytes = Metrics.counter(c, "bytes_fetched")
+        self._pages = crawl_counter("pages_stored")
+        self._link_batches = crawl_counter("link_batches_emitted")
+        self._bytes = crawl_counter("bytes_fetched")
 
     def start_bundle(self) -> None:
         self._warc, self._wet = _OpenSegments.get(self._out, self._crawl_id)

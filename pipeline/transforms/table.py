@@ -12,12 +12,10 @@ import uuid
 from collections.abc import Iterable
 
 import apache_beam as beam
-from apache_beam.metrics import Metrics
 
+from pipeline.metrics import crawl_counter
 from pipeline.pages_table import PagesTableWriter
 from pipeline.records import PageRow
-
-METRICS_NAMESPACE = "crawler"
 
 
 class WritePartFn(beam.DoFn):
@@ -25,7 +23,7 @@ class WritePartFn(beam.DoFn):
         self._out = out
         self._crawl_id = crawl_id
         self._writer: PagesTableWriter | None = None
-        self._written = Metrics.counter(METRICS_NAMESPACE, "rows_written")
+        self._written = crawl_counter("rows_written")
         self._states = {}
 
     def setup(self) -> None:
@@ -45,9 +43,7 @@ class WritePartFn(beam.DoFn):
         for state, n in by_state.items():
             counter = self._states.get(state)
             if counter is None:
-                counter = self._states[state] = Metrics.counter(
-                    METRICS_NAMESPACE, f"rows_{state}"
-                )
+                counter = self._states[state] = crawl_counter(f"rows_{state}")
             counter.inc(n)
 
     def teardown(self) -> None:

@@ -1,0 +1,27 @@
+# Two entry points for a fresh machine; both set up everything they need.
+#   make demo   serve the bundled synthetic web on loopback and crawl it (no internet needed)
+#   make test   run the whole test suite (unit, property, Beam and end-to-end crawls)
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+
+.PHONY: demo test lint clean
+
+$(BIN)/crawler: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	@touch $@
+
+demo: $(BIN)/crawler
+	$(BIN)/crawler demo
+
+test: $(BIN)/crawler
+	$(BIN)/ruff check pipeline tests
+	$(BIN)/pytest -q -ra
+
+lint: $(BIN)/crawler
+	$(BIN)/ruff check pipeline tests
+
+clean:
+	rm -rf $(VENV) crawl-out .pytest_cache .ruff_cache

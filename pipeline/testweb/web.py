@@ -1,0 +1,1517 @@
+"""A deterministic, seeded synthetic web, and the ground truth of a correct crawl of it.
+
+This module owns the web's content (hosts, robots.txt files, pages, links, redirects, traps and
+misbehaving servers) and `SyntheticWeb.expected`, which says what the crawler must do with it.
+It is pure: no sockets (server.py serves it) and no crawler code (the ground truth encodes the
+crawler's contract on its own, so the crawler never grades itself).
+
+The crawler's contract, as encoded here:
+- Seeds have depth 0. A fetched HTML 200 page yields every `<a href>` and `<link rel=canonical>`
+  except rel=nofollow ones, none at all under `<meta name=robots content=nofollow>`, at depth+1.
+  A 3xx yields its Location at the same depth. Non-HTML and non-200 answers yield nothing.
+- Every discovered URL ends in one state: filtered (depth > max_depth; decided first, before
+  robots), disallowed (robots.txt, or robots.txt answered 5xx / hung), over_budget (the host
+  already issued max_pages_per_host page requests), redirected, failed (4xx/5xx) or fetched.
+
+Why depths are deterministic for ANY fetch order, not only breadth-first: every URL has one
+"tree parent" (the page whose fetch discovers it first), and every other link to it comes from
+a page that descends from that tree parent, so it is always seen first through the tree. The
+calendar trap lives alone on its host (a home page and one linear chain), which makes the
+budget's cut deterministic too. Tests check both by crawling the model in random orders.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+import struct
+import zlib
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from functools import lru_cache
+from html import escape
+from urllib.parse import urlsplit
+
+from pipeline.records import PageState
+
+TEST_TLD = ".test"
+CALENDAR_START_YEAR = 2026
+RETRY_AFTER_429 = 2
+RETRY_AFTER_503 = 1
+MIN_PAGES_PER_HOST = 20
+# HTML pages every regular host carries besides its home, listings and items (see _plan_host).
+_FEATURE_PAGES = 10
+_ROBOTS_PATH = "/robots.txt"
+_MOVED_ROBOTS_PATH = "/robots-moved.txt"
+
+_ADJECTIVES = (
+    "quiet", "amber", "northern", "hollow", "silver", "patient", "crooked", "gentle", "bright",
+    "restless", "ancient", "narrow", "golden", "distant", "humble", "scarlet", "frozen", "wild",
+    "careful", "early", "hidden", "lonely", "modest", "rapid", "steady", "wooden", "coastal",
+    "vivid", "sturdy", "muddy", "polished", "faded", "tidy", "curious", "windy", "sunlit",
+)
+_NOUNS = (
+    "river", "lantern", "harbour", "orchard", "meadow", "falcon", "bridge", "market", "library",
+    "valley", "tower", "garden", "kettle", "compass", "island", "village", "engine", "ledger",
+    "forest", "quarry", "mill", "station", "canal", "workshop", "bakery", "lighthouse", "field",
+    "vineyard", "archive", "ferry", "glacier", "pasture", "courtyard", "chapel", "cellar", "dune",
+    "printer", "weaver", "council", "festival", "school", "museum", "theatre", "railway", "stone",
+)
+_VERBS = (
+    "waited", "wandered", "gathered", "measured", "crossed", "painted", "repaired", "counted",
+    "followed", "carried", "watched", "planted", "described", "recorded", "opened", "reached",
+    "borrowed", "welcomed", "remembered", "visited", "surveyed", "restored", "collected", "built",
+)
+_FILLERS = (
+    "according to the residents", "after a long winter", "before the market opened",
+    "during the autumn fair", "in the early morning", "despite the heavy rain",
+    "as the council had promised", "for the third year running", "along the old road",
+    "without much fuss", "under a pale sky", "while the ferry was late",
+)
+_FIRST_NAMES = ("Ada", "Bram", "Chloe", "Dmitri", "Elena", "Farid", "Greta", "Hugo", "Ines",
+                "Jonas", "Kemi", "Luca", "Maren", "Nils", "Olga", "Pavel", "Rosa", "Sven")
+_LAST_NAMES = ("Okafor", "Lindqvist", "Moreau", "Tanaka", "Novak", "Castillo", "Brennan",
+               "Haddad", "Kowalski", "Eriksen", "Ferreira", "Varga", "Whitaker", "Zhou")
+
+# Some non-ASCII text per charset, each encodable in its charset: a crawler that decodes a page
+# with the wrong charset loses or garbles it, and the auditor looks for it in extracted text.
+_NATIVE_SENTENCES = {
+    "utf-8": (
+        "Grüße aus Köln: the café serves crème brûlée with 東京 green tea ✓.",
+        "Naïve façade, jalapeño and smörgåsbord — all on the menu in Zürich.",
+    ),
+    "iso-8859-1": (
+        "Café au lait in São Paulo costs ½ the price of one in Zürich.",
+        "The Ærø ferry leaves at noon while señor Muñoz waves from the pier.",
+    ),
+    "windows-1252": (
+        "The editor’s “favourite” price tag reads €12 — a real bargain.",
+        "Rooms start at €5 … and the “deluxe” suite costs a little more.",
+    ),
+    "shift_jis": (
+        "東京の天気は晴れです。",
+        "本日の特集は京都の紅葉です。",
+    ),
+}
+_CHARSETS = ("utf-8", "iso-8859-1", "windows-1252", "shift_jis")
+
+
+@dataclass(frozen=True)
+class WebSpec:
+    """Shape of a synthetic web. Same spec -> same web (byte for byte, given the port)."""
+
+    seed: int = 7
+    hosts: int = 200
+    pages_per_host: int = 30  # HTML pages on a regular host, before redirects and resources
+    hang_seconds: float = 60.0  # a hanging robots.txt answers 503 after this long
+    slow_seconds: float = 0.2  # slow hosts wait this long before every answer
+    seed_hosts: int = 5  # how many home pages seeds() returns
+
+    def __post_init__(self) -> None:
+        if self.hosts < 1:
+            raise ValueError(f"hosts={self.hosts}: a web needs at least one host")
+        if self.pages_per_host < MIN_PAGES_PER_HOST:
+            raise ValueError(
+                f"pages_per_host={self.pages_per_host} is below {MIN_PAGES_PER_HOST}: every "
+                f"regular host carries {_FEATURE_PAGES} feature pages plus its home, three "
+                f"listings and a few items; use {MIN_PAGES_PER_HOST} or more"
+            )
+        if self.seed_hosts < 1:
+            raise ValueError(f"seed_hosts={self.seed_hosts}: a crawl needs at least one seed")
+        if self.hang_seconds < 0 or self.slow_seconds < 0:
+            raise ValueError("hang_seconds and slow_seconds must not be negative")
+
+
+class RobotsKind(StrEnum):
+    """How a host answers /robots.txt."""
+
+    ALLOW_ALL = "allow-all"  # 200 "User-agent: * / Allow: /"
+    EMPTY = "empty"  # 200 with an empty body
+    RULES = "rules"  # disallow rules, an Allow override, another crawler's group, Crawl-delay: 1
+    RULES_FRACTIONAL_DELAY = "rules-fractional-delay"  # the same with Crawl-delay: 0.75
+    NOT_FOUND = "not-found"  # 404: crawl freely
+    SERVER_ERROR = "server-error"  # 500: disallow all
+    UNAVAILABLE = "unavailable"  # 503: disallow all
+    HANG = "hang"  # answers 503 after hang_seconds: a timeout, disallow all
+    REDIRECT = "redirect"  # 301 to /robots-moved.txt on the same host, which has rules
+
+
+DISALLOW_ALL_KINDS = frozenset({RobotsKind.SERVER_ERROR, RobotsKind.UNAVAILABLE, RobotsKind.HANG})
+
+
+class HostRole(StrEnum):
+    REGULAR = "regular"
+    SLOW = "slow"  # every answer, robots.txt included, comes after slow_seconds
+    CALENDAR = "calendar"  # a home page and an endless month-to-month chain, nothing else
+
+
+# Profiles repeat every 20 hosts, so 20 hosts show each one and 200 hosts show each ten times.
+_PROFILE_CYCLE: tuple[tuple[RobotsKind, HostRole], ...] = (
+    (RobotsKind.ALLOW_ALL, HostRole.REGULAR),
+    (RobotsKind.EMPTY, HostRole.REGULAR),
+    (RobotsKind.RULES, HostRole.REGULAR),
+    (RobotsKind.ALLOW_ALL, HostRole.SLOW),
+    (RobotsKind.NOT_FOUND, HostRole.REGULAR),
+    (RobotsKind.RULES_FRACTIONAL_DELAY, HostRole.REGULAR),
+    (RobotsKind.ALLOW_ALL, HostRole.CALENDAR),
+    (RobotsKind.REDIRECT, HostRole.REGULAR),
+    (RobotsKind.SERVER_ERROR, HostRole.REGULAR),
+    (RobotsKind.EMPTY, HostRole.REGULAR),
+    (RobotsKind.RULES, HostRole.REGULAR),
+    (RobotsKind.NOT_FOUND, HostRole.SLOW),
+    (RobotsKind.UNAVAILABLE, HostRole.REGULAR),
+    (RobotsKind.ALLOW_ALL, HostRole.REGULAR),
+    (RobotsKind.EMPTY, HostRole.CALENDAR),
+    (RobotsKind.HANG, HostRole.REGULAR),
+    (RobotsKind.ALLOW_ALL, HostRole.REGULAR),
+    (RobotsKind.RULES_FRACTIONAL_DELAY, HostRole.REGULAR),
+    (RobotsKind.EMPTY, HostRole.REGULAR),
+    (RobotsKind.REDIRECT, HostRole.REGULAR),
+)
+
+
+@dataclass(frozen=True)
+class HostProfile:
+    index: int
+    name: str
+    robots: RobotsKind
+    role: HostRole
+
+    @property
+    def crawlable(self) -> bool:
+        """Whether robots.txt lets a crawler in at all."""
+        return self.robots not in DISALLOW_ALL_KINDS
+
+
+@dataclass(frozen=True)
+class Response:
+    """One HTTP answer. delay_before: seconds the server waits before sending it."""
+
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+    delay_before: float = 0.0
+
+    def header(self, name: str) -> str | None:
+        lname = name.lower()
+        for key, value in self.headers:
+            if key.lower() == lname:
+                return value
+        return None
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a correct crawl does with one accepted URL.
+
+    requests: HTTP requests the crawler must send for it (robots.txt not counted).
+    same_content_as: for byte-identical copies (print pages), the URL of the original; content
+    dedup may store either one as a duplicate of the other.
+    """
+
+    url: str
+    host: str
+    depth: int
+    state: str
+    requests: int
+    http_status: int | None = None
+    same_content_as: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """An <a href> as written in a page, and the canonical URL it resolves to."""
+
+    href: str
+    target: str
+    text: str
+    area: str = "main"  # nav | main | aside | footer: where the template puts it
+    rel: str = ""
+
+    @property
+    def followed(self) -> bool:
+        return "nofollow" not in self.rel.lower().split()
+
+
+# ---------------------------------------------------------------------------------------------
+# robots.txt (RFC 9309): the files are built from these values, and the ground truth matches
+# against the same values, so what is served and what is expected cannot drift apart.
+
+
+@dataclass(frozen=True)
+class RobotsGroup:
+    user_agents: tuple[str, ...]
+    rules: tuple[tuple[bool, str], ...]  # (allow, pattern) in file order
+    crawl_delay: str | None = None  # as written, e.g. "1" or "0.75"
+
+
+@dataclass(frozen=True)
+class RobotsFile:
+    groups: tuple[RobotsGroup, ...]
+    comment: str = ""
+
+    def text(self) -> str:
+        lines = [f"# {self.comment}"] if self.comment else []
+        for group in self.groups:
+            if lines:
+                lines.append("")
+            lines.extend(f"User-agent: {name}" for name in group.user_agents)
+            lines.extend(f"{'Allow' if allow else 'Disallow'}: {pat}" for allow, pat in group.rules)
+            if group.crawl_delay is not None:
+                lines.append(f"Crawl-delay: {group.crawl_delay}")
+        return "\n".join(lines) + "\n" if lines else ""
+
+    def group_for(self, user_agent: str) -> RobotsGroup | None:
+        """The group that applies: the one naming the crawler's product token, else `*`."""
+        token = product_token(user_agent)
+        star = None
+        for group in self.groups:
+            names = [name.lower() for name in group.user_agents]
+            if token in names:
+                return group
+            if "*" in names and star is None:
+                star = group
+        return star
+
+    def allowed(self, path_and_query: str, user_agent: str) -> bool:
+        if path_and_query == _ROBOTS_PATH:
+            return True
+        group = self.group_for(user_agent)
+        if group is None:
+            return True
+        best_len, best_allow = -1, True
+        for allow, pattern in group.rules:
+            if not pattern or not _robots_pattern(pattern).match(path_and_query):
+                continue
+            length = len(pattern)
+            # Longest match wins; on a tie the least restrictive (Allow) wins: RFC 9309 2.2.2.
+            if length > best_len or (length == best_len and allow):
+                best_len, best_allow = length, allow
+        return best_allow
+
+    def crawl_delay(self, user_agent: str) -> float:
+        group = self.group_for(user_agent)
+        return float(group.crawl_delay) if group and group.crawl_delay else 0.0
+
+
+def product_token(user_agent: str) -> str:
+    """`BeamCrawler/0.1 (+http://...)` -> `beamcrawler`: what robots.txt groups name."""
+    return user_agent.strip().split("/", 1)[0].split(" ", 1)[0].lower()
+
+
+@lru_cache(maxsize=64)
+def _robots_pattern(pattern: str) -> re.Pattern[str]:
+    anchored = pattern.endswith("$")
+    body = pattern[:-1] if anchored else pattern
+    regex = ".*".join(re.escape(part) for part in body.split("*"))
+    return re.compile(regex + ("$" if anchored else ""), re.DOTALL)
+
+
+def _rules_file(host: str, crawl_delay: str) -> RobotsFile:
+    return RobotsFile(
+        comment=f"robots.txt for {host}",
+        groups=(
+            # Another crawler's group: it must not apply to us, nor its Crawl-delay.
+            RobotsGroup(user_agents=("otherbot",), rules=((False, "/"),), crawl_delay="5"),
+            RobotsGroup(
+                user_agents=("*",),
+                rules=(
+                    (False, "/private/"),
+                    (True, "/private/open/"),
+                    (False, "/*.pdf$"),
+                    (False, "/a=b/"),
+                    (False, "/search?q="),
+                ),
+                crawl_delay=crawl_delay,
+            ),
+        ),
+    )
+
+
+def _moved_rules_file(host: str) -> RobotsFile:
+    return RobotsFile(
+        comment=f"robots.txt for {host} (moved)",
+        groups=(
+            RobotsGroup(user_agents=("*",), rules=((False, "/private/"), (False, "/search?q="))),
+        ),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The model: every host has a plan (its items and features); pages are materialised from it.
+
+
+@dataclass
+class _HostPlan:
+    profile: HostProfile
+    parent: str | None = None
+    articles: tuple[str, ...] = ()
+    products: tuple[int, ...] = ()
+    threads: tuple[int, ...] = ()
+    threads_with_page2: frozenset[int] = frozenset()
+    search_word: str = ""
+    old_slug: str = ""
+    daily_date: str = ""
+    # child host -> path of the page on this host that links its home first
+    child_placement: dict[str, str] = field(default_factory=dict)
+    out_redirect: tuple[str, int] | None = None  # (child host, 301 or 302)
+    landings_from: tuple[str, ...] = ()  # hosts whose /out/ redirect lands here
+    paths: dict[str, str] = field(default_factory=dict)  # path_and_query -> page kind
+
+    @property
+    def featured_articles(self) -> tuple[str, ...]:
+        return self.articles[:2]
+
+    @property
+    def print_article(self) -> str:
+        return self.articles[2]
+
+    @property
+    def resource_article(self) -> str:
+        return self.articles[3] if len(self.articles) > 3 else self.articles[2]
+
+    @property
+    def resource_id(self) -> int:
+        return self.profile.index * 10 + 7
+
+
+@dataclass(frozen=True, slots=True)
+class _Page:
+    path: str
+    template: str  # home listing article product thread calendar landing search | special
+    title: str = ""
+    links: tuple[Link, ...] = ()
+    base_href: str | None = None
+    meta_robots: str | None = None
+    canonical: str | None = None
+    charset: str = "utf-8"
+    copy_of: str | None = None  # this path serves the bytes of that path
+    status: int = 200
+    location: str = ""  # Location header as sent
+    location_target: str = ""  # and the canonical URL it resolves to
+    first_status: int = 0  # 429 or 503 on the first request, 200 afterwards
+    media_type: str = "text/html"
+
+    @property
+    def is_html(self) -> bool:
+        return self.media_type == "text/html" and self.status == 200
+
+    @property
+    def follows_links(self) -> bool:
+        return "nofollow" not in (self.meta_robots or "").replace(",", " ").lower().split()
+
+    @property
+    def indexable(self) -> bool:
+        return "noindex" not in (self.meta_robots or "").replace(",", " ").lower().split()
+
+
+def _rng(*parts: object) -> random.Random:
+    # Seeding with a string hashes it with SHA-512: stable across runs and PYTHONHASHSEED.
+    return random.Random("|".join(str(p) for p in parts))
+
+
+def _title_from_slug(slug: str) -> str:
+    return " ".join(word.capitalize() for word in slug.split("-"))
+
+
+class SyntheticWeb:
+    """A seeded web of `spec.hosts` virtual hosts, as served on `port` (used in absolute URLs)."""
+
+    def __init__(self, spec: WebSpec, port: int) -> None:
+        if not 0 < port < 65536:
+            raise ValueError(f"port={port} is not a TCP port: serve first, then build the web")
+        self.spec = spec
+        self.port = port
+        self._profiles: dict[str, HostProfile] = {}
+        for index in range(spec.hosts):
+            robots, role = _PROFILE_CYCLE[index % len(_PROFILE_CYCLE)]
+            name = f"site-{index:04d}{TEST_TLD}"
+            self._profiles[name] = HostProfile(index, name, robots, role)
+        self._plans = {name: self._plan_host(profile) for name, profile in self._profiles.items()}
+        self._seeds = self._link_hosts()
+        for plan in self._plans.values():
+            self._register_paths(plan)
+        self._page = lru_cache(maxsize=16384)(self._materialise)
+        self._html = lru_cache(maxsize=8192)(self._render_html)
+
+    # --- public API ---------------------------------------------------------------------------
+
+    def hosts(self) -> list[str]:
+        return list(self._profiles)
+
+    def seeds(self) -> list[str]:
+        """A handful of home pages on plain hosts; every host is reachable from them."""
+        return [self.url(host, "/") for host in self._seeds]
+
+    def profile(self, host: str) -> HostProfile:
+        try:
+            return self._profiles[host]
+        except KeyError:
+            raise KeyError(f"{host!r} is not a host of this web (site-NNNN.test)") from None
+
+    def robots_kind(self, host: str) -> RobotsKind:
+        return self.profile(host).robots
+
+    def parent_host(self, host: str) -> str | None:
+        """The host whose pages link this host's home first (None for seed hosts)."""
+        return self._plans[host].parent
+
+    def origin(self, host: str) -> str:
+        return f"http://{host}" if self.port == 80 else f"http://{host}:{self.port}"
+
+    def url(self, host: str, path_and_query: str = "/") -> str:
+        return self.origin(host) + path_and_query
+
+    @staticmethod
+    def split_url(url: str) -> tuple[str, str]:
+        """`http://h:p/a?b` -> (`h`, `/a?b`)."""
+        parts = urlsplit(url)
+        path = parts.path or "/"
+        return (parts.hostname or "").lower(), path + (f"?{parts.query}" if parts.query else "")
+
+    def robots_paths(self, host: str) -> frozenset[str]:
+        """Paths a crawler may request on `host` as robots.txt (redirects included)."""
+        if self.robots_kind(host) is RobotsKind.REDIRECT:
+            return frozenset({_ROBOTS_PATH, _MOVED_ROBOTS_PATH})
+        return frozenset({_ROBOTS_PATH})
+
+    def robots_file(self, host: str) -> RobotsFile | None:
+        """The rules that govern `host` once robots.txt is read (None: no 2xx robots.txt)."""
+        kind = self.robots_kind(host)
+        if kind is RobotsKind.ALLOW_ALL:
+            return RobotsFile(groups=(RobotsGroup(user_agents=("*",), rules=((True, "/"),)),))
+        if kind is RobotsKind.EMPTY:
+            return RobotsFile(groups=())
+        if kind is RobotsKind.RULES:
+            return _rules_file(host, "1")
+        if kind is RobotsKind.RULES_FRACTIONAL_DELAY:
+            return _rules_file(host, "0.75")
+        if kind is RobotsKind.REDIRECT:
+            return _moved_rules_file(host)
+        return None
+
+    def is_allowed(self, host: str, path_and_query: str, user_agent: str) -> bool:
+        """Whether robots.txt lets `user_agent` fetch the path (5xx or hang: nothing is)."""
+        kind = self.robots_kind(host)
+        if kind in DISALLOW_ALL_KINDS:
+            return False
+        rules = self.robots_file(host)
+        return True if rules is None else rules.allowed(path_and_query, user_agent)
+
+    def crawl_delay(self, host: str, user_agent: str = "*") -> float:
+        rules = self.robots_file(host)
+        return rules.crawl_delay(user_agent) if rules is not None else 0.0
+
+    def delay_for(self, host: str, min_delay: float, max_crawl_delay: float) -> float:
+        """The least gap between two request starts on `host` for a correct crawler."""
+        return max(min_delay, min(self.crawl_delay(host), max_crawl_delay))
+
+    def key_phrase(self, url: str) -> str:
+        """A sentence unique to the page at `url` (copies share their original's)."""
+        host, path = self.split_url(url)
+        owner = self._content_owner(host, path)
+        digest = hashlib.sha256(f"{self.spec.seed}|{host}|{owner}".encode()).hexdigest()
+        rng = random.Random(digest)
+        return (
+            f"Field note {digest[:10]} records that the {rng.choice(_ADJECTIVES)} "
+            f"{rng.choice(_NOUNS)} {rng.choice(_VERBS)} near the {rng.choice(_NOUNS)}."
+        )
+
+    def native_phrase(self, url: str) -> str | None:
+        """The non-ASCII sentence in the page's own charset (None for non-HTML answers)."""
+        host, path = self.split_url(url)
+        page = self._lookup(host, path)
+        if page is None or page.media_type != "text/html" or page.status != 200:
+            return None
+        owner = self._content_owner(host, path)
+        return _rng(self.spec.seed, host, owner, "native").choice(_NATIVE_SENTENCES[page.charset])
+
+    def charset(self, url: str) -> str | None:
+        host, path = self.split_url(url)
+        page = self._lookup(host, path)
+        return page.charset if page is not None and page.media_type == "text/html" else None
+
+    def final_response(self, url: str) -> Response:
+        """The answer a crawler keeps for `url` (after a 429 or 503, the 200 that follows)."""
+        host, path = self.split_url(url)
+        page = self._lookup(host, path)
+        nth = 2 if page is not None and page.first_status else 1
+        return self.render(host, path, nth)
+
+    def final_status(self, url: str) -> int:
+        """Status of the answer a crawler keeps for `url` (cheaper than final_response)."""
+        host, path = self.split_url(url)
+        if host not in self._profiles:
+            return 421
+        if path in self.robots_paths(host):
+            return self._robots_answer(host, self._profiles[host], path).status
+        page = self._lookup(host, path)
+        return 404 if page is None else page.status
+
+    def first_status(self, url: str) -> int:
+        """Status of the first answer: 429 or 503 for pages that ask to retry once."""
+        host, path = self.split_url(url)
+        page = self._lookup(host, path)
+        return page.first_status if page is not None and page.first_status \
+            else self.final_status(url)
+
+    def body(self, url: str) -> bytes:
+        return self.final_response(url).body
+
+    def is_html(self, url: str) -> bool:
+        host, path = self.split_url(url)
+        page = self._lookup(host, path)
+        return page is not None and page.is_html
+
+    def has_text(self, url: str) -> bool:
+        """HTML 200 pages whose text a crawler must extract (all but noindex ones)."""
+        host, path = self.split_url(url)
+        page = self._lookup(host, path)
+        return page is not None and page.is_html and page.indexable
+
+    def links(self, url: str) -> tuple[str, ...]:
+        """Canonical URLs a crawler must discover from the page at `url` (each once)."""
+        host, path = self.split_url(url)
+        page = self._lookup(host, path)
+        if page is None:
+            return ()
+        if page.status in (301, 302):
+            return (page.location_target,)
+        if not page.is_html or not page.follows_links:
+            return ()
+        found = [link.target for link in page.links if link.followed]
+        if page.canonical:
+            found.append(page.canonical)
+        return tuple(dict.fromkeys(found))
+
+    def written_links(self, url: str) -> tuple[Link, ...]:
+        """Every <a href> of the page as written, nofollow ones included (for tests)."""
+        host, path = self.split_url(url)
+        page = self._lookup(host, path)
+        return page.links if page is not None else ()
+
+    def canonical_link(self, url: str) -> str | None:
+        host, path = self.split_url(url)
+        page = self._lookup(host, path)
+        return page.canonical if page is not None else None
+
+    def page_urls(self, host: str) -> list[str]:
+        """Every URL the host serves as a page (not robots.txt, not the calendar's months)."""
+        return [self.url(host, path) for path in self._plans[host].paths]
+
+    def requests_needed(self, host: str) -> int:
+        """Page requests a crawl that reaches every page of a non-calendar host sends to it."""
+        plan = self._plans[host]
+        total = 0
+        for path, kind in plan.paths.items():
+            if kind != "hidden":
+                page = self._lookup(host, path)
+                total += 2 if page is not None and page.first_status else 1
+        return total
+
+    def smallest_exact_budget(self) -> int:
+        """A max_pages_per_host at which only calendar hosts run out of budget (the crawl's
+        usual budget, pages_per_host + 20, is above it)."""
+        return max(
+            (self.requests_needed(h) for h, p in self._profiles.items()
+             if p.role is not HostRole.CALENDAR),
+            default=1,
+        )
+
+    def render(self, host: str, path_and_query: str, nth_request: int) -> Response:
+        """The answer to the nth_request-th request (1-based) for this host and path."""
+        profile = self._profiles.get(host)
+        if profile is None:
+            return _text_response(421, f"{host} is not served here\n")
+        delay = self.spec.slow_seconds if profile.role is HostRole.SLOW else 0.0
+        response = self._answer(host, profile, path_and_query, nth_request)
+        if delay:
+            response = Response(response.status, response.headers, response.body,
+                                response.delay_before + delay)
+        return response
+
+    # --- ground truth -------------------------------------------------------------------------
+
+    def expected(
+        self,
+        seeds: Iterable[str],
+        *,
+        max_depth: int | None,
+        max_pages_per_host: int | None,
+        user_agent: str,
+    ) -> dict[str, Expected]:
+        """Every URL a correct crawl accepts, with its terminal state, depth and request count.
+
+        Depths are breadth-first minimums, and any fetch order finds the same ones as long as
+        the seeds are some of seeds(). Raises ValueError when the outcome would depend on fetch
+        order (a budget below what a non-calendar host needs: see smallest_exact_budget) or
+        would never end (a calendar trap without max_depth or max_pages_per_host).
+        """
+        result: dict[str, Expected] = {}
+        issued: Counter[str] = Counter()
+        level: list[str] = []
+        for seed in seeds:
+            host, path = self.split_url(seed)
+            if host not in self._profiles:
+                raise ValueError(f"seed {seed} is not on this web's hosts")
+            canonical = self.url(host, path)
+            if canonical not in result and canonical not in level:
+                level.append(canonical)
+        seen = set(level)
+        depth = 0
+        while level:
+            next_level: list[str] = []
+            index = 0
+            while index < len(level):  # same-depth discoveries (redirects) join this level
+                url = level[index]
+                index += 1
+                outcome = self._expect_one(url, depth, max_depth, max_pages_per_host,
+                                           user_agent, issued)
+                result[url] = outcome
+                if outcome.state == PageState.REDIRECTED:
+                    for target in self.links(url):
+                        if target not in seen:
+                            seen.add(target)
+                            level.append(target)
+                elif outcome.state == PageState.FETCHED:
+                    for target in self.links(url):
+                        if target not in seen:
+                            seen.add(target)
+                            next_level.append(target)
+            level = next_level
+            depth += 1
+        if max_pages_per_host is not None:
+            over = {e.host for e in result.values() if e.state == PageState.OVER_BUDGET}
+            for host, count in issued.items():
+                if self._profiles[host].role is not HostRole.CALENDAR and (
+                    host in over or count > max_pages_per_host
+                ):
+                    raise ValueError(
+                        f"max_pages_per_host={max_pages_per_host} is below the "
+                        f"{self.requests_needed(host)} requests {host} needs: which of its URLs "
+                        f"end over budget would depend on fetch order. Use at least "
+                        f"{self.smallest_exact_budget()} (or None)."
+                    )
+        return result
+
+    def _expect_one(
+        self,
+        url: str,
+        depth: int,
+        max_depth: int | None,
+        budget: int | None,
+        user_agent: str,
+        issued: Counter[str],
+    ) -> Expected:
+        host, path = self.split_url(url)
+        same = self._same_content_as(host, path)
+        if max_depth is not None and depth > max_depth:
+            return Expected(url, host, depth, PageState.FILTERED, 0, None, same)
+        if not self.is_allowed(host, path, user_agent):
+            return Expected(url, host, depth, PageState.DISALLOWED, 0, None, same)
+        if budget is not None and issued[host] >= budget:
+            return Expected(url, host, depth, PageState.OVER_BUDGET, 0, None, same)
+        page = self._lookup(host, path)
+        if page is not None and page.template == "calendar" and max_depth is None \
+                and budget is None:
+            raise ValueError(
+                f"the calendar trap on {host} is endless: pass max_depth or max_pages_per_host"
+            )
+        requests = 2 if page is not None and page.first_status else 1
+        issued[host] += requests
+        status = self.final_status(url)
+        if status in (301, 302):
+            state = PageState.REDIRECTED
+        elif status >= 400:
+            state = PageState.FAILED
+        else:
+            state = PageState.FETCHED
+        return Expected(url, host, depth, state, requests, status, same)
+
+    # --- building the web ---------------------------------------------------------------------
+
+    def _plan_host(self, profile: HostProfile) -> _HostPlan:
+        plan = _HostPlan(profile=profile)
+        if profile.role is HostRole.CALENDAR:
+            return plan
+        rng = _rng(self.spec.seed, profile.name, "plan")
+        items = self.spec.pages_per_host - 4 - _FEATURE_PAGES
+        n_articles = max(4, round(items * 0.4))
+        n_products = max(2, round(items * 0.3))
+        n_threads = max(1, items - n_articles - n_products)
+        slugs: list[str] = []
+        while len(slugs) < n_articles:
+            slug = "-".join((rng.choice(_ADJECTIVES), rng.choice(_NOUNS), rng.choice(_NOUNS)))
+            if slug not in slugs:
+                slugs.append(slug)
+        plan.articles = tuple(slugs)
+        plan.products = tuple(sorted(rng.sample(range(100, 1000), n_products)))
+        with_page2 = n_threads // 3
+        first_thread = rng.randrange(1000, 9000)
+        plan.threads = tuple(range(first_thread, first_thread + n_threads - with_page2))
+        plan.threads_with_page2 = frozenset(plan.threads[:with_page2])
+        plan.search_word = rng.choice(_NOUNS)
+        plan.old_slug = "-".join((rng.choice(_ADJECTIVES), rng.choice(_NOUNS)))
+        plan.daily_date = f"2026-{rng.randrange(1, 13):02d}-{rng.randrange(1, 29):02d}"
+        return plan
+
+    def _link_hosts(self) -> list[str]:
+        """Pick seed hosts and give every other host a parent: a spanning tree over hosts."""
+        rng = _rng(self.spec.seed, "hosts")
+        names = list(self._profiles)
+        plain = [n for n in names if self._profiles[n].role is HostRole.REGULAR
+                 and self._profiles[n].robots in (RobotsKind.ALLOW_ALL, RobotsKind.EMPTY)]
+        if not plain:
+            raise ValueError("this web has no plain host to seed from")
+        seeds = sorted(rng.sample(plain, min(self.spec.seed_hosts, len(plain))))
+        others = [n for n in names if n not in seeds]
+        rng.shuffle(others)
+        parents = list(seeds)
+        for name in others:
+            parent = rng.choice(parents)
+            plan = self._plans[parent]
+            roll = rng.random()
+            if roll < 0.6:
+                where = "/"
+            elif roll < 0.8:
+                where = "/forum/"
+            else:
+                where = f"/articles/{rng.choice(plan.articles[2:])}.html"
+            plan.child_placement[name] = where
+            self._plans[name].parent = parent
+            profile = self._profiles[name]
+            if profile.crawlable and profile.role is not HostRole.CALENDAR:
+                parents.append(name)
+        for name, plan in self._plans.items():
+            for child in plan.child_placement:
+                if self._profiles[child].role is not HostRole.CALENDAR:
+                    status = 301 if self._profiles[child].index % 2 == 0 else 302
+                    plan.out_redirect = (child, status)
+                    self._plans[child].landings_from += (name,)
+                    break
+        return seeds
+
+    def _register_paths(self, plan: _HostPlan) -> None:
+        """Every path the host serves, with the kind of page behind it."""
+        paths = plan.paths
+        if plan.profile.role is HostRole.CALENDAR:
+            paths["/"] = "calendar-home"
+            return
+        index = plan.profile.index
+        paths["/"] = "home"
+        for section in ("articles", "products", "forum"):
+            paths[f"/{section}/"] = "listing"
+        for slug in plan.articles:
+            paths[f"/articles/{slug}.html"] = "article"
+        for pid in plan.products:
+            paths[f"/products/view?id={pid}&lang=en"] = "product"
+        for tid in plan.threads:
+            paths[f"/forum/thread-{tid}/"] = "thread"
+            if tid in plan.threads_with_page2:
+                paths[f"/forum/thread-{tid}/?page=2"] = "thread"
+        # The _FEATURE_PAGES HTML pages:
+        paths["/about/imprint.html"] = "imprint"
+        paths["/about/partners.html"] = "partners"
+        paths["/private/open/guide.html"] = "guide"
+        paths["/private/members.html"] = "members"
+        paths["/a=b/settings.html"] = "settings"
+        paths[f"/search?q={plan.search_word}"] = "search"
+        paths["/search?page=2"] = "search"
+        paths["/trending.html"] = "trending"
+        paths[f"/print/articles/{plan.print_article}.html"] = "print"
+        if index % 2 == 0:
+            paths[f"/archive/{plan.old_slug}.html"] = "archive"
+        else:
+            paths[f"/daily/{plan.daily_date}.html"] = "daily"
+        # Non-HTML, redirects and a dead link: on top of pages_per_host.
+        rid = plan.resource_id
+        paths[f"/files/report-{rid}.pdf"] = "pdf"
+        paths[f"/files/report-{rid}.pdf?download=1"] = "pdf"
+        paths[f"/images/chart-{rid}.png"] = "png"
+        paths[f"/api/items/{rid}.json"] = "json"
+        paths["/articles/retired-story.html"] = "gone"
+        if index % 2 == 0:
+            paths["/home"] = "redirect"
+            paths[f"/old/{plan.old_slug}"] = "redirect"
+            if index % 4 == 0:
+                paths[f"/old-archive/{plan.old_slug}"] = "redirect"
+        else:
+            paths["/go/today"] = "redirect"
+            if index % 4 == 3:
+                paths["/go/today-v2"] = "redirect"
+        if plan.out_redirect is not None:
+            paths[f"/out/{plan.out_redirect[0].removesuffix(TEST_TLD)}"] = "redirect"
+        for source in plan.landings_from:
+            paths[f"/landing/from-{source.removesuffix(TEST_TLD)}.html"] = "landing"
+        # Reachable only through rel=nofollow or a meta-nofollow page: never requested.
+        paths["/members/login"] = "hidden"
+        paths["/members/join"] = "hidden"
+        for word in self._partner_words(plan):
+            paths[f"/partners/{word}.html"] = "hidden"
+
+    def _partner_words(self, plan: _HostPlan) -> tuple[str, str]:
+        rng = _rng(self.spec.seed, plan.profile.name, "partners")
+        first, second = rng.sample(_NOUNS, 2)
+        return first, second
+
+    # --- pages --------------------------------------------------------------------------------
+
+    def _lookup(self, host: str, path: str) -> _Page | None:
+        if host not in self._profiles:
+            return None
+        return self._page(host, path)
+
+    def _content_owner(self, host: str, path: str) -> str:
+        page = self._lookup(host, path)
+        return page.copy_of if page is not None and page.copy_of else path
+
+    def _same_content_as(self, host: str, path: str) -> str | None:
+        plan = self._plans[host]
+        if plan.profile.role is HostRole.CALENDAR:
+            return None
+        original = f"/articles/{plan.print_article}.html"
+        if path == original:
+            return self.url(host, f"/print/articles/{plan.print_article}.html")
+        if path == f"/print/articles/{plan.print_article}.html":
+            return self.url(host, original)
+        return None
+
+    def _calendar_month(self, path: str) -> tuple[int, int] | None:
+        match = re.fullmatch(r"/calendar/(\d{4})/(\d{2})", path)
+        if not match:
+            return None
+        year, month = int(match[1]), int(match[2])
+        if year < CALENDAR_START_YEAR or not 1 <= month <= 12:
+            return None
+        return year, month
+
+    def _materialise(self, host: str, path: str) -> _Page | None:
+        plan = self._plans[host]
+        if plan.profile.role is HostRole.CALENDAR:
+            return self._calendar_page(plan, path)
+        kind = plan.paths.get(path)
+        if kind is None:
+            return None
+        builder = getattr(self, f"_page_{kind.replace('-', '_')}")
+        page: _Page = builder(plan, path)
+        return page
+
+    def _writer(self, plan: _HostPlan, path: str, base_href: str | None = None) -> _LinkWriter:
+        return _LinkWriter(self, plan.profile.name, path, base_href,
+                           _rng(self.spec.seed, plan.profile.name, path, "links"))
+
+    def _charset_for(self, plan: _HostPlan, path: str) -> str:
+        # Round robin over the host's paths, so every host serves every charset.
+        position = next((i for i, p in enumerate(plan.paths) if p == path), len(path))
+        return _CHARSETS[(position + plan.profile.index) % len(_CHARSETS)]
+
+    def _nav(self, w: _LinkWriter) -> list[Link]:
+        return [
+            w.to(w.host, "/", "Home", area="nav"),
+            w.to(w.host, "/articles/", "Articles", area="nav"),
+            w.to(w.host, "/products/", "Shop", area="nav"),
+            w.to(w.host, "/forum/", "Forum", area="nav"),
+            w.to(w.host, "/about/imprint.html", "Imprint", area="nav"),
+        ]
+
+    def _footer(self, w: _LinkWriter, plan: _HostPlan) -> list[Link]:
+        links = [w.to(seed, "/", f"Partner: {seed}", area="footer") for seed in self._seeds
+                 if seed != plan.profile.name]
+        links.append(w.to(w.host, "/members/login", "Sign in", area="footer", rel="nofollow"))
+        links.append(w.to(w.host, "/members/join", "Join", area="footer",
+                          rel="noopener nofollow"))
+        return links
+
+    def _children_links(self, w: _LinkWriter, plan: _HostPlan, path: str) -> list[Link]:
+        links = []
+        for child, where in plan.child_placement.items():
+            if where == path:
+                links.append(w.to(child, "/", f"Visit {child}", area="aside"))
+                if plan.out_redirect is not None and plan.out_redirect[0] == child:
+                    slug = child.removesuffix(TEST_TLD)
+                    links.append(w.to(w.host, f"/out/{slug}", f"Our friends at {child}",
+                                      area="aside"))
+        return links
+
+    def _html_page(self, plan: _HostPlan, path: str, template: str, title: str,
+                   links: list[Link], **extra: object) -> _Page:
+        return _Page(
+            path=path,
+            template=template,
+            title=title,
+            links=tuple(links),
+            canonical=self.url(plan.profile.name, path),
+            charset=self._charset_for(plan, path),
+            **extra,  # type: ignore[arg-type]
+        )
+
+    def _page_home(self, plan: _HostPlan, path: str) -> _Page:
+        host = plan.profile.name
+        # Relative links on some home pages resolve against <base href>, not the page's URL.
+        base = self.url(host, "/articles/") if plan.profile.index % 3 == 0 else None
+        w = self._writer(plan, path, base)
+        links = self._nav(w)
+        for slug in plan.featured_articles:
+            links.append(w.to(host, f"/articles/{slug}.html", _title_from_slug(slug)))
+        links.append(w.to(host, self._product_path(plan.products[0]), "Product of the week"))
+        links.append(w.to(host, "/trending.html", "Trending now"))
+        links.append(w.to(host, f"/search?q={plan.search_word}", f"Search: {plan.search_word}"))
+        links.append(w.to(host, "/search?page=2", "More search results"))
+        links.append(w.to(host, "/private/open/guide.html", "Visitor guide"))
+        links.append(w.to(host, "/private/members.html", "Members area"))
+        links.append(w.to(host, "/a=b/settings.html", "Settings"))
+        links.append(w.to(host, "/about/partners.html", "Our partners"))
+        if plan.profile.index % 2 == 0:
+            links.append(w.to(host, "/home", "Start page"))
+            links.append(w.to(host, f"/old/{plan.old_slug}", "From the old site"))
+        else:
+            links.append(w.to(host, "/go/today", "Today"))
+        links.extend(self._children_links(w, plan, path))
+        if plan.parent is not None:
+            links.append(w.to(plan.parent, "/", f"Back to {plan.parent}", area="aside"))
+        links.extend(self._footer(w, plan))
+        return self._html_page(plan, path, "home", f"Welcome to {host}", links, base_href=base)
+
+    def _page_listing(self, plan: _HostPlan, path: str) -> _Page:
+        host = plan.profile.name
+        section = path.strip("/")
+        base = None
+        if section == "forum" and plan.profile.index % 3 == 1:
+            base = self.url(host, "/forum/archive/")
+        w = self._writer(plan, path, base)
+        links = self._nav(w)
+        if section == "articles":
+            for slug in plan.articles:
+                links.append(w.to(host, f"/articles/{slug}.html", _title_from_slug(slug)))
+            links.append(w.to(host, "/articles/retired-story.html", "A retired story"))
+        elif section == "products":
+            for pid in plan.products:
+                links.append(w.to(host, self._product_path(pid), f"Item {pid}"))
+        else:
+            for tid in plan.threads:
+                links.append(w.to(host, f"/forum/thread-{tid}/", f"Thread {tid}"))
+        links.extend(self._children_links(w, plan, path))
+        links.extend(self._footer(w, plan))
+        return self._html_page(plan, path, "listing", section.capitalize(), links,
+                               base_href=base)
+
+    @staticmethod
+    def _product_path(pid: int) -> str:
+        return f"/products/view?id={pid}&lang=en"
+
+    def _page_article(self, plan: _HostPlan, path: str) -> _Page:
+        host = plan.profile.name
+        slug = path.removeprefix("/articles/").removesuffix(".html")
+        is_print_original = slug == plan.print_article
+        base = self.url(host, path) if is_print_original else None
+        w = self._writer(plan, path, base)
+        links = self._nav(w)
+        featured = plan.featured_articles
+        # Featured articles are first linked from home, so they may only point at pages home
+        # links too; the others hang under /articles/ and may point at any article.
+        pool = [s for s in (featured if slug in featured else plan.articles) if s != slug]
+        rng = _rng(self.spec.seed, host, path, "related")
+        for other in rng.sample(pool, min(2, len(pool))):
+            links.append(w.to(host, f"/articles/{other}.html", _title_from_slug(other),
+                              area="aside"))
+        links.append(w.to(host, "/products/", "Browse the shop", area="aside", style="relative"))
+        if slug == plan.resource_article:
+            rid = plan.resource_id
+            links.append(w.to(host, f"/files/report-{rid}.pdf", "Full report (PDF)"))
+            links.append(w.to(host, f"/files/report-{rid}.pdf?download=1", "Download report"))
+            links.append(w.to(host, f"/images/chart-{rid}.png", "Chart (PNG)"))
+            links.append(w.to(host, f"/api/items/{rid}.json", "Data (JSON)"))
+        if is_print_original:
+            links.append(w.to(host, f"/print/articles/{slug}.html", "Print this page"))
+        links.append(w.to(host, path, "Comments", fragment="comments"))
+        links.extend(self._children_links(w, plan, path))
+        links.extend(self._footer(w, plan))
+        return self._html_page(plan, path, "article", _title_from_slug(slug), links,
+                               base_href=base)
+
+    def _page_print(self, plan: _HostPlan, path: str) -> _Page:
+        original = path.removeprefix("/print")
+        page = self._materialise(plan.profile.name, original)
+        assert page is not None
+        # Byte-identical to the original: <base href> and absolute targets keep links equal.
+        return _Page(path=path, template=page.template, title=page.title, links=page.links,
+                     base_href=page.base_href, canonical=page.canonical, charset=page.charset,
+                     copy_of=original)
+
+    def _page_product(self, plan: _HostPlan, path: str) -> _Page:
+        host = plan.profile.name
+        pid = int(re.search(r"id=(\d+)", path)[1])  # type: ignore[index]
+        w = self._writer(plan, path)
+        links = self._nav(w)
+        pool = [p for p in plan.products if p != pid]
+        if pid == plan.products[0]:
+            pool = []  # featured on home: its siblings hang under /products/, not above it
+        for other in pool[:3]:
+            links.append(w.to(host, self._product_path(other), f"Item {other}", area="aside",
+                              fragment="reviews" if other % 2 else None))
+        links.append(w.to(host, "/forum/", "Ask the forum", area="aside", style="relative"))
+        links.extend(self._footer(w, plan))
+        return self._html_page(plan, path, "product", f"Item {pid}", links)
+
+    def _page_thread(self, plan: _HostPlan, path: str) -> _Page:
+        host = plan.profile.name
+        tid = int(re.search(r"thread-(\d+)", path)[1])  # type: ignore[index]
+        w = self._writer(plan, path)
+        links = self._nav(w)
+        if path.endswith("?page=2"):
+            links.append(w.to(host, f"/forum/thread-{tid}/", "Page 1", style="relative"))
+        else:
+            if tid in plan.threads_with_page2:
+                links.append(w.to(host, f"/forum/thread-{tid}/?page=2", "Page 2"))
+            for other in plan.threads:
+                if other != tid and abs(other - tid) == 1:
+                    links.append(w.to(host, f"/forum/thread-{other}/", f"Thread {other}",
+                                      area="aside"))
+        links.extend(self._footer(w, plan))
+        title = f"Thread {tid}" + (" (page 2)" if path.endswith("?page=2") else "")
+        return self._html_page(plan, path, "thread", title, links)
+
+    def _simple_article(self, plan: _HostPlan, path: str, title: str, *,
+                        extra: Iterable[tuple[str, str]] = (), nav: bool = True,
+                        **page: object) -> _Page:
+        w = self._writer(plan, path)
+        links = self._nav(w) if nav else [w.to(w.host, "/", "Home", area="nav")]
+        links.extend(w.to(w.host, target, text) for target, text in extra)
+        links.extend(self._footer(w, plan))
+        return self._html_page(plan, path, "article", title, links, **page)
+
+    def _page_imprint(self, plan: _HostPlan, path: str) -> _Page:
+        return self._simple_article(plan, path, "Imprint", meta_robots="noindex")
+
+    def _page_partners(self, plan: _HostPlan, path: str) -> _Page:
+        words = self._partner_words(plan)
+        return self._simple_article(
+            plan, path, "Our partners", meta_robots="nofollow",
+            extra=[(f"/partners/{word}.html", f"The {word} people") for word in words])
+
+    def _page_guide(self, plan: _HostPlan, path: str) -> _Page:
+        return self._simple_article(plan, path, "Visitor guide")
+
+    def _page_members(self, plan: _HostPlan, path: str) -> _Page:
+        return self._simple_article(plan, path, "Members area")
+
+    def _page_settings(self, plan: _HostPlan, path: str) -> _Page:
+        return self._simple_article(plan, path, "Settings")
+
+    def _page_trending(self, plan: _HostPlan, path: str) -> _Page:
+        page = self._simple_article(plan, path, "Trending now")
+        first = 429 if plan.profile.index % 2 == 0 else 503
+        return replace(page, first_status=first)
+
+    def _page_archive(self, plan: _HostPlan, path: str) -> _Page:
+        return self._simple_article(plan, path, f"Archive: {_title_from_slug(plan.old_slug)}")
+
+    def _page_daily(self, plan: _HostPlan, path: str) -> _Page:
+        return self._simple_article(plan, path, f"Daily digest {plan.daily_date}")
+
+    def _page_search(self, plan: _HostPlan, path: str) -> _Page:
+        host = plan.profile.name
+        w = self._writer(plan, path)
+        links = self._nav(w)
+        # Search results point at featured pages only: those are first linked from home.
+        for slug in plan.featured_articles:
+            links.append(w.to(host, f"/articles/{slug}.html", _title_from_slug(slug)))
+        links.append(w.to(host, self._product_path(plan.products[0]), "Product of the week"))
+        links.extend(self._footer(w, plan))
+        return self._html_page(plan, path, "listing", "Search results", links)
+
+    def _page_landing(self, plan: _HostPlan, path: str) -> _Page:
+        source = path.removeprefix("/landing/from-").removesuffix(".html") + TEST_TLD
+        w = self._writer(plan, path)
+        # A landing page is entered from another host, not through this host's home: it may
+        # link this host's home (linked first by the same page that led here) but nothing
+        # that hangs below that home.
+        links = [w.to(w.host, "/", "Home", area="nav"),
+                 w.to(source, "/", f"Back to {source}", area="aside")]
+        links.extend(self._footer(w, plan))
+        return self._html_page(plan, path, "landing", f"Welcome, visitor from {source}", links)
+
+    def _page_hidden(self, plan: _HostPlan, path: str) -> _Page:
+        return self._simple_article(plan, path, "Not for crawlers")
+
+    def _page_pdf(self, plan: _HostPlan, path: str) -> _Page:
+        return _Page(path=path, template="resource", media_type="application/pdf")
+
+    def _page_png(self, plan: _HostPlan, path: str) -> _Page:
+        return _Page(path=path, template="resource", media_type="image/png")
+
+    def _page_json(self, plan: _HostPlan, path: str) -> _Page:
+        return _Page(path=path, template="resource", media_type="application/json")
+
+    def _page_gone(self, plan: _HostPlan, path: str) -> _Page:
+        return _Page(path=path, template="missing", status=404)
+
+    def _page_redirect(self, plan: _HostPlan, path: str) -> _Page:
+        host = plan.profile.name
+        origin = self.origin(host)
+        if path == "/home":
+            return _redirect(path, 301, origin + "/", self.url(host, "/"))
+        if path.startswith("/old/"):
+            if plan.profile.index % 4 == 0:
+                target = f"/old-archive/{plan.old_slug}"
+                return _redirect(path, 301, target, self.url(host, target))
+            target = f"/archive/{plan.old_slug}.html"
+            return _redirect(path, 301, target, self.url(host, target))
+        if path.startswith("/old-archive/"):
+            target = f"/archive/{plan.old_slug}.html"
+            return _redirect(path, 301, origin + target, self.url(host, target))
+        daily = f"/daily/{plan.daily_date}.html"
+        if path == "/go/today":
+            if plan.profile.index % 4 == 3:
+                return _redirect(path, 302, origin + "/go/today-v2",
+                                 self.url(host, "/go/today-v2"))
+            return _redirect(path, 302, origin + daily, self.url(host, daily))
+        if path == "/go/today-v2":
+            return _redirect(path, 301, daily, self.url(host, daily))
+        assert plan.out_redirect is not None
+        child, status = plan.out_redirect
+        landing = f"/landing/from-{host.removesuffix(TEST_TLD)}.html"
+        return _redirect(path, status, self.url(child, landing), self.url(child, landing))
+
+    def _page_calendar_home(self, plan: _HostPlan, path: str) -> _Page:
+        host = plan.profile.name
+        w = self._writer(plan, path)
+        links = [w.to(host, "/", "Home", area="nav"),
+                 w.to(host, _month_path(0), "Events calendar")]
+        if plan.parent is not None:
+            links.append(w.to(plan.parent, "/", f"Back to {plan.parent}", area="aside"))
+        links.extend(self._footer(w, plan))
+        return _Page(path=path, template="home", title=f"Events at {host}", links=tuple(links),
+                     canonical=self.url(host, path),
+                     charset=_CHARSETS[plan.profile.index % len(_CHARSETS)])
+
+    def _calendar_page(self, plan: _HostPlan, path: str) -> _Page | None:
+        if path == "/":
+            return self._page_calendar_home(plan, path)
+        month = self._calendar_month(path)
+        if month is None:
+            return None
+        k = (month[0] - CALENDAR_START_YEAR) * 12 + month[1] - 1
+        host = plan.profile.name
+        w = self._writer(plan, path)
+        links = [w.to(host, "/", "Home", area="nav")]
+        if k > 0:
+            links.append(w.to(host, _month_path(k - 1), "Previous month", style="relative"))
+        links.append(w.to(host, _month_path(k + 1), "Next month", style="relative"))
+        return _Page(path=path, template="calendar", title=f"Events in {month[0]}-{month[1]:02d}",
+                     links=tuple(links), canonical=self.url(host, path),
+                     charset=_CHARSETS[k % len(_CHARSETS)])
+
+    # --- answers ------------------------------------------------------------------------------
+
+    def _answer(self, host: str, profile: HostProfile, path: str, nth: int) -> Response:
+        if path in self.robots_paths(host):
+            return self._robots_answer(host, profile, path)
+        page = self._lookup(host, path)
+        if page is None or page.status == 404:
+            return _html_response(404, _error_html(f"Not found: {path}"))
+        if page.first_status and nth <= 1:
+            retry_after = RETRY_AFTER_429 if page.first_status == 429 else RETRY_AFTER_503
+            return Response(page.first_status,
+                            (("Content-Type", "text/html; charset=utf-8"),
+                             ("Retry-After", str(retry_after))),
+                            _error_html("Too busy, come back later"))
+        if page.status in (301, 302):
+            return Response(page.status,
+                            (("Content-Type", "text/html; charset=utf-8"),
+                             ("Location", page.location)),
+                            _error_html(f"Moved to {page.location}"))
+        if page.media_type != "text/html":
+            return Response(200, (("Content-Type", page.media_type),),
+                            self._resource_body(host, page))
+        owner = page.copy_of or path
+        content_type = "text/html" if page.charset == "windows-1252" \
+            else f"text/html; charset={page.charset}"
+        return Response(200, (("Content-Type", content_type),), self._html(host, owner))
+
+    def _robots_answer(self, host: str, profile: HostProfile, path: str) -> Response:
+        kind = profile.robots
+        if kind is RobotsKind.REDIRECT and path == _ROBOTS_PATH:
+            location = self.url(host, _MOVED_ROBOTS_PATH)
+            return Response(301, (("Content-Type", "text/plain"), ("Location", location)),
+                            f"Moved to {location}\n".encode())
+        if kind is RobotsKind.NOT_FOUND:
+            return _text_response(404, "no robots.txt here\n")
+        if kind is RobotsKind.SERVER_ERROR:
+            return _text_response(500, "internal error\n")
+        if kind is RobotsKind.UNAVAILABLE:
+            return _text_response(503, "unavailable\n")
+        if kind is RobotsKind.HANG:
+            response = _text_response(503, "gave up\n")
+            return Response(503, response.headers, response.body, self.spec.hang_seconds)
+        rules = self.robots_file(host)
+        assert rules is not None
+        return _text_response(200, rules.text())
+
+    def _resource_body(self, host: str, page: _Page) -> bytes:
+        marker = f"{host}{page.path} seed {self.spec.seed}"
+        if page.media_type == "application/pdf":
+            extra = " (download copy)" if "download=1" in page.path else ""
+            return _pdf_bytes(f"Quarterly report for {marker}{extra}")
+        if page.media_type == "image/png":
+            return _png_bytes(marker, _rng(self.spec.seed, host, page.path, "png"))
+        rng = _rng(self.spec.seed, host, page.path, "json")
+        item = {"host": host, "path": page.path, "seed": self.spec.seed,
+                "title": f"{rng.choice(_ADJECTIVES)} {rng.choice(_NOUNS)}",
+                "tags": rng.sample(_NOUNS, 3), "price": rng.randrange(100, 9999) / 100}
+        return json.dumps(item, sort_keys=True, indent=2).encode()
+
+    def _render_html(self, host: str, path: str) -> bytes:
+        page = self._lookup(host, path)
+        assert page is not None
+        rng = _rng(self.spec.seed, host, path, "prose")
+        url = self.url(host, path)
+        key = self.key_phrase(url)
+        native = self.native_phrase(url) or ""
+        main = _main_html(page, rng, key, native)
+        return _layout(page, host, main, rng).encode(page.charset)
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing links: the many ways a page may spell a URL; each resolves to one canonical target.
+
+
+class _LinkWriter:
+    _TRACKING = ("utm_source=newsletter", "utm_medium=email", "utm_campaign=spring")
+    _FRAGMENTS = ("top", "section-2", "comments", "more")
+
+    def __init__(self, web: SyntheticWeb, host: str, path: str, base_href: str | None,
+                 rng: random.Random) -> None:
+        self.web = web
+        self.host = host
+        self.base_path = SyntheticWeb.split_url(base_href)[1].split("?")[0] if base_href \
+            else path.split("?")[0]
+        self.rng = rng
+
+    def to(self, host: str, path: str, text: str, *, area: str = "main", rel: str = "",
+           style: str | None = None, fragment: str | None = None) -> Link:
+        rng = self.rng
+        target = self.web.url(host, path)
+        path_only, _, query = path.partition("?")
+        params = query.split("&") if query else []
+        if len(params) > 1 and rng.random() < 0.7:
+            params = params[::-1]  # unsorted: the crawler sorts them by key
+        if rng.random() < 0.12:
+            params.insert(rng.randrange(len(params) + 1), rng.choice(self._TRACKING))
+        if style is None:
+            roll = rng.random()
+            if host != self.host:
+                style = "absolute" if roll < 0.75 else "mixed-case"
+            else:
+                style = ("root" if roll < 0.36 else "relative" if roll < 0.72
+                         else "absolute" if roll < 0.9 else "mixed-case")
+        if fragment is None and rng.random() < 0.15:
+            fragment = rng.choice(self._FRAGMENTS)
+        if style == "relative":
+            written = _relative_path(path_only, self.base_path)
+        elif style == "root":
+            written = path_only
+        else:
+            origin = self.web.origin(host)
+            if style == "mixed-case":
+                origin = origin.replace("http://", "HTTP://").replace(host, host.upper())
+            written = origin + ("" if path_only == "/" and not params and rng.random() < 0.3
+                                else path_only)
+        href = written + ("?" + "&".join(params) if params else "") + \
+            (f"#{fragment}" if fragment else "")
+        return Link(href=href, target=target, text=text, area=area, rel=rel)
+
+
+def _relative_path(target: str, base_path: str) -> str:
+    """A path relative to the directory of base_path that resolves back to target."""
+    base_dirs = base_path.split("/")[1:-1]
+    target_parts = target.split("/")[1:]
+    common = 0
+    while (common < len(base_dirs) and common < len(target_parts) - 1
+           and base_dirs[common] == target_parts[common]):
+        common += 1
+    relative = "../" * (len(base_dirs) - common) + "/".join(target_parts[common:])
+    return relative or "./"
+
+
+def _month_path(k: int) -> str:
+    year, month = divmod(k, 12)
+    return f"/calendar/{CALENDAR_START_YEAR + year}/{month + 1:02d}"
+
+
+def _redirect(path: str, status: int, location: str, target: str) -> _Page:
+    return _Page(path=path, template="redirect", status=status, location=location,
+                 location_target=target)
+
+
+# ---------------------------------------------------------------------------------------------
+# Markup and bodies
+
+
+def _sentence(rng: random.Random) -> str:
+    words = [rng.choice(_ADJECTIVES if i % 3 == 0 else _NOUNS if i % 3 == 1 else _VERBS)
+             for i in range(rng.randint(6, 10))]
+    words.insert(rng.randrange(2, len(words)), rng.choice(_FILLERS) + ",")
+    words.insert(0, "the")
+    text = " ".join(words).replace(",,", ",")
+    return text[0].upper() + text[1:].rstrip(",") + "."
+
+
+def _paragraph(rng: random.Random, extra: str = "") -> str:
+    sentences = [_sentence(rng) for _ in range(rng.randint(4, 6))]
+    if extra:
+        sentences.insert(rng.randrange(1, len(sentences)), extra)
+    return " ".join(sentences)
+
+
+def _person(rng: random.Random) -> str:
+    return f"{rng.choice(_FIRST_NAMES)} {rng.choice(_LAST_NAMES)}"
+
+
+def _a(link: Link) -> str:
+    rel = f' rel="{link.rel}"' if link.rel else ""
+    return f'<a href="{escape(link.href)}"{rel}>{escape(link.text)}</a>'
+
+
+def _main_html(page: _Page, rng: random.Random, key: str, native: str) -> str:
+    main_links = [link for link in page.links if link.area == "main"]
+    paragraphs = [_paragraph(rng) for _ in range(rng.randint(3, 5))]
+    paragraphs[0] = _paragraph(rng, key)
+    paragraphs[1] = _paragraph(rng, native)
+    byline = f"By {_person(rng)}, {rng.randint(1, 28)} March 2026"
+    out = [f"<h1>{escape(page.title)}</h1>"]
+    if page.template in ("thread",):
+        for number, text in enumerate(paragraphs, 1):
+            out.append(
+                f'<div class="post" id="post-{number}"><div class="author">{_person(rng)}'
+                f'</div><div class="post-body"><p>{escape(text)}</p></div></div>'
+            )
+    elif page.template == "product":
+        out.append(f'<p class="price">Price: EUR {rng.randint(5, 400)}.{rng.randint(0, 99):02d}'
+                   "</p>")
+        out.append('<table class="specs">' + "".join(
+            f"<tr><th>{escape(rng.choice(_NOUNS)).capitalize()}</th>"
+            f"<td>{escape(rng.choice(_ADJECTIVES))}</td></tr>" for _ in range(4)) + "</table>")
+        out.extend(f"<p>{escape(text)}</p>" for text in paragraphs)
+    else:
+        out.append(f'<p class="byline">{escape(byline)}</p>')
+        out.extend(f"<p>{escape(text)}</p>" for text in paragraphs)
+    if main_links:
+        if page.template in ("home", "listing", "calendar"):
+            items = "".join(
+                f"<li><h2>{_a(link)}</h2><p>{escape(_sentence(rng))}</p></li>"
+                for link in main_links)
+            out.append(f'<ul class="items">{items}</ul>')
+        else:
+            items = "".join(f"<li>{_a(link)}</li>" for link in main_links)
+            out.append(f'<ul class="see-also">{items}</ul>')
+    return "\n".join(out)
+
+
+def _layout(page: _Page, host: str, main: str, rng: random.Random) -> str:
+    head = []
+    if page.charset == "utf-8":
+        head.append('<meta charset="utf-8">')
+    elif page.charset == "windows-1252":
+        head.append('<meta http-equiv="Content-Type" content="text/html; charset=windows-1252">')
+    if page.base_href:
+        head.append(f'<base href="{escape(page.base_href)}">')
+    head.append(f"<title>{escape(page.title)} | {host}</title>")
+    head.append('<meta name="viewport" content="width=device-width, initial-scale=1">')
+    if page.meta_robots:
+        head.append(f'<meta name="robots" content="{page.meta_robots}">')
+    if page.canonical:
+        head.append(f'<link rel="canonical" href="{escape(page.canonical)}">')
+    # Not links: a crawler must not follow stylesheets, scripts or images.
+    head.append('<link rel="stylesheet" href="/static/site.css">')
+    nav = "".join(f"<li>{_a(link)}</li>" for link in page.links if link.area == "nav")
+    aside = "".join(f"<li>{_a(link)}</li>" for link in page.links if link.area == "aside")
+    footer = " | ".join(_a(link) for link in page.links if link.area == "footer")
+    cookie = ("We use cookies to remember your settings. By continuing you accept our "
+              "cookie policy.")
+    body_class = escape(page.template)
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+{chr(10).join(head)}
+</head>
+<body class="{body_class}">
+<div class="cookie-banner">{cookie}</div>
+<header class="site-header">
+<div class="logo"><img src="/static/logo.png" alt="{escape(host)}"></div>
+<nav class="main-nav"><ul>{nav}</ul></nav>
+<form class="search" action="/search"><input name="q"><button>Search</button></form>
+</header>
+<main id="content">
+<article>
+{main}
+</article>
+<aside class="related"><h3>Related</h3><ul>{aside}</ul></aside>
+</main>
+<footer class="site-footer">
+<p>{footer}</p>
+<p>(c) 2026 {escape(host)}. All rights reserved. Build {rng.randrange(1000, 9999)}.</p>
+</footer>
+<script src="/static/site.js"></script>
+</body>
+</html>
+"""
+
+
+def _error_html(message: str) -> bytes:
+    return (f"<!DOCTYPE html><html><head><title>{escape(message)}</title></head>"
+            f"<body><h1>{escape(message)}</h1></body></html>\n").encode()
+
+
+def _html_response(status: int, body: bytes) -> Response:
+    return Response(status, (("Content-Type", "text/html; charset=utf-8"),), body)
+
+
+def _text_response(status: int, text: str) -> Response:
+    return Response(status, (("Content-Type", "text/plain; charset=utf-8"),), text.encode())
+
+
+def _pdf_bytes(text: str) -> bytes:
+    """A small, valid one-page PDF showing `text`."""
+    safe = text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
+    stream = f"BT /F1 12 Tf 72 720 Td ({safe}) Tj ET".encode()
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
+        len(objects) + 1, xref)
+    return bytes(out)
+
+
+def _png_bytes(comment: str, rng: random.Random) -> bytes:
+    """A valid 16x16 RGB PNG with a tEXt comment, so every image's bytes differ."""
+    width = height = 16
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(
+            ">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    colour = bytes(rng.randrange(256) for _ in range(3))
+    raw = b"".join(b"\x00" + colour * width for _ in range(height))
+    return (b"\x89PNG\r\n\x1a\n"
+            + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"tEXt", b"Comment\x00" + comment.encode())
+            + chunk(b"IDAT", zlib.compress(raw))
+            + chunk(b"IEND", b""))

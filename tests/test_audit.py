@@ -1,0 +1,459 @@
+"""The auditor: silent on a perfect crawl, loud on each kind of violation."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import threading
+import time
+from collections import Counter, defaultdict, deque
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urljoin
+
+import lxml.html
+import pytest
+import requests
+from protego import Protego
+
+from pipeline.records import PageState, RecordPointer
+from pipeline.testweb.audit import AuditReport, audit_crawl
+from pipeline.testweb.server import LoggedRequest, RunningWeb, read_request_log, serve
+from pipeline.testweb.web import HostRole, RobotsKind, SyntheticWeb, WebSpec
+from tests.test_testweb import extract_links, normalise_url
+
+UA = "BeamCrawler/0.1"
+MIN_DELAY = 0.25
+MAX_CRAWL_DELAY = 5.0
+T0 = 1_780_000_000 * 10**9
+CRAWL_ID = "audit-test"
+
+
+@dataclass
+class Crawl:
+    """A crawl as the auditor sees it: request log, table rows and stored records."""
+
+    requests: list[LoggedRequest]
+    rows: list[dict[str, Any]]
+    responses: dict[RecordPointer, tuple[int, list[tuple[str, str]], bytes]] = field(
+        default_factory=dict)
+    texts: dict[RecordPointer, str] = field(default_factory=dict)
+
+    def audit(self, web: SyntheticWeb, budget: int) -> AuditReport:
+        return audit_crawl(
+            web, self.requests, self.rows, seeds=web.seeds(), min_delay=MIN_DELAY,
+            max_crawl_delay=MAX_CRAWL_DELAY, max_depth=None, max_pages_per_host=budget,
+            user_agent=UA, read_response=self.responses.__getitem__,
+            read_text=self.texts.__getitem__)
+
+
+def perfect_crawl(web: SyntheticWeb, budget: int) -> Crawl:
+    """What a correct crawler leaves behind, built from the ground truth."""
+    truth = web.expected(web.seeds(), max_depth=None, max_pages_per_host=budget, user_agent=UA)
+    crawl = Crawl(requests=[], rows=[])
+    by_host: dict[str, list[str]] = defaultdict(list)
+    for url in sorted(truth, key=lambda u: (truth[u].depth, u)):
+        by_host[truth[url].host].append(url)
+    for host, urls in by_host.items():
+        if all(truth[u].state == PageState.FILTERED for u in urls):
+            continue
+        paths = sorted(web.robots_paths(host))[::-1]  # /robots.txt first, then the moved one
+        for url in urls:
+            paths.extend([web.split_url(url)[1]] * truth[url].requests)
+        arrival, seen = T0, Counter[str]()
+        for path in paths:
+            seen[path] += 1
+            answer = web.render(host, path, seen[path])
+            crawl.requests.append(LoggedRequest(host, path, arrival, answer.status))
+            gap = max(web.delay_for(host, MIN_DELAY, MAX_CRAWL_DELAY),
+                      float(answer.header("Retry-After") or 0))
+            arrival += int((gap + 0.01) * 1e9)
+    for number, (url, entry) in enumerate(sorted(truth.items())):
+        row: dict[str, Any] = {
+            "crawl_id": CRAWL_ID, "url": url, "url_hash": number, "host": entry.host,
+            "depth": entry.depth, "state": str(entry.state), "reason": "",
+            "http_status": entry.http_status, "fetched_at": None, "attempts": entry.requests,
+            "content_type": None, "content_hash": None, "warc_file": None, "warc_offset": None,
+            "warc_length": None, "wet_file": None, "wet_offset": None, "wet_length": None,
+            "links": len(web.links(url)),
+        }
+        if entry.state == PageState.FETCHED:
+            answer = web.final_response(url)
+            warc = RecordPointer("warc/seg-00000.warc.gz", number * 4096, 4000)
+            crawl.responses[warc] = (answer.status, list(answer.headers), answer.body)
+            row.update(warc_file=warc.file, warc_offset=warc.offset, warc_length=warc.length,
+                       content_type=answer.header("Content-Type"))
+            if web.has_text(url):
+                wet = RecordPointer("wet/seg-00000.warc.wet.gz", number * 1024, 1000)
+                crawl.texts[wet] = f"Title\n{web.key_phrase(url)}\n{web.native_phrase(url)}\n"
+                row.update(wet_file=wet.file, wet_offset=wet.offset, wet_length=wet.length)
+        crawl.rows.append(row)
+    return crawl
+
+
+@pytest.fixture(scope="module")
+def web() -> SyntheticWeb:
+    return SyntheticWeb(WebSpec(hosts=20), 18080)
+
+
+@pytest.fixture(scope="module")
+def budget(web: SyntheticWeb) -> int:
+    return web.spec.pages_per_host + 20
+
+
+@pytest.fixture(scope="module")
+def perfect(web: SyntheticWeb, budget: int) -> Crawl:
+    return perfect_crawl(web, budget)
+
+
+@pytest.fixture
+def crawl(perfect: Crawl) -> Crawl:
+    return copy.deepcopy(perfect)
+
+
+def _row(crawl: Crawl, predicate: Any) -> dict[str, Any]:
+    return next(row for row in crawl.rows if predicate(row))
+
+
+def _violations(report: AuditReport, check: str, *needles: str) -> list[str]:
+    return [v for v in report.violations
+            if v.startswith(f"{check}:") and all(n in v for n in needles)]
+
+
+def test_a_perfect_crawl_has_no_violations(web: SyntheticWeb, budget: int,
+                                           crawl: Crawl) -> None:
+    report = crawl.audit(web, budget)
+    assert report.violations == []
+    assert report.ok and report.summary().startswith("audit: 0 violations")
+    assert report.stats["accepted_expected"] == len(crawl.rows)
+    assert report.stats["records_checked"] > 500
+    assert report.stats["row_states"] == report.stats["expected_states"]
+
+
+def test_content_dedup_may_mark_a_print_copy_duplicate(web: SyntheticWeb, budget: int,
+                                                       crawl: Crawl) -> None:
+    row = _row(crawl, lambda r: "/print/" in r["url"])
+    row["state"] = str(PageState.DUPLICATE)
+    row.update(wet_file=None, wet_offset=None, wet_length=None)
+    assert crawl.audit(web, budget).violations == []
+    original = _row(crawl, lambda r: r["url"] == row["url"].replace("/print/", "/"))
+    original["state"] = str(PageState.DUPLICATE)
+    report = crawl.audit(web, budget)
+    assert _violations(report, "table", "same content", "none of them is fetched")
+
+
+def test_requests_too_close_together(web: SyntheticWeb, budget: int, crawl: Crawl) -> None:
+    host = "site-0002.test"  # Crawl-delay: 1
+    mine = [i for i, r in enumerate(crawl.requests) if r.host == host]
+    first, second = crawl.requests[mine[1]], crawl.requests[mine[2]]
+    crawl.requests[mine[2]] = replace(second, arrival_ns=first.arrival_ns + 400_000_000)
+    report = crawl.audit(web, budget)
+    assert _violations(report, "politeness", host, "0.4000 s apart", "delay is 1.000 s")
+
+
+def test_retry_after_ignored(web: SyntheticWeb, budget: int, crawl: Crawl) -> None:
+    index = next(i for i, r in enumerate(crawl.requests) if r.status == 429)
+    busy, following = crawl.requests[index], crawl.requests[index + 1]
+    assert following.host == busy.host
+    crawl.requests[index + 1] = replace(following, arrival_ns=busy.arrival_ns + 1_000_000_000)
+    report = crawl.audit(web, budget)
+    assert _violations(report, "politeness", busy.host, "Retry-After: 2")
+
+
+def test_disallowed_path_requested(web: SyntheticWeb, budget: int, crawl: Crawl) -> None:
+    host = next(h for h in web.hosts() if web.robots_kind(h) is RobotsKind.RULES)
+    last = max(r.arrival_ns for r in crawl.requests if r.host == host)
+    crawl.requests.append(LoggedRequest(host, "/private/members.html", last + 10**10, 200))
+    report = crawl.audit(web, budget)
+    assert _violations(report, "robots", host, "/private/members.html", "disallows")
+    assert _violations(report, "exactly-once", "/private/members.html", "1 requests, expected 0")
+
+
+def test_page_requested_where_robots_txt_failed(web: SyntheticWeb, budget: int,
+                                                crawl: Crawl) -> None:
+    host = next(h for h in web.hosts() if web.robots_kind(h) is RobotsKind.HANG)
+    last = max(r.arrival_ns for r in crawl.requests if r.host == host)
+    crawl.requests.append(LoggedRequest(host, "/", last + 10**10, 200))
+    report = crawl.audit(web, budget)
+    assert _violations(report, "robots", host, "requested / although", "hang")
+
+
+def test_page_requested_before_robots_txt(web: SyntheticWeb, budget: int,
+                                          crawl: Crawl) -> None:
+    host = "site-0000.test"
+    mine = [i for i, r in enumerate(crawl.requests) if r.host == host]
+    robots, page = crawl.requests[mine[0]], crawl.requests[mine[1]]
+    crawl.requests[mine[0]] = replace(robots, arrival_ns=page.arrival_ns)
+    crawl.requests[mine[1]] = replace(page, arrival_ns=robots.arrival_ns)
+    report = crawl.audit(web, budget)
+    assert _violations(report, "robots", host, "first request was /, not /robots.txt")
+
+
+def test_page_requested_before_following_a_robots_redirect(web: SyntheticWeb, budget: int,
+                                                           crawl: Crawl) -> None:
+    host = next(h for h in web.hosts() if web.robots_kind(h) is RobotsKind.REDIRECT)
+    crawl.requests = [r for r in crawl.requests
+                      if not (r.host == host and r.path == "/robots-moved.txt")]
+    report = crawl.audit(web, budget)
+    assert _violations(report, "robots", host, "before reading robots.txt")
+
+
+def test_url_fetched_twice_or_never(web: SyntheticWeb, budget: int, crawl: Crawl) -> None:
+    twice = next(r for r in crawl.requests if r.path == "/articles/")
+    last = max(r.arrival_ns for r in crawl.requests if r.host == twice.host)
+    crawl.requests.append(replace(twice, arrival_ns=last + 10**10))
+    retried = next(r for r in crawl.requests if r.status == 503 and r.path == "/trending.html")
+    crawl.requests = [r for r in crawl.requests
+                      if not (r.host == retried.host and r.path == "/trending.html"
+                              and r.status == 200)]
+    report = crawl.audit(web, budget)
+    assert _violations(report, "exactly-once", f"{twice.host}:18080/articles/",
+                       "2 requests, expected 1")
+    assert _violations(report, "exactly-once", f"{retried.host}:18080/trending.html",
+                       "1 requests, expected 2")
+
+
+def test_nofollow_target_requested(web: SyntheticWeb, budget: int, crawl: Crawl) -> None:
+    host = "site-0000.test"
+    last = max(r.arrival_ns for r in crawl.requests if r.host == host)
+    crawl.requests.append(LoggedRequest(host, "/members/login", last + 10**10, 200))
+    crawl.requests.append(LoggedRequest("nowhere.test", "/", last, 421))
+    report = crawl.audit(web, budget)
+    assert _violations(report, "exactly-once", "/members/login", "no correct crawl requests")
+    assert _violations(report, "exactly-once", "unknown host 'nowhere.test'")
+
+
+def test_doubled_missing_extra_and_wrong_rows(web: SyntheticWeb, budget: int,
+                                              crawl: Crawl) -> None:
+    doubled = _row(crawl, lambda r: r["url"].endswith("/forum/"))
+    crawl.rows.append(dict(doubled))
+    missing = _row(crawl, lambda r: r["state"] == PageState.DISALLOWED)
+    crawl.rows.remove(missing)
+    extra = dict(doubled, url=doubled["url"].replace("/forum/", "/members/join"))
+    crawl.rows.append(extra)
+    wrong = _row(crawl, lambda r: r["state"] == PageState.FAILED)
+    wrong["state"] = str(PageState.FETCHED)
+    deep = _row(crawl, lambda r: r["state"] == PageState.REDIRECTED)
+    deep["depth"] += 1
+    report = crawl.audit(web, budget)
+    assert _violations(report, "table", doubled["url"], "2 rows, expected exactly one")
+    assert _violations(report, "table", missing["url"], "no row", "disallowed")
+    assert _violations(report, "table", extra["url"], "no correct crawl accepts")
+    assert _violations(report, "table", wrong["url"], "state fetched", "expected failed")
+    assert _violations(report, "table", deep["url"], f"depth {deep['depth']}")
+    assert _violations(report, "table", "state counts add up to")
+
+
+def test_bad_record_pointers(web: SyntheticWeb, budget: int, crawl: Crawl) -> None:
+    fetched = [r for r in crawl.rows if r["state"] == PageState.FETCHED and r["wet_file"]]
+    swapped, dangling, no_text, wrong_text = fetched[:4]
+    swapped.update(warc_offset=fetched[10]["warc_offset"])  # another page's response
+    dangling.update(warc_file="warc/missing.warc.gz")
+    no_text.update(wet_file=None)
+    wrong_text_pointer = RecordPointer(wrong_text["wet_file"], wrong_text["wet_offset"],
+                                       wrong_text["wet_length"])
+    crawl.texts[wrong_text_pointer] = "Cookie banner only."
+    resource = _row(crawl, lambda r: r["url"].endswith(".json"))
+    resource.update(wet_file="wet/seg-00000.warc.wet.gz", wet_offset=1, wet_length=1)
+    report = crawl.audit(web, budget)
+    assert _violations(report, "records", swapped["url"], "WARC body", "the server sent")
+    assert _violations(report, "records", dangling["url"], "unreadable")
+    assert _violations(report, "records", no_text["url"], "no WET pointer")
+    assert _violations(report, "records", wrong_text["url"], "lacks the page's key phrase")
+    assert _violations(report, "records", resource["url"], "non-HTML row has a WET pointer")
+
+
+def test_wrong_charset_is_reported(web: SyntheticWeb, budget: int, crawl: Crawl) -> None:
+    row = next(r for r in crawl.rows if r["wet_file"] and web.charset(r["url"]) == "shift_jis")
+    pointer = RecordPointer(row["wet_file"], row["wet_offset"], row["wet_length"])
+    crawl.texts[pointer] = web.key_phrase(row["url"]) + " \x93\x8c\x8b\x9e"
+    report = crawl.audit(web, budget)
+    assert _violations(report, "records", row["url"], "shift_jis sentence")
+
+
+def test_calendar_host_over_budget_and_status_mismatch(web: SyntheticWeb, budget: int,
+                                                       crawl: Crawl) -> None:
+    calendar = next(h for h in web.hosts() if web.profile(h).role is HostRole.CALENDAR)
+    over = _row(crawl, lambda r: r["host"] == calendar and r["state"] == PageState.OVER_BUDGET)
+    over["state"] = str(PageState.FETCHED)
+    status = _row(crawl, lambda r: r["state"] == PageState.REDIRECTED)
+    status["http_status"] = 307
+    report = crawl.audit(web, budget)
+    assert _violations(report, "table", over["url"], "expected over_budget")
+    assert _violations(report, "table", status["url"], "http_status 307")
+
+
+# --- a real crawl over HTTP ------------------------------------------------------------------
+
+
+class PoliteReferenceCrawl:
+    """The smallest crawler that keeps the contract: one thread per host, robots first,
+    politeness from the request start, Retry-After honoured, redirects at the same depth."""
+
+    def __init__(self, running: RunningWeb, *, min_delay: float, max_crawl_delay: float,
+                 budget: int, robots_timeout: float) -> None:
+        self.running = running
+        self.min_delay, self.max_crawl_delay = min_delay, max_crawl_delay
+        self.budget, self.robots_timeout = budget, robots_timeout
+        self.crawl = Crawl(requests=[], rows=[])
+        self._cond = threading.Condition()
+        self._queues: dict[str, deque[tuple[str, int]]] = defaultdict(deque)
+        self._seen: set[str] = set()
+        self._outstanding = 0
+        self._threads: list[threading.Thread] = []
+        self._offsets = itertools.count()  # next() on it is atomic: unique record pointers
+
+    def run(self, seeds: list[str], deadline_s: float) -> Crawl:
+        for seed in seeds:
+            self._discover(seed, 0)
+        deadline = time.monotonic() + deadline_s
+        with self._cond:
+            while self._outstanding:
+                assert time.monotonic() < deadline, "the reference crawl did not finish"
+                self._cond.wait(0.1)
+        return self.crawl
+
+    def _discover(self, url: str, depth: int) -> None:
+        host = SyntheticWeb.split_url(url)[0]
+        with self._cond:
+            if url in self._seen:
+                return
+            self._seen.add(url)
+            self._outstanding += 1
+            if host not in self._queues:
+                thread = threading.Thread(target=self._host_loop, args=(host,), daemon=True)
+                self._threads.append(thread)
+                self._queues[host].append((url, depth))
+                thread.start()
+            else:
+                self._queues[host].append((url, depth))
+            self._cond.notify_all()
+
+    def _host_loop(self, host: str) -> None:
+        session = requests.Session()
+        state = {"next": 0.0, "issued": 0, "delay": self.min_delay}
+        robots = self._read_robots(session, host, state)
+        while True:
+            with self._cond:
+                while not self._queues[host]:
+                    if not self._outstanding:
+                        return
+                    self._cond.wait(0.1)
+                url, depth = self._queues[host].popleft()
+            try:
+                self._crawl_url(session, host, url, depth, robots, state)
+            finally:
+                with self._cond:
+                    self._outstanding -= 1
+                    self._cond.notify_all()
+
+    def _get(self, session: requests.Session, host: str, path: str,
+             state: dict[str, float], timeout: float = 10.0) -> requests.Response | None:
+        wait = state["next"] - time.time()
+        if wait > 0:
+            time.sleep(wait)
+        try:
+            answer = session.get(f"http://127.0.0.1:{self.running.port}{path}",
+                                 headers={"Host": host}, allow_redirects=False, timeout=timeout)
+        except requests.RequestException:
+            answer = None
+        # Counted from the end of the exchange: the request's bytes reached the server before
+        # it, whatever this process's threads were doing when it started.
+        finished = time.time()
+        state["next"] = finished + state["delay"]
+        retry_after = answer.headers.get("Retry-After") if answer is not None else None
+        if retry_after is not None:
+            state["next"] = max(state["next"], finished + float(retry_after))
+        return answer
+
+    def _read_robots(self, session: requests.Session, host: str,
+                     state: dict[str, float]) -> Protego | None:
+        """None: disallow all (5xx or timeout); an empty parser: allow all (4xx)."""
+        path = "/robots.txt"
+        for _ in range(5):
+            answer = self._get(session, host, path, state, timeout=self.robots_timeout)
+            if answer is None or answer.status_code >= 500:
+                return None
+            if answer.status_code in (301, 302):
+                path = SyntheticWeb.split_url(urljoin("http://h/", answer.headers["Location"]))[1]
+                continue
+            if answer.status_code >= 400:
+                return Protego.parse("")
+            parser = Protego.parse(answer.text)
+            crawl_delay = min(parser.crawl_delay(UA) or 0.0, self.max_crawl_delay)
+            state["delay"] = max(self.min_delay, crawl_delay)
+            state["next"] += state["delay"] - self.min_delay
+            return parser
+        return None
+
+    def _row(self, url: str, host: str, depth: int, state: str, **values: Any) -> dict[str, Any]:
+        row = {"crawl_id": CRAWL_ID, "url": url, "url_hash": hash(url), "host": host,
+               "depth": depth, "state": state, "reason": "", "http_status": None,
+               "warc_file": None, "warc_offset": None, "warc_length": None, "wet_file": None,
+               "wet_offset": None, "wet_length": None, **values}
+        with self._cond:
+            self.crawl.rows.append(row)
+        return row
+
+    def _crawl_url(self, session: requests.Session, host: str, url: str, depth: int,
+                   robots: Protego | None, state: dict[str, float]) -> None:
+        path = SyntheticWeb.split_url(url)[1]
+        if robots is None or not robots.can_fetch(url, UA):
+            self._row(url, host, depth, PageState.DISALLOWED)
+            return
+        if state["issued"] >= self.budget:
+            self._row(url, host, depth, PageState.OVER_BUDGET)
+            return
+        answer = None
+        for _attempt in range(3):
+            state["issued"] += 1
+            answer = self._get(session, host, path, state)
+            if answer is None or answer.status_code not in (429, 503):
+                break
+        assert answer is not None
+        status = answer.status_code
+        if status in (301, 302):
+            self._row(url, host, depth, PageState.REDIRECTED, http_status=status)
+            self._discover(normalise_url(urljoin(url, answer.headers["Location"])), depth)
+            return
+        if status >= 400:
+            self._row(url, host, depth, PageState.FAILED, http_status=status)
+            return
+        warc = RecordPointer("warc/seg.warc.gz", next(self._offsets), 1)
+        self.crawl.responses[warc] = (status, list(answer.headers.items()), answer.content)
+        row = self._row(url, host, depth, PageState.FETCHED, http_status=status,
+                        warc_file=warc.file, warc_offset=warc.offset, warc_length=1)
+        content_type = answer.headers.get("Content-Type", "")
+        if not content_type.startswith("text/html"):
+            return
+        charset = content_type.partition("charset=")[2] or (
+            "windows-1252" if b"charset=windows-1252" in answer.content[:1024] else "utf-8")
+        links, _ = extract_links(url, answer.content, charset)
+        document = lxml.html.fromstring(answer.content.decode(charset))
+        robots_meta = " ".join(document.xpath("//meta[@name='robots']/@content"))
+        if "noindex" not in robots_meta:
+            wet = RecordPointer("wet/seg.wet.gz", next(self._offsets), 1)
+            self.crawl.texts[wet] = " ".join(document.xpath("//main")[0].text_content().split())
+            row.update(wet_file=wet.file, wet_offset=wet.offset, wet_length=1)
+        for link in links:
+            self._discover(link, depth + 1)
+
+
+def test_a_real_polite_crawl_passes_the_audit(tmp_path: Path) -> None:
+    spec = WebSpec(hosts=20, hang_seconds=30.0, slow_seconds=0.05)
+    min_delay, max_crawl_delay = 0.02, 0.05
+    with serve(spec, tmp_path / "requests.tsv") as running:
+        budget = spec.pages_per_host + 20
+        crawler = PoliteReferenceCrawl(running, min_delay=min_delay,
+                                       max_crawl_delay=max_crawl_delay, budget=budget,
+                                       robots_timeout=0.5)
+        crawl = crawler.run(running.seeds, deadline_s=60)
+        logged = read_request_log(running.log_path)
+    report = audit_crawl(
+        running.web, logged, crawl.rows, seeds=running.seeds, min_delay=min_delay,
+        max_crawl_delay=max_crawl_delay, max_depth=None, max_pages_per_host=budget,
+        user_agent=UA, read_response=crawl.responses.__getitem__,
+        read_text=crawl.texts.__getitem__)
+    assert report.violations == [], report.summary()
+    assert report.stats["row_states"][PageState.FETCHED] > 500

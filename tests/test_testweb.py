@@ -1,0 +1,523 @@
+"""The synthetic web: its ground truth, its markup and its server."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import socket
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
+
+import lxml.html
+import pytest
+import requests
+import trafilatura
+from protego import Protego
+
+from pipeline.records import PageState
+from pipeline.testweb.cli import add_testweb_arguments, run_testweb
+from pipeline.testweb.server import RunningWeb, read_request_log, serve
+from pipeline.testweb.web import (
+    DISALLOW_ALL_KINDS,
+    Expected,
+    HostRole,
+    RobotsKind,
+    SyntheticWeb,
+    WebSpec,
+)
+
+UA = "BeamCrawler/0.1 (+http://crawler.test/about)"
+PORT = 18080  # the model never opens it; any port works for pure tests
+
+
+@pytest.fixture(scope="module")
+def default_web() -> SyntheticWeb:
+    return SyntheticWeb(WebSpec(), PORT)
+
+
+@pytest.fixture(scope="module")
+def small_web() -> SyntheticWeb:
+    return SyntheticWeb(WebSpec(hosts=20), PORT)
+
+
+@pytest.fixture(scope="module")
+def default_truth(default_web: SyntheticWeb) -> dict[str, Expected]:
+    return default_web.expected(default_web.seeds(), max_depth=None,
+                                max_pages_per_host=crawl_budget(default_web), user_agent=UA)
+
+
+def crawl_budget(web: SyntheticWeb) -> int:
+    return web.spec.pages_per_host + 20
+
+
+# --- ground truth ----------------------------------------------------------------------------
+
+
+def test_default_web_expects_over_5000_fetched_pages_in_every_state(
+    default_web: SyntheticWeb, default_truth: dict[str, Expected],
+) -> None:
+    web, truth = default_web, default_truth
+    states = Counter(str(e.state) for e in truth.values())
+    print("\nstates, max_depth=None, budget=pages_per_host+20:", dict(states))
+    assert states[PageState.FETCHED] >= 5000
+    assert {PageState.FETCHED, PageState.REDIRECTED, PageState.FAILED, PageState.DISALLOWED,
+            PageState.OVER_BUDGET} <= set(states)
+    assert PageState.FILTERED not in states  # nothing is filtered without max_depth
+    assert {e.host for e in truth.values()} == set(web.hosts())  # every host is reachable
+
+    shallow = web.expected(web.seeds(), max_depth=3, max_pages_per_host=None, user_agent=UA)
+    shallow_states = Counter(str(e.state) for e in shallow.values())
+    print("states, max_depth=3, no budget:", dict(shallow_states))
+    assert shallow_states[PageState.FILTERED] > 0
+    assert max(e.depth for e in shallow.values()) == 4  # filtered URLs are one hop deeper
+    assert all(e.state == PageState.FILTERED for e in shallow.values() if e.depth > 3)
+
+
+def test_requests_per_url_follow_the_contract(
+    default_web: SyntheticWeb, default_truth: dict[str, Expected],
+) -> None:
+    web, truth = default_web, default_truth
+    for entry in truth.values():
+        if entry.state in (PageState.DISALLOWED, PageState.FILTERED, PageState.OVER_BUDGET):
+            assert entry.requests == 0
+        elif web.first_status(entry.url) in (429, 503):
+            assert (entry.requests, entry.state) == (2, PageState.FETCHED)
+        else:
+            assert entry.requests == 1
+    firsts = Counter(web.first_status(e.url) for e in truth.values() if e.requests == 2)
+    assert firsts[429] > 0 and firsts[503] > 0
+    assert {e.http_status for e in truth.values() if e.state == PageState.REDIRECTED} == {301, 302}
+    assert {e.http_status for e in truth.values() if e.state == PageState.FAILED} == {404}
+
+
+def test_only_calendar_hosts_run_out_of_budget(
+    default_web: SyntheticWeb, default_truth: dict[str, Expected],
+) -> None:
+    web, truth = default_web, default_truth
+    budget = crawl_budget(web)
+    assert web.smallest_exact_budget() <= budget
+    over = [e for e in truth.values() if e.state == PageState.OVER_BUDGET]
+    calendar_hosts = [h for h in web.hosts() if web.profile(h).role is HostRole.CALENDAR]
+    assert sorted(e.host for e in over) == sorted(calendar_hosts)  # one URL each
+    for host in calendar_hosts:
+        fetched = [e for e in truth.values() if e.host == host and e.state == PageState.FETCHED]
+        assert sum(e.requests for e in fetched) == budget
+    with pytest.raises(ValueError, match="depend on fetch order"):
+        web.expected(web.seeds(), max_depth=None, max_pages_per_host=10, user_agent=UA)
+    with pytest.raises(ValueError, match="endless"):
+        web.expected(web.seeds(), max_depth=None, max_pages_per_host=None, user_agent=UA)
+
+
+def test_profiles_cover_every_kind(small_web: SyntheticWeb, default_web: SyntheticWeb) -> None:
+    for web, least in ((small_web, 1), (default_web, 10)):
+        robots = Counter(web.robots_kind(h) for h in web.hosts())
+        roles = Counter(web.profile(h).role for h in web.hosts())
+        assert set(robots) == set(RobotsKind) and min(robots.values()) >= least
+        assert set(roles) == set(HostRole) and min(roles.values()) >= least
+        assert all(web.robots_kind(web.split_url(s)[0]) in (RobotsKind.ALLOW_ALL,
+                                                            RobotsKind.EMPTY)
+                   for s in web.seeds())
+    fractional = [h for h in small_web.hosts() if small_web.crawl_delay(h) == 0.75]
+    assert fractional
+    assert small_web.delay_for(fractional[0], 0.1, 10.0) == 0.75
+    assert small_web.delay_for(fractional[0], 0.1, 0.5) == 0.5  # capped
+    assert small_web.delay_for(fractional[0], 2.0, 10.0) == 2.0  # the floor wins
+
+
+def test_same_seed_same_web_and_another_seed_another_graph() -> None:
+    def fingerprint(web: SyntheticWeb) -> tuple[object, ...]:
+        truth = web.expected(web.seeds(), max_depth=None, max_pages_per_host=60, user_agent=UA)
+        edges = tuple((url, web.links(url)) for url in sorted(truth))
+        bodies = tuple(web.body(url) for url in sorted(truth)[:50])
+        return edges, bodies
+
+    first = fingerprint(SyntheticWeb(WebSpec(hosts=20, seed=3), PORT))
+    assert fingerprint(SyntheticWeb(WebSpec(hosts=20, seed=3), PORT)) == first
+    other = fingerprint(SyntheticWeb(WebSpec(hosts=20, seed=4), PORT))
+    assert other[0] != first[0]
+
+
+def _simulate_crawl(web: SyntheticWeb, seeds: list[str], max_depth: int | None,
+                    budget: int | None, pick: random.Random | None) -> dict[str, tuple[int, str]]:
+    """A crawler that processes discovered URLs in any order (random, or newest first)."""
+    depth = {seed: 0 for seed in seeds}
+    pending = list(seeds)
+    issued: Counter[str] = Counter()
+    outcome: dict[str, tuple[int, str]] = {}
+    while pending:
+        if pick is not None:
+            i = pick.randrange(len(pending))
+            pending[i], pending[-1] = pending[-1], pending[i]
+        url = pending.pop()
+        host, path = web.split_url(url)
+        d = depth[url]
+        if max_depth is not None and d > max_depth:
+            outcome[url] = (d, PageState.FILTERED)
+            continue
+        if not web.is_allowed(host, path, UA):
+            outcome[url] = (d, PageState.DISALLOWED)
+            continue
+        if budget is not None and issued[host] >= budget:
+            outcome[url] = (d, PageState.OVER_BUDGET)
+            continue
+        issued[host] += 2 if web.first_status(url) in (429, 503) else 1
+        status = web.final_status(url)
+        if status in (301, 302):
+            outcome[url], link_depth = (d, PageState.REDIRECTED), d
+        elif status >= 400:
+            outcome[url] = (d, PageState.FAILED)
+            continue
+        else:
+            outcome[url], link_depth = (d, PageState.FETCHED), d + 1
+        for target in web.links(url):
+            if target not in depth:
+                depth[target] = link_depth
+                pending.append(target)
+    return outcome
+
+
+@pytest.mark.parametrize("max_depth, extra_budget", [(None, 0), (5, 3), (3, None)])
+def test_depths_and_states_do_not_depend_on_fetch_order(
+    small_web: SyntheticWeb, max_depth: int | None, extra_budget: int | None,
+) -> None:
+    web = small_web
+    budget = None if extra_budget is None else web.smallest_exact_budget() + extra_budget
+    for seeds in (web.seeds(), web.seeds()[1:2]):  # every seed, or any one of them
+        truth = web.expected(seeds, max_depth=max_depth, max_pages_per_host=budget,
+                             user_agent=UA)
+        want = {url: (e.depth, e.state) for url, e in truth.items()}
+        for order in (None, random.Random(1), random.Random(2)):
+            assert _simulate_crawl(web, seeds, max_depth, budget, order) == want
+
+
+# --- markup ----------------------------------------------------------------------------------
+
+
+def normalise_url(url: str) -> str:
+    """The crawler's normal form, written out independently of the web's own model."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    netloc = host if parts.port in (None, 80) else f"{host}:{parts.port}"
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
+             if not k.startswith("utm_")]
+    query.sort(key=lambda kv: kv[0])
+    return urlunsplit((parts.scheme.lower(), netloc, parts.path or "/", urlencode(query), ""))
+
+
+def extract_links(url: str, body: bytes, charset: str) -> tuple[set[str], list[str]]:
+    doc = lxml.html.fromstring(body.decode(charset))
+    base = url
+    for element in doc.iter("base"):
+        base = urljoin(url, element.get("href", ""))
+        break
+    hrefs = [a.get("href") for a in doc.iter("a") if a.get("href") is not None]
+    robots = " ".join(m.get("content", "") for m in doc.iter("meta")
+                      if m.get("name", "").lower() == "robots").lower()
+    if "nofollow" in robots:
+        return set(), hrefs
+    found = {normalise_url(urljoin(base, a.get("href"))) for a in doc.iter("a")
+             if a.get("href") is not None and "nofollow" not in (a.get("rel") or "").split()}
+    found |= {normalise_url(urljoin(base, link.get("href"))) for link in doc.iter("link")
+              if link.get("rel") == "canonical"}
+    return found, hrefs
+
+
+def test_written_links_resolve_to_the_ground_truth(small_web: SyntheticWeb) -> None:
+    web = small_web
+    truth = web.expected(web.seeds(), max_depth=None, max_pages_per_host=crawl_budget(web),
+                         user_agent=UA)
+    every_href: list[str] = []
+    for url, entry in truth.items():
+        if entry.state != PageState.FETCHED or not web.is_html(url):
+            continue
+        charset = web.charset(url)
+        assert charset is not None
+        found, hrefs = extract_links(url, web.body(url), charset)
+        assert found == set(web.links(url)), url
+        every_href.extend(hrefs)
+    # The spellings a crawler must normalise all occur.
+    assert any(h.startswith("HTTP://SITE-") for h in every_href)
+    assert any("utm_" in h for h in every_href)
+    assert any("#" in h for h in every_href)
+    assert any(h.startswith("../") for h in every_href)
+    assert any("lang=en&id=" in h for h in every_href)  # unsorted query
+    assert any(not h.startswith(("/", "http", "HTTP", ".")) for h in every_href)  # relative
+    never = {"/members/login", "/members/join"}
+    assert not {url for url in truth if web.split_url(url)[1] in never}
+    assert not any("/partners/" in url and url.endswith(".html") for url in truth)
+    assert any(web.canonical_link(url) != url for url in truth if web.is_html(url))
+
+
+def test_page_features_are_served(small_web: SyntheticWeb) -> None:
+    web = small_web
+    host = "site-0000.test"
+    home = web.body(web.url(host, "/")).decode("utf-8", "replace")
+    assert '<base href="' in home  # host 0's home resolves relative links under /articles/
+    imprint = web.url(host, "/about/imprint.html")
+    assert b'content="noindex"' in web.body(imprint) and not web.has_text(imprint)
+    partners = web.url(host, "/about/partners.html")
+    assert b'content="nofollow"' in web.body(partners) and web.links(partners) == ()
+    original = [u for u in web.page_urls(host) if "/print/" in u][0]
+    assert web.body(original) == web.body(original.replace("/print/", "/"))
+    assert web.canonical_link(original) == original.replace("/print/", "/")
+    assert web.key_phrase(original) == web.key_phrase(original.replace("/print/", "/"))
+
+
+def test_trafilatura_finds_the_key_and_native_phrases(small_web: SyntheticWeb) -> None:
+    web = small_web
+    truth = web.expected(web.seeds(), max_depth=None, max_pages_per_host=crawl_budget(web),
+                         user_agent=UA)
+    samples: dict[tuple[str, str | None], str] = {}
+    for url in sorted(truth):
+        if truth[url].state == PageState.FETCHED and web.has_text(url):
+            title = lxml.html.fromstring(web.body(url)).findtext(".//title") or ""
+            samples.setdefault((title.split()[0], web.charset(url)), url)
+    assert {charset for _, charset in samples} == {"utf-8", "iso-8859-1", "windows-1252",
+                                                     "shift_jis"}
+    for url in samples.values():
+        charset = web.charset(url)
+        assert charset is not None
+        text = " ".join((trafilatura.extract(web.body(url).decode(charset)) or "").split())
+        assert web.key_phrase(url) in text, url
+        assert web.native_phrase(url) in text, url
+
+
+def test_robots_rules_agree_with_protego(small_web: SyntheticWeb) -> None:
+    web = small_web
+    probes = ["/", "/private/members.html", "/private/open/guide.html", "/private/open/",
+              "/a=b/settings.html", "/a=c/", "/search?q=river", "/search?page=2",
+              "/search?page=2&q=river", "/files/report-7.pdf", "/files/report-7.pdf?download=1",
+              "/files/report.pdf.html", "/robots.txt"]
+    checked = 0
+    for host in web.hosts():
+        rules = web.robots_file(host)
+        if rules is None:
+            assert all(web.is_allowed(host, p, UA) is (web.robots_kind(host)
+                                                        not in DISALLOW_ALL_KINDS)
+                       for p in probes if p != "/robots.txt")
+            continue
+        parser = Protego.parse(rules.text())
+        for path in probes + [web.split_url(u)[1] for u in web.page_urls(host)]:
+            url = web.url(host, path)
+            assert parser.can_fetch(url, UA) == web.is_allowed(host, path, UA), (host, path)
+            assert parser.can_fetch(url, "otherbot") == web.is_allowed(host, path, "otherbot")
+            checked += 1
+        assert (parser.crawl_delay(UA) or 0.0) == web.crawl_delay(host, UA)
+    assert checked > 100
+    rules_host = next(h for h in web.hosts() if web.robots_kind(h) is RobotsKind.RULES)
+    assert not web.is_allowed(rules_host, "/private/members.html", UA)
+    assert web.is_allowed(rules_host, "/private/open/guide.html", UA)  # longest match
+    assert not web.is_allowed(rules_host, "/files/report-7.pdf", UA)
+    assert web.is_allowed(rules_host, "/files/report-7.pdf?download=1", UA)
+    assert not web.is_allowed(rules_host, "/search?q=river", UA)
+    assert not web.is_allowed(rules_host, "/", "otherbot/2.0")
+    assert web.crawl_delay(rules_host, UA) == 1.0
+
+
+# --- server ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def running(tmp_path: Path) -> Iterator[RunningWeb]:
+    with serve(WebSpec(hosts=20, hang_seconds=30.0, slow_seconds=0.2),
+               tmp_path / "requests.tsv") as web:
+        yield web
+
+
+def _get(web: RunningWeb, host: str, path: str, session: requests.Session | None = None,
+         **kwargs: object) -> requests.Response:
+    client = session or requests
+    return client.get(f"http://127.0.0.1:{web.port}{path}",  # type: ignore[attr-defined, no-any-return]
+                      headers={"Host": f"{host}:{web.port}"}, allow_redirects=False,
+                      timeout=5, **kwargs)
+
+
+def _host_of(web: SyntheticWeb, kind: RobotsKind, role: HostRole = HostRole.REGULAR) -> str:
+    return next(h for h in web.hosts()
+                if web.robots_kind(h) is kind and web.profile(h).role is role)
+
+
+def test_serve_answers_robots_variants(running: RunningWeb) -> None:
+    web = running.web
+    assert running.resolve_arg == f"*.test:{running.port}:127.0.0.1"
+    assert running.seeds == web.seeds() and all(f":{running.port}/" in s for s in running.seeds)
+    expected_status = {RobotsKind.ALLOW_ALL: 200, RobotsKind.EMPTY: 200, RobotsKind.RULES: 200,
+                       RobotsKind.RULES_FRACTIONAL_DELAY: 200, RobotsKind.NOT_FOUND: 404,
+                       RobotsKind.SERVER_ERROR: 500, RobotsKind.UNAVAILABLE: 503,
+                       RobotsKind.REDIRECT: 301}
+    for kind, status in expected_status.items():
+        host = _host_of(web, kind)
+        answer = _get(running, host, "/robots.txt")
+        assert answer.status_code == status, kind
+    assert _get(running, _host_of(web, RobotsKind.EMPTY), "/robots.txt").text == ""
+    rules = _get(running, _host_of(web, RobotsKind.RULES), "/robots.txt").text
+    for line in ("User-agent: otherbot", "Disallow: /*.pdf$", "Disallow: /a=b/",
+                 "Disallow: /search?q=", "Allow: /private/open/", "Crawl-delay: 1"):
+        assert line in rules
+    assert "Crawl-delay: 0.75" in _get(
+        running, _host_of(web, RobotsKind.RULES_FRACTIONAL_DELAY), "/robots.txt").text
+    moved_host = _host_of(web, RobotsKind.REDIRECT)
+    moved = _get(running, moved_host, "/robots.txt")
+    assert moved.headers["Location"] == web.url(moved_host, "/robots-moved.txt")
+    assert "Disallow: /private/" in _get(running, moved_host, "/robots-moved.txt").text
+
+
+def test_serve_answers_charsets_types_and_errors(running: RunningWeb) -> None:
+    web = running.web
+    host = "site-0000.test"
+    charsets_seen = set()
+    for url in web.page_urls(host):
+        charset = web.charset(url)
+        if charset is None or not web.is_html(url) or "trending" in url:
+            continue
+        answer = _get(running, host, web.split_url(url)[1])
+        assert answer.status_code == 200
+        content_type = answer.headers["Content-Type"]
+        if charset == "windows-1252":
+            assert content_type == "text/html"  # declared only in a <meta> tag
+            assert b"charset=windows-1252" in answer.content
+        else:
+            assert content_type == f"text/html; charset={charset}"
+        native = web.native_phrase(url)
+        assert native is not None and native in answer.content.decode(charset)
+        assert any(ord(c) > 127 for c in native)
+        charsets_seen.add(charset)
+    assert charsets_seen == {"utf-8", "iso-8859-1", "windows-1252", "shift_jis"}
+
+    rid = [u for u in web.page_urls(host) if u.endswith(".json")][0].split("/")[-1][:-5]
+    pdf = _get(running, host, f"/files/report-{rid}.pdf")
+    assert pdf.headers["Content-Type"] == "application/pdf" and pdf.content.startswith(b"%PDF-")
+    png = _get(running, host, f"/images/chart-{rid}.png")
+    assert png.headers["Content-Type"] == "image/png" and png.content.startswith(b"\x89PNG")
+    data = _get(running, host, f"/api/items/{rid}.json")
+    assert data.headers["Content-Type"] == "application/json" and json.loads(data.content)
+    assert _get(running, host, "/no/such/page").status_code == 404
+    assert _get(running, "elsewhere.example", "/").status_code in (404, 421)
+
+
+def test_serve_redirects_within_and_across_hosts(running: RunningWeb) -> None:
+    web = running.web
+    seen = set()
+    for host in web.hosts():
+        for url in web.page_urls(host):
+            if web.final_status(url) in (301, 302):
+                answer = web.final_response(url)
+                served = _get(running, host, web.split_url(url)[1])
+                assert served.status_code == answer.status
+                assert served.headers["Location"] == answer.header("Location")
+                target = urljoin(url, served.headers["Location"])
+                seen.add((answer.status, web.split_url(target)[0] == host))
+        if len(seen) == 4:
+            break
+    assert seen == {(301, True), (302, True), (301, False), (302, False)}
+
+
+def test_serve_asks_to_retry_once_then_answers(running: RunningWeb) -> None:
+    for host, status, retry_after in (("site-0000.test", 429, "2"), ("site-0001.test", 503, "1")):
+        first = _get(running, host, "/trending.html")
+        assert (first.status_code, first.headers["Retry-After"]) == (status, retry_after)
+        second = _get(running, host, "/trending.html")
+        assert second.status_code == 200 and "Retry-After" not in second.headers
+        assert second.content == running.web.body(running.web.url(host, "/trending.html"))
+
+
+def test_slow_host_answers_late(running: RunningWeb) -> None:
+    slow = _host_of(running.web, RobotsKind.ALLOW_ALL, HostRole.SLOW)
+    started = time.monotonic()
+    assert _get(running, slow, "/").status_code == 200
+    assert time.monotonic() - started >= 0.2
+
+
+def test_log_has_one_line_per_request_in_arrival_order(running: RunningWeb) -> None:
+    paths = ["/robots.txt", "/", "/articles/", "/no/such/page", "/trending.html", "/home"]
+    with requests.Session() as session:  # one keep-alive connection
+        statuses = [_get(running, "site-0000.test", p, session).status_code for p in paths]
+    logged = read_request_log(running.log_path)
+    assert [(r.host, r.path, r.status) for r in logged] == [
+        ("site-0000.test", p, s) for p, s in zip(paths, statuses, strict=True)]
+    assert statuses == [200, 200, 200, 404, 429, 301]
+    arrivals = [r.arrival_ns for r in logged]
+    assert arrivals == sorted(arrivals) and len(set(arrivals)) == len(arrivals)
+    assert abs(arrivals[0] / 1e9 - time.time()) < 60
+
+
+def _wait_for_log_lines(web: RunningWeb, count: int, deadline_s: float = 5.0) -> None:
+    deadline = time.monotonic() + deadline_s
+    while len(read_request_log(web.log_path)) < count:
+        assert time.monotonic() < deadline, "the server never logged the request"
+        time.sleep(0.01)
+
+
+def test_stop_does_not_wait_for_a_hanging_answer(tmp_path: Path) -> None:
+    running = serve(WebSpec(hosts=20, hang_seconds=30.0), tmp_path / "log.tsv")
+    hang_host = _host_of(running.web, RobotsKind.HANG)
+    client = socket.create_connection(("127.0.0.1", running.port), timeout=5)
+    client.sendall(f"GET /robots.txt HTTP/1.1\r\nHost: {hang_host}\r\n\r\n".encode())
+    _wait_for_log_lines(running, 1)
+    assert read_request_log(running.log_path)[0].status == 503  # logged at arrival
+    started = time.monotonic()
+    running.stop()
+    assert time.monotonic() - started < 1.0
+    try:
+        assert client.recv(1024) == b""  # closed without an answer
+    except ConnectionResetError:
+        pass
+    finally:
+        client.close()
+    with pytest.raises(requests.ConnectionError):
+        requests.get(f"http://127.0.0.1:{running.port}/", timeout=2)
+
+
+def _read_answer(client: socket.socket) -> bytes:
+    """One whole HTTP answer (head and Content-Length bytes of body) from a raw connection."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = client.recv(4096)
+        assert chunk, "connection closed before the answer"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:")))
+    while len(body) < length:
+        chunk = client.recv(4096)
+        assert chunk, "connection closed in the middle of the body"
+        body += chunk
+    assert len(body) == length
+    return head
+
+
+def test_serve_handles_300_concurrent_connections(running: RunningWeb) -> None:
+    request = f"GET /robots.txt HTTP/1.1\r\nHost: site-0000.test:{running.port}\r\n\r\n".encode()
+    clients = [socket.create_connection(("127.0.0.1", running.port), timeout=10)
+               for _ in range(300)]
+    try:
+        for client in clients:
+            client.sendall(request)
+        for client in clients:
+            assert _read_answer(client).startswith(b"HTTP/1.1 200")
+        # Keep-alive: a second request on a connection that already had one.
+        clients[0].sendall(request)
+        assert _read_answer(clients[0]).startswith(b"HTTP/1.1 200")
+    finally:
+        for client in clients:
+            client.close()
+    assert len(read_request_log(running.log_path)) == 301
+
+
+def test_testweb_command_prints_how_to_crawl(capsys: pytest.CaptureFixture[str],
+                                             tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    add_testweb_arguments(parser)
+    args = parser.parse_args(["--hosts", "20", "--seed", "3", "--log", str(tmp_path / "l.tsv"),
+                              "--serve-seconds", "0.05"])
+    assert run_testweb(args) == 0
+    out = capsys.readouterr().out
+    assert "*.test:" in out and ":127.0.0.1" in out
+    assert "crawler crawl --resolve '*.test:" in out and "http://site-" in out
+    bad = parser.parse_args(["--pages-per-host", "3"])
+    assert run_testweb(bad) == 2
+    assert "pages_per_host=3" in capsys.readouterr().err
