@@ -41,8 +41,7 @@ class FrontierBatch:
     """One Pub/Sub frontier message: URLs discovered on one page (or seeds), all at one depth.
 
     kind: "seeds" | "links" | "spill" (URLs already accepted once, returned by a full host
-    queue; they skip the seen-check) | "heartbeat" (keeps the local runner's pull short;
-    dropped on arrival).
+    queue; they skip the seen-check).
     """
 
     crawl_id: str

@@ -2,7 +2,7 @@
 
 It owns the crawl's life on one machine: starting the emulator when none is configured,
 creating the frontier topic and a fresh subscription, publishing the seeds, keeping the
-runner's Pub/Sub pull short (heartbeats), watching the counters, ending the run when the
+runner's Pub/Sub pulls short (pipeline.local_runner), watching the counters, ending the run when the
 frontier is drained or the budget spent, and writing the summary. The graph itself is in
 pipeline.graph; nothing here decides anything about a URL.
 """
@@ -13,7 +13,6 @@ import contextlib
 import json
 import logging
 import os
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -40,10 +39,6 @@ from pipeline.urls import InvalidURL, normalize_url
 
 log = logging.getLogger(__name__)
 
-# The DirectRunner's Pub/Sub read blocks up to 30 s on an empty subscription, and no timer
-# fires meanwhile. A tiny heartbeat message every HEARTBEAT_S keeps each pull short; the
-# pipeline drops heartbeats on arrival. 20 messages/s cost the emulator next to nothing.
-HEARTBEAT_S = 0.05
 POLL_S = 0.5
 SEED_BATCH = 100
 
@@ -79,29 +74,6 @@ def check_seeds(seeds: tuple[str, ...]) -> tuple[list[str], list[str]]:
     return good, bad
 
 
-class _Heartbeat(threading.Thread):
-    def __init__(self, topic: str, crawl_id: str) -> None:
-        super().__init__(name="frontier-heartbeat", daemon=True)
-        from google.cloud import pubsub_v1
-
-        self._publisher = pubsub_v1.PublisherClient()
-        self._topic = topic
-        self._payload = FrontierBatch(crawl_id, 0, (), kind="heartbeat").to_bytes()
-        self._stop_event = threading.Event()
-
-    def run(self) -> None:
-        while not self._stop_event.wait(HEARTBEAT_S):
-            try:
-                self._publisher.publish(self._topic, self._payload)
-            except Exception as exc:  # the emulator going away at shutdown is not an error
-                log.debug("heartbeat publish failed: %s", exc)
-
-    def stop(self) -> None:
-        self._stop_event.set()
-        self.join(timeout=5)
-        self._publisher.stop()
-
-
 def _read_counters() -> dict[str, int]:
     counts, _ = LocalTally.snapshot()
     return counts
@@ -126,7 +98,6 @@ def run_local_crawl(
     if not previous_env:
         emulator = start_pubsub_emulator(log_path=str(out_dir / "pubsub-emulator.log"))
         os.environ["PUBSUB_EMULATOR_HOST"] = emulator.host_port
-    heartbeat: _Heartbeat | None = None
     result = None
     started = time.monotonic()
     cpu_started = time.process_time()
@@ -141,14 +112,12 @@ def run_local_crawl(
         LocalTally.reset()
         budget = LocalPageBudget(opts.crawl_id, opts.max_pages)
         pipeline_options = PipelineOptions(
-            runner="DirectRunner", streaming=True, save_main_session=False
+            flags=[], runner="DirectRunner", streaming=True, save_main_session=False
         )
         p = beam.Pipeline(options=pipeline_options)
         build_crawl(p, opts, subscription=subscription, topic=topic, budget=budget)
         result = p.run()
         seeds_published = _publish_seeds(topic, opts.crawl_id, seeds)
-        heartbeat = _Heartbeat(topic, opts.crawl_id)
-        heartbeat.start()
         previous: CrawlCounters | None = None
         window: list[tuple[float, int]] = []
         while True:
@@ -172,8 +141,6 @@ def run_local_crawl(
                     _read_counters(), counters.seeds_published
                 )
             result.cancel()
-        if heartbeat is not None:
-            heartbeat.stop()
         if emulator is not None:
             emulator.stop()
             os.environ.pop("PUBSUB_EMULATOR_HOST", None)

@@ -17,6 +17,7 @@ from typing import Any
 from pipeline.records import PageState, RecordPointer
 from pipeline.testweb.server import LoggedRequest
 from pipeline.testweb.web import DISALLOW_ALL_KINDS, Expected, RobotsKind, SyntheticWeb
+from pipeline.urls import host_key
 
 ReadResponse = Callable[[RecordPointer], tuple[int, list[tuple[str, str]], bytes]]
 ReadText = Callable[[RecordPointer], str]
@@ -221,9 +222,11 @@ def _check_rows(expected: Mapping[str, Expected], rows: list[dict[str, Any]],
         if _as_int(row.get("depth")) != entry.depth:
             report.violations.append(
                 f"table: {url}: depth {row.get('depth')}, expected {entry.depth}")
-        if row.get("host") != entry.host:
+        # The crawler's host key is the URL's authority: hostname, plus the port when it is
+        # not the scheme's default (robots.txt and politeness are per authority).
+        if row.get("host") != host_key(url):
             report.violations.append(
-                f"table: {url}: host {row.get('host')!r}, expected {entry.host!r}")
+                f"table: {url}: host {row.get('host')!r}, expected {host_key(url)!r}")
         status = _as_int(row.get("http_status"))
         if entry.http_status is not None and state == entry.state \
                 and status != entry.http_status:

@@ -22,7 +22,6 @@ from pipeline.urls import MAX_URL_LENGTH, InvalidURL, host_key, normalize_url, u
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT = "heartbeat"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +64,7 @@ def split_by_host(batch: FrontierBatch) -> tuple[dict[str, HostBatch], int]:
 
 
 class DecodeFrontierFn(beam.DoFn):
-    """Pub/Sub payload -> (host, HostBatch). Heartbeats are dropped; malformed ones logged."""
+    """Pub/Sub payload -> (host, HostBatch). Malformed messages are counted and logged."""
 
     def __init__(self, crawl_id: str) -> None:
         self._crawl_id = crawl_id
@@ -80,8 +79,6 @@ class DecodeFrontierFn(beam.DoFn):
         except ValueError as exc:
             self._malformed.inc()
             log.warning("dropping a malformed frontier message (%s): %.200r", exc, payload)
-            return
-        if batch.kind == HEARTBEAT:
             return
         if batch.crawl_id != self._crawl_id:
             self._malformed.inc()
