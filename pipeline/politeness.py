@@ -52,6 +52,9 @@ class HostPolicy:
     max_attempts: int = 3
     retry_base: float = 2.0
     retry_cap: float = 600.0
+    slow_factor: float = 2.0
+    circuit_failures: int = 10
+    circuit_seconds: float = 3600.0
     queue_cap: int = 2000
     bloom_capacity: int = 20_000
     bloom_fp_rate: float = 1e-4
@@ -170,6 +173,7 @@ class HostState:
     lease: Lease | None = None
     pages_issued: int = 0
     consecutive_failures: int = 0
+    parked_until: float | None = None  # circuit open: one probe when this time comes
     robots_redirect: str | None = None  # next hop of a robots.txt redirect chain
     robots_hops: int = 0
     wake_at: float | None = None  # when the host's timer is set to fire
@@ -361,38 +365,51 @@ class HostState:
         # one's connection took to set up (the server's log is what politeness is judged by).
         ended = report.finished_at if report.finished_at is not None else now
         self.last_elapsed = max(0.0, ended - lease.started_at)
-        self.next_allowed = max(self.next_allowed, ended + self.delay(policy))
+        # A slow server gets more room before it starts failing: wait at least `slow_factor`
+        # times as long as it took to answer.
+        spacing = max(self.delay(policy), policy.slow_factor * self.last_elapsed)
+        self.next_allowed = max(self.next_allowed, ended + spacing)
         if lease.kind is LeaseKind.ROBOTS:
             return self._complete_robots(lease, report, now, policy)
         assert lease.entry is not None
         entry = lease.entry
         transient = report.status is None or report.status in TRANSIENT_STATUSES
-        if transient:
-            self.consecutive_failures += 1
-            wait = self._backoff(policy, report, now)
-            self.next_allowed = max(self.next_allowed, ended + wait)
-            what = report.error or f"HTTP {report.status}"
-            if entry.attempt + 1 >= policy.max_attempts:
-                return Decision(
-                    outcomes=(Outcome(
-                        entry, PageState.FAILED,
-                        f"{what} after {entry.attempt + 1} attempts", report.status,
-                    ),),
-                    page_done=entry if report.status is not None else None,
-                    wake_at=self._wake_after_event(),
-                )
+        if not transient:
+            self.consecutive_failures = 0
+            self.parked_until = None
+            return Decision(page_done=entry, wake_at=self._wake_after_event())
+        self.consecutive_failures += 1
+        self.next_allowed = max(self.next_allowed, ended + self._backoff(policy, report, ended))
+        if self.consecutive_failures >= policy.circuit_failures:
+            # Circuit open: the host is parked, then gets one probe per period until a
+            # request succeeds. Its queue waits; each probe still counts an attempt.
+            self.parked_until = ended + policy.circuit_seconds
+            self.next_allowed = max(self.next_allowed, self.parked_until)
+            log.warning("host %s parked for %.0fs after %d consecutive failures",
+                        self.host, policy.circuit_seconds, self.consecutive_failures)
+        what = report.error or f"HTTP {report.status}"
+        if entry.attempt + 1 < policy.max_attempts:
+            # Back of the host's own queue: the host's other URLs go first.
             self.queue.append(
                 FrontierEntry(entry.url, entry.url_hash, entry.depth, entry.attempt + 1)
             )
             return Decision(wake_at=self._wake_after_event())
-        self.consecutive_failures = 0
-        return Decision(page_done=entry, wake_at=self._wake_after_event())
+        if report.status is not None:
+            # An HTTP answer is stored like any other response; the store marks it failed.
+            return Decision(page_done=entry, wake_at=self._wake_after_event())
+        return Decision(
+            outcomes=(Outcome(entry, PageState.FAILED,
+                              f"{what} after {entry.attempt + 1} attempts"),),
+            wake_at=self._wake_after_event(),
+        )
 
-    def _backoff(self, policy: HostPolicy, report: FetchReport, now: float) -> float:
+    def _backoff(self, policy: HostPolicy, report: FetchReport, ended: float) -> float:
+        """Seconds to wait after a transient failure: doubling per consecutive failure from
+        retry_base, jittered, capped, never less than Retry-After (up to the cap) or the delay."""
         base = min(policy.retry_cap, policy.retry_base * 2 ** (self.consecutive_failures - 1))
         # Jitter spreads hosts that failed together so they do not come back together.
         wait = base * (0.5 + random.random() / 2)
-        retry_after = parse_retry_after(report.retry_after, now)
+        retry_after = parse_retry_after(report.retry_after, ended)
         if retry_after is not None:
             wait = max(wait, min(retry_after, policy.retry_cap))
         return max(wait, self.delay(policy))

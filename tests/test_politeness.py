@@ -140,7 +140,9 @@ def test_robots_timeout_disallows_everything():
     state.offer(urls("a"), 0, POLICY)
     lease = state.next_action(0.0, POLICY).fetch.lease
     state.complete(lease.lease_id, FetchReport(status=None, error="timeout"), 5.0, POLICY)
-    decision = state.next_action(6.0, POLICY)
+    # A request that took 5 s buys the host twice that before the next one (slow_factor).
+    assert state.next_action(14.9, POLICY).fetch is None
+    decision = state.next_action(15.0, POLICY)
     assert decision.fetch is None
     assert [o.state for o in decision.outcomes] == [PageState.DISALLOWED]
 
@@ -343,3 +345,35 @@ def test_politeness_holds_under_any_interleaving(ops, robots_body):
     for start in sim.starts:
         for end in sim.ends:
             assert not (end <= start < end + required - 1e-9), (start, end, ops)
+
+
+def test_a_dead_host_is_parked_and_then_probed_once_per_period():
+    policy = HostPolicy(user_agent="testbot", min_delay=1.0, max_attempts=10, retry_base=0.5,
+                        retry_cap=4.0, circuit_failures=3, circuit_seconds=60.0)
+    state = HostState(host=HOST)
+    state.offer(urls("a", "b", "c", "d"), 0, policy)
+    state.complete(state.next_action(0.0, policy).fetch.lease.lease_id, robots(), 0.0, policy)
+    now, starts = 0.0, []
+    while now < 200.0:
+        decision = state.next_action(now, policy)
+        if decision.fetch is not None:
+            starts.append(now)
+            state.complete(decision.fetch.lease.lease_id,
+                           FetchReport(status=None, error="connect_refused"), now, policy)
+        now += 0.25
+    assert len(starts) >= 3
+    parked = starts[2:]  # after the third consecutive failure the circuit is open
+    assert all(b - a >= 60.0 for a, b in zip(parked, parked[1:], strict=False)), starts
+    assert len(parked) <= 1 + int((200.0 - parked[0]) // 60.0)
+    # A success closes the circuit: the host goes back to its normal delay.
+    lease = state.next_action(state.next_allowed, policy).fetch.lease
+    state.complete(lease.lease_id, FetchReport(status=200), state.next_allowed, policy)
+    assert state.parked_until is None and state.consecutive_failures == 0
+
+
+def test_slow_answers_lengthen_the_spacing():
+    policy = HostPolicy(user_agent="testbot", min_delay=1.0, slow_factor=2.0)
+    state = ready_host()
+    lease = state.next_action(1.0, policy).fetch.lease
+    state.complete(lease.lease_id, FetchReport(status=200), 4.0, policy)  # took 3 s
+    assert state.next_allowed == 4.0 + 6.0

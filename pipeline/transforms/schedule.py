@@ -237,11 +237,13 @@ class HostSchedulerFn(beam.DoFn):
                 response = future.result()
                 decision = state.complete(lease.lease_id, _report(response, lease), now, policy)
                 yield from self._carry_out(host, decision, response)
-        if now >= state.next_allowed and state.queue:
-            self._due_lag.observe((now - state.next_allowed) * 1000)
+        due = state.next_allowed if state.last_request_at is not None else None
         decision = state.next_action(now, policy, claim_page=self._budget.try_claim)
         yield from self._carry_out(host, decision, None)
         if decision.fetch is not None:
+            if due is not None:
+                # How long the host waited past the moment it became due (runner latency).
+                self._due_lag.observe((now - due) * 1000)
             self._start_fetch(decision.fetch.lease)
         state.wake_at = decision.wake_at
 

@@ -72,6 +72,7 @@ class WritePagesTable(beam.PTransform):
         return (
             rows
             | "KeyByShard" >> beam.Map(lambda row: (row.url_hash % shards, row))
+            .with_output_types(tuple[int, PageRow])
             | "Batch" >> beam.GroupIntoBatches(
                 self._batch_size, max_buffering_duration_secs=self._max_wait_s
             )
