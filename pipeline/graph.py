@@ -14,9 +14,9 @@ import apache_beam as beam
 
 from pipeline.budget import PageBudget
 from pipeline.options import CrawlOptions
-from pipeline.transforms.frontier import PublishFrontier, ReadFrontier
+from pipeline.transforms.frontier import PublishDeadLetters, PublishFrontier, ReadFrontier
 from pipeline.transforms.schedule import ROWS, SPILL, ScheduleConfig, ScheduleFetches
-from pipeline.transforms.store import LINKS, StorePages
+from pipeline.transforms.store import DEAD_LETTERS, LINKS, StorePages
 from pipeline.transforms.table import WritePagesTable
 
 
@@ -36,10 +36,12 @@ def build_crawl(
     *,
     subscription: str,
     topic: str,
+    dead_letter_topic: str,
     budget: PageBudget,
     clock: Callable[[], float] = time.time,
 ) -> None:
-    """Add the crawl to pipeline `p`: it reads `subscription` and publishes links to `topic`."""
+    """Add the crawl to pipeline `p`: it reads `subscription`, publishes links to `topic` and
+    pages no retry could parse to `dead_letter_topic`."""
     host_batches = p | "ReadFrontier" >> ReadFrontier(subscription, opts.crawl_id)
     scheduled = host_batches | "ScheduleFetches" >> ScheduleFetches(
         schedule_config(opts), budget, clock
@@ -48,7 +50,7 @@ def build_crawl(
         opts.out, opts.crawl_id, agent=opts.user_agent.split("/")[0]
     )
     (
-        (scheduled[ROWS], stored.rows)
+        (scheduled[ROWS], stored["rows"])
         | "AllRows" >> beam.Flatten()
         | "WritePagesTable" >> WritePagesTable(opts.out, opts.crawl_id)
     )
@@ -57,3 +59,4 @@ def build_crawl(
         | "AllFrontierBatches" >> beam.Flatten()
         | "PublishFrontier" >> PublishFrontier(topic)
     )
+    stored[DEAD_LETTERS] | "PublishDeadLetters" >> PublishDeadLetters(dead_letter_topic)

@@ -41,6 +41,9 @@ class CrawlOptions:
     fetch_concurrency: int = 128
     host_queue_cap: int = 2000
     bloom_fp_rate: float = 1e-4
+    max_calendar_pages: int | None = 100
+    circuit_failures: int = 10
+    circuit_seconds: float = 3600.0
     project: str = "local-crawler"
     frontier_topic: str | None = None
     progress: bool = True
@@ -72,6 +75,9 @@ class CrawlOptions:
             max_pages_per_host=self.max_pages_per_host,
             max_attempts=self.max_attempts,
             queue_cap=self.host_queue_cap,
+            max_calendar_pages=self.max_calendar_pages,
+            circuit_failures=self.circuit_failures,
+            circuit_seconds=self.circuit_seconds,
             # A host's seen-set holds every URL it is offered, about 4x the pages it may fetch
             # on link-dense sites; sizing it from the host budget keeps state kilobytes.
             bloom_capacity=min(4 * budget, 1_000_000),
@@ -149,6 +155,16 @@ def add_crawl_arguments(parser: argparse.ArgumentParser) -> None:
                         help="false-positive rate of each host's seen-set: the chance that a "
                              "new URL is taken for one already seen and skipped "
                              "(default: %(default)s)")
+    parser.add_argument("--max-calendar-pages", type=_positive_int, default=100,
+                        help="calendar-like URLs (a year and month in the path or a date in "
+                             "the query) accepted per host before the rest end `filtered` as a "
+                             "trap (default: %(default)s)")
+    parser.add_argument("--circuit-failures", type=_positive_int, default=10,
+                        help="consecutive failed requests after which a host is parked "
+                             "(default: %(default)s)")
+    parser.add_argument("--circuit-seconds", type=_positive_float, default=3600.0,
+                        help="how long a parked host waits before one probe request "
+                             "(default: %(default)s)")
     parser.add_argument("--no-progress", action="store_true",
                         help="do not draw the progress line (for logs and CI)")
 
@@ -180,6 +196,9 @@ def options_from_args(args: argparse.Namespace) -> CrawlOptions:
         max_attempts=args.max_attempts,
         fetch_concurrency=args.fetch_concurrency,
         bloom_fp_rate=args.bloom_fp_rate,
+        max_calendar_pages=args.max_calendar_pages,
+        circuit_failures=args.circuit_failures,
+        circuit_seconds=args.circuit_seconds,
         progress=not args.no_progress,
         **kwargs,
     )

@@ -18,6 +18,7 @@ Event contract, which makes duplicate timer firings and replays harmless:
 
 from __future__ import annotations
 
+import dataclasses
 import email.utils
 import logging
 import random
@@ -31,6 +32,7 @@ from urllib.parse import urljoin, urlsplit
 from pipeline.bloom import BloomFilter
 from pipeline.records import FrontierEntry, PageState
 from pipeline.robots import RobotsPolicy
+from pipeline.traps import is_calendar_like, repeated_segment
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,8 @@ class HostPolicy:
     max_attempts: int = 3
     retry_base: float = 2.0
     retry_cap: float = 600.0
+    max_redirect_hops: int = 5
+    max_calendar_pages: int | None = 100
     slow_factor: float = 2.0
     circuit_failures: int = 10
     circuit_seconds: float = 3600.0
@@ -174,6 +178,7 @@ class HostState:
     pages_issued: int = 0
     consecutive_failures: int = 0
     parked_until: float | None = None  # circuit open: one probe when this time comes
+    calendar_pages: int = 0  # calendar-like URLs accepted so far (trap limit)
     robots_redirect: str | None = None  # next hop of a robots.txt redirect chain
     robots_hops: int = 0
     wake_at: float | None = None  # when the host's timer is set to fire
@@ -218,6 +223,7 @@ class HostState:
         policy: HostPolicy,
         *,
         already_accepted: bool = False,
+        redirect_hops: int = 0,
     ) -> tuple[list[FrontierEntry], list[Outcome], list[FrontierEntry]]:
         """Take URLs for this host. Returns (accepted, terminal outcomes, spilled).
 
@@ -234,16 +240,17 @@ class HostState:
         for url, url_hash, rejection in urls:
             if bloom is not None and not bloom.add(url_hash):
                 continue
-            entry = FrontierEntry(url=url, url_hash=url_hash, depth=depth)
+            entry = FrontierEntry(url=url, url_hash=url_hash, depth=depth,
+                                  redirect_hops=redirect_hops)
             if not self.queue and self.lease is None and not accepted and urlsplit(url).scheme:
                 self.scheme = urlsplit(url).scheme
             if bloom is not None:
                 accepted.append(entry)
-            if rejection:
-                outcomes.append(Outcome(entry, PageState.FILTERED, rejection))
-            elif policy.max_depth is not None and depth > policy.max_depth:
-                reason = f"depth {depth} > max depth {policy.max_depth}"
-                outcomes.append(Outcome(entry, PageState.FILTERED, reason))
+            filtered = rejection or (
+                None if bloom is None else self._filter_reason(entry, policy)
+            )
+            if filtered:
+                outcomes.append(Outcome(entry, PageState.FILTERED, filtered))
             elif len(self.queue) >= policy.queue_cap:
                 spilled.append(entry)
             else:
@@ -251,6 +258,24 @@ class HostState:
         if bloom is not None:
             self.seen = bloom.to_bytes()
         return accepted, outcomes, spilled
+
+    def _filter_reason(self, entry: FrontierEntry, policy: HostPolicy) -> str | None:
+        """Why a newly accepted URL is not to be fetched (depth, redirects, traps), or None."""
+        if policy.max_depth is not None and entry.depth > policy.max_depth:
+            return f"depth {entry.depth} > max depth {policy.max_depth}"
+        if entry.redirect_hops > policy.max_redirect_hops:
+            return (f"redirect chain longer than {policy.max_redirect_hops} hops "
+                    f"({entry.redirect_hops})")
+        trap = repeated_segment(entry.url)
+        if trap:
+            return trap
+        if is_calendar_like(entry.url):
+            self.calendar_pages += 1
+            if (policy.max_calendar_pages is not None
+                    and self.calendar_pages > policy.max_calendar_pages):
+                return (f"trap: calendar-like sequence beyond {policy.max_calendar_pages} "
+                        "pages on this host")
+        return None
 
     def next_action(
         self,
@@ -373,7 +398,12 @@ class HostState:
             return self._complete_robots(lease, report, now, policy)
         assert lease.entry is not None
         entry = lease.entry
-        transient = report.status is None or report.status in TRANSIENT_STATUSES
+        # A response whose body broke off (timeout, reset mid-body) is a failure, not a page.
+        transient = (
+            report.error is not None
+            or report.status is None
+            or report.status in TRANSIENT_STATUSES
+        )
         if not transient:
             self.consecutive_failures = 0
             self.parked_until = None
@@ -390,11 +420,9 @@ class HostState:
         what = report.error or f"HTTP {report.status}"
         if entry.attempt + 1 < policy.max_attempts:
             # Back of the host's own queue: the host's other URLs go first.
-            self.queue.append(
-                FrontierEntry(entry.url, entry.url_hash, entry.depth, entry.attempt + 1)
-            )
+            self.queue.append(dataclasses.replace(entry, attempt=entry.attempt + 1))
             return Decision(wake_at=self._wake_after_event())
-        if report.status is not None:
+        if report.status is not None and report.error is None:
             # An HTTP answer is stored like any other response; the store marks it failed.
             return Decision(page_done=entry, wake_at=self._wake_after_event())
         return Decision(

@@ -49,6 +49,7 @@ class FrontierBatch:
     urls: tuple[str, ...]
     kind: str = "links"
     source_url: str | None = None
+    redirect_hops: int = 0  # > 0: these URLs are redirect targets, this many hops from a link
     version: int = WIRE_VERSION
 
     def to_bytes(self) -> bytes:
@@ -78,6 +79,7 @@ class FrontierBatch:
                 urls=tuple(urls),
                 kind=str(payload.get("kind", "links")),
                 source_url=payload.get("source_url"),
+                redirect_hops=int(payload.get("redirect_hops", 0)),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"frontier message lacks a field: {exc}") from exc
@@ -91,6 +93,7 @@ class FrontierEntry:
     url_hash: int
     depth: int
     attempt: int = 0
+    redirect_hops: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +113,7 @@ class FetchResult:
     body: bytes
     truncated: bool = False
     ip: str | None = None
+    redirect_hops: int = 0
 
     def header(self, name: str) -> str | None:
         lname = name.lower()
@@ -117,6 +121,25 @@ class FetchResult:
             if key.lower() == lname:
                 return value
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A message no stage could process after its retries: what, where it failed, and why."""
+
+    crawl_id: str
+    stage: str  # "parse", ...
+    url: str
+    url_hash: int
+    error: str
+    attempts: int
+    warc: RecordPointer | None = None  # the stored response, so a fix can re-parse it
+    depth: int = 0
+    kind: str = "dead_letter"
+    version: int = WIRE_VERSION
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(asdict(self), separators=(",", ":")).encode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,3 +161,5 @@ class PageRow:
     warc: RecordPointer | None = None
     wet: RecordPointer | None = None
     links: int = 0
+    duplicate_of: str | None = None
+    simhash: int | None = None

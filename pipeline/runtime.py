@@ -110,12 +110,14 @@ def run_local_crawl(
         )
         install_direct_runner_speedups()
         LocalTally.reset()
+        dead_letter_topic = ensure_topic(opts.project, f"dead-letters-{opts.crawl_id}")
         budget = LocalPageBudget(opts.crawl_id, opts.max_pages)
         pipeline_options = PipelineOptions(
             flags=[], runner="DirectRunner", streaming=True, save_main_session=False
         )
         p = beam.Pipeline(options=pipeline_options)
-        build_crawl(p, opts, subscription=subscription, topic=topic, budget=budget)
+        build_crawl(p, opts, subscription=subscription, topic=topic,
+                    dead_letter_topic=dead_letter_topic, budget=budget)
         result = p.run()
         seeds_published = _publish_seeds(topic, opts.crawl_id, seeds)
         previous: CrawlCounters | None = None

@@ -63,8 +63,9 @@ MAX_URL_LENGTH = 2000  # characters of the normalised URL; longer ones are filte
 # Query parameters that only identify a click, a campaign or an analytics session, never the
 # content served, so two URLs differing only in them are the same page. Matched
 # case-insensitively; every "utm_*" parameter is dropped as well (TRACKING_PREFIXES).
-# Session identifiers (jsessionid, PHPSESSID, sid) are not here: some sites need them to serve
-# the page at all.
+# Session identifiers are dropped too (SESSION_PARAMETERS), as Heritrix and Nutch do: a session
+# id in every link makes each visit a new set of URLs (a crawler trap) and a duplicate of every
+# page. The few sites that need one to serve a page at all are lost; that is the trade.
 TRACKING_PARAMETERS: frozenset[str] = frozenset(
     {
         # Google Ads and Analytics: click ids and cross-domain linker parameters
@@ -80,6 +81,15 @@ TRACKING_PARAMETERS: frozenset[str] = frozenset(
     }
 )  # fmt: skip
 TRACKING_PREFIXES: tuple[str, ...] = ("utm_",)
+
+# Session identifiers, as query parameters (case-insensitive) and as ;name=value path
+# parameters.
+SESSION_PARAMETERS: frozenset[str] = frozenset(
+    {"sid", "sessionid", "session_id", "jsessionid", "phpsessid", "aspsessionid"}
+)
+_SESSION_PATH_PARAMETER = re.compile(
+    r";(?:jsessionid|phpsessid|sessionid|sid)=[^/;?#]*", re.IGNORECASE
+)
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -150,6 +160,8 @@ def normalize_url(url: str, base: str | None = None) -> str:
     host = _normalize_host(host_part, raw)
     port = _port_suffix(scheme, port_part, raw)
 
+    if ";" in path:
+        path = _SESSION_PATH_PARAMETER.sub("", path)
     if not _PATH_IS_NORMAL(path):
         path = _PATH_REWRITE.sub(_rewrite_match, path)
     if "/." in path:
@@ -251,7 +263,11 @@ def _normalize_query(query: str) -> str:
             continue
         key, eq, value = piece.partition("=")
         lowered = key.lower()
-        if lowered in TRACKING_PARAMETERS or lowered.startswith(TRACKING_PREFIXES):
+        if (
+            lowered in TRACKING_PARAMETERS
+            or lowered in SESSION_PARAMETERS
+            or lowered.startswith(TRACKING_PREFIXES)
+        ):
             continue
         params.append((key, value, piece))
     if len(params) > 1:

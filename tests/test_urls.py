@@ -355,3 +355,17 @@ def test_url_hash_is_deterministic_and_int64(text: str) -> None:
     value = url_hash(text)
     assert value == url_hash(text)
     assert -(2**63) <= value < 2**63
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("http://a.test/cart;jsessionid=0AF3?item=2", "http://a.test/cart?item=2"),
+        ("http://a.test/p;JSESSIONID=x/q", "http://a.test/p/q"),
+        ("http://a.test/p?PHPSESSID=abc&b=1", "http://a.test/p?b=1"),
+        ("http://a.test/p?sid=9&SessionId=8&x=1", "http://a.test/p?x=1"),
+        ("http://a.test/p;type=a", "http://a.test/p;type=a"),  # other path parameters stay
+    ],
+)
+def test_session_identifiers_are_dropped(raw: str, expected: str) -> None:
+    assert normalize_url(raw) == expected

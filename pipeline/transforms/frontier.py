@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import apache_beam as beam
 
-from pipeline.metrics import crawl_counter
-from pipeline.records import FrontierBatch
+from pipeline.metrics import CrawlCounter, crawl_counter
+from pipeline.records import DeadLetter, FrontierBatch
 from pipeline.urls import MAX_URL_LENGTH, InvalidURL, host_key, normalize_url, url_hash
 
 log = logging.getLogger(__name__)
@@ -31,6 +31,7 @@ class HostBatch:
     depth: int
     kind: str
     entries: tuple[tuple[str, int, str | None], ...]
+    redirect_hops: int = 0
 
 
 def split_by_host(batch: FrontierBatch) -> tuple[dict[str, HostBatch], int]:
@@ -56,7 +57,8 @@ def split_by_host(batch: FrontierBatch) -> tuple[dict[str, HostBatch], int]:
         grouped[host_key(url)].append((url, url_hash(url), rejection))
     return (
         {
-            host: HostBatch(depth=batch.depth, kind=batch.kind, entries=tuple(entries))
+            host: HostBatch(depth=batch.depth, kind=batch.kind, entries=tuple(entries),
+                            redirect_hops=batch.redirect_hops)
             for host, entries in grouped.items()
         },
         invalid,
@@ -132,18 +134,16 @@ def _shared_publisher():
         return _publisher
 
 
-class PublishFrontierFn(beam.DoFn):
-    """Publishes FrontierBatches; a batch is counted once Pub/Sub acknowledged it."""
+class PublishFn(beam.DoFn):
+    """Publishes records (anything with `to_bytes()` and a `kind`), counted per kind
+    (`batches_published_<kind>`) once Pub/Sub acknowledged them."""
 
     def __init__(self, topic: str) -> None:
         self._topic = topic
         self._publisher = None
         self._pending: list = []
         self._kinds: list[str] = []
-        self._published = {
-            kind: crawl_counter(f"batches_published_{kind}")
-            for kind in ("links", "spill", "seeds")
-        }
+        self._published: dict[str, CrawlCounter] = {}
 
     def setup(self) -> None:
         self._publisher = _shared_publisher()
@@ -152,7 +152,7 @@ class PublishFrontierFn(beam.DoFn):
         self._pending = []
         self._kinds = []
 
-    def process(self, batch: FrontierBatch) -> None:
+    def process(self, batch: FrontierBatch | DeadLetter) -> None:
         assert self._publisher is not None
         self._pending.append(self._publisher.publish(self._topic, batch.to_bytes()))
         self._kinds.append(batch.kind)
@@ -160,7 +160,10 @@ class PublishFrontierFn(beam.DoFn):
     def finish_bundle(self) -> None:
         for future, kind in zip(self._pending, self._kinds, strict=True):
             future.result(timeout=120)
-            self._published.get(kind, self._published["links"]).inc()
+            counter = self._published.get(kind)
+            if counter is None:
+                counter = self._published[kind] = crawl_counter(f"batches_published_{kind}")
+            counter.inc()
         self._pending = []
         self._kinds = []
 
@@ -175,4 +178,8 @@ class PublishFrontier(beam.PTransform):
         self._topic = topic
 
     def expand(self, batches):
-        return batches | "Publish" >> beam.ParDo(PublishFrontierFn(self._topic))
+        return batches | "Publish" >> beam.ParDo(PublishFn(self._topic))
+
+
+class PublishDeadLetters(PublishFrontier):
+    """DeadLetter -> the dead-letter topic (same publishing, other topic and records)."""

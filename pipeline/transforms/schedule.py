@@ -130,6 +130,7 @@ def fetch_result(
         body=response.body,
         truncated=response.truncated,
         ip=response.ip,
+        redirect_hops=entry.redirect_hops,
     )
 
 
@@ -181,7 +182,8 @@ class HostSchedulerFn(beam.DoFn):
         was_busy = state.busy
         self._offered.inc(len(batch.entries))
         accepted, outcomes, spilled = state.offer(
-            list(batch.entries), batch.depth, policy, already_accepted=batch.kind == "spill"
+            list(batch.entries), batch.depth, policy, already_accepted=batch.kind == "spill",
+            redirect_hops=batch.redirect_hops,
         )
         self._accepted.inc(len(accepted))
         for outcome in outcomes:

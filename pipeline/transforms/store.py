@@ -10,6 +10,7 @@ not durable. Deciding what a page's outcome means for its host is not done here.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 import threading
 import uuid
@@ -17,28 +18,44 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import apache_beam as beam
+from apache_beam.coders import PickleCoder
+from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
-from pipeline.fingerprints import content_hash
-from pipeline.metrics import crawl_counter
-from pipeline.parse import PageParseError, is_html, parse_page
-from pipeline.records import FetchResult, FrontierBatch, PageRow, PageState
+from pipeline.fingerprints import content_hash, simhash
+from pipeline.metrics import CrawlCounter, crawl_counter
+from pipeline.parse import ParsedPage, is_html, parse_page
+from pipeline.records import (
+    DeadLetter,
+    FetchResult,
+    FrontierBatch,
+    PageRow,
+    PageState,
+    RecordPointer,
+)
 from pipeline.segments import SegmentWriter
 from pipeline.urls import InvalidURL, normalize_url
 
 log = logging.getLogger(__name__)
 
 LINKS = "links"
+DEAD_LETTERS = "dead_letters"
+TEXTS = "texts"
+
+
+PARSE_ATTEMPTS = 3
 
 
 @dataclass(frozen=True, slots=True)
 class StoredPage:
-    """What storing one response produced: its row and the batch of URLs it leads to."""
+    """What storing one response produced: its row, the URLs it leads to, a dead letter."""
 
     row: PageRow
     links: FrontierBatch | None
+    dead_letter: DeadLetter | None = None
+    text: str | None = None  # extracted text still to be stored, unless a copy already is
 
 
 def page_links(page_url: str, hrefs: tuple[str, ...]) -> tuple[str, ...]:
@@ -55,11 +72,12 @@ def page_links(page_url: str, hrefs: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def store_page(
-    result: FetchResult, warc: SegmentWriter, wet: SegmentWriter, *, agent: str | None = None
+    result: FetchResult, warc: SegmentWriter, *, agent: str | None = None
 ) -> StoredPage:
-    """Write one response's records and decide its row: the pure heart of StorePages.
+    """Write one response's WARC record and decide its row: the heart of StorePages.
 
-    2xx: fetched (HTML is parsed: text to WET, links to the frontier at depth + 1);
+    2xx: fetched (HTML is parsed: its text is returned for content dedup, which stores it once
+    per distinct text, and its links go to the frontier at depth + 1 if it is the first copy);
     3xx: redirected, its Location goes to the frontier at the same depth (a redirect is not a
     link hop); anything else: failed with the HTTP status as the reason.
     """
@@ -75,6 +93,9 @@ def store_page(
         attempts=result.attempt + 1, content_type=content_type, warc=warc_ptr,
     )
     retried = f" after {result.attempt + 1} attempts" if result.attempt else ""
+    truncated = (
+        f"body truncated at {len(result.body):,} bytes" if result.truncated else ""
+    )
     if 300 <= status < 400:
         location = result.header("Location")
         targets = page_links(result.url, (location,)) if location else ()
@@ -82,7 +103,8 @@ def store_page(
             return StoredPage(PageRow(
                 **row, state=PageState.FAILED, reason=f"HTTP {status} without a usable Location"
             ), None)
-        batch = FrontierBatch(result.crawl_id, result.depth, targets, source_url=result.url)
+        batch = FrontierBatch(result.crawl_id, result.depth, targets, source_url=result.url,
+                              redirect_hops=result.redirect_hops + 1)
         return StoredPage(PageRow(
             **row, state=PageState.REDIRECTED, reason=f"HTTP {status} to {targets[0]}", links=1
         ), batch)
@@ -90,33 +112,74 @@ def store_page(
         return StoredPage(PageRow(**row, state=PageState.FAILED, reason=f"HTTP {status}{retried}"),
                           None)
     if not is_html(content_type, result.body):
-        return StoredPage(PageRow(**row, state=PageState.FETCHED, reason="not HTML: not parsed"),
-                          None)
-    try:
-        parsed = parse_page(result.url, result.body, content_type, agent=agent)
-    except PageParseError as exc:
-        return StoredPage(PageRow(**row, state=PageState.FETCHED, reason=f"unparsable: {exc}"),
-                          None)
-    wet_ptr = None
-    digest = None
-    reason = ""
-    if parsed.noindex:
-        reason = "meta robots noindex: text not stored"
-    elif parsed.text:
-        wet_ptr = wet.write_text(result.url, result.fetched_at, parsed.text,
-                                 refers_to=result.url)
-        digest = content_hash(parsed.text)
-    else:
-        reason = "no main text found"
+        kind = (content_type or "no content type").split(";")[0].strip()
+        reason = "; ".join(filter(None, (f"not HTML ({kind}): not parsed", truncated)))
+        return StoredPage(PageRow(**row, state=PageState.FETCHED, reason=reason), None)
+    parsed, error, attempts = _parse_with_retries(result, content_type, agent)
+    if parsed is None:
+        # Poison: the page crashes the parser every time. It is dead-lettered with its
+        # stored response, and the crawl goes on.
+        reason = f"parse failed after {attempts} attempts: {error}"
+        letter = DeadLetter(result.crawl_id, "parse", result.url, result.url_hash, error,
+                            attempts, warc=warc_ptr, depth=result.depth)
+        return StoredPage(PageRow(**row, state=PageState.DEAD_LETTERED, reason=reason), None,
+                          letter)
     links = page_links(result.url, parsed.links)
     batch = (
         FrontierBatch(result.crawl_id, result.depth + 1, links, source_url=result.url)
         if links else None
     )
-    return StoredPage(PageRow(
-        **row, state=PageState.FETCHED, reason=reason, content_hash=digest, wet=wet_ptr,
-        links=len(links),
-    ), batch)
+    if parsed.noindex or not parsed.text:
+        why = "meta robots noindex: text not stored" if parsed.noindex else "no main text found"
+        reason = "; ".join(filter(None, (why, truncated)))
+        return StoredPage(PageRow(
+            **row, state=PageState.FETCHED, reason=reason, links=len(links)), batch)
+    return StoredPage(
+        PageRow(**row, state=PageState.FETCHED, reason=truncated,
+                content_hash=content_hash(parsed.text), simhash=simhash(parsed.text),
+                links=len(links)),
+        batch,
+        text=parsed.text,
+    )
+
+
+def dedup_text(
+    stored: StoredPage, first: tuple[str, RecordPointer] | None, wet: SegmentWriter
+) -> tuple[StoredPage, tuple[str, RecordPointer]]:
+    """Content dedup for one page whose text hashes like `first` (None: nothing stored yet).
+
+    The first copy's text is written to WET and its links go on; a later copy becomes
+    `duplicate`, points at the first copy's text and sends no links (they are the same).
+    Returns the page's final form and the (url, text pointer) to remember for its hash.
+    """
+    assert stored.text is not None
+    row = stored.row
+    if first is None:
+        pointer = wet.write_text(row.url, row.fetched_at or 0.0, stored.text, refers_to=row.url)
+        return StoredPage(dataclasses.replace(row, wet=pointer), stored.links), (row.url, pointer)
+    first_url, pointer = first
+    duplicate = dataclasses.replace(
+        row, state=PageState.DUPLICATE, reason=f"same text as {first_url}", wet=pointer,
+        duplicate_of=first_url, links=0,
+    )
+    return StoredPage(duplicate, None), first
+
+
+def _parse_with_retries(
+    result: FetchResult, content_type: str | None, agent: str | None
+) -> tuple[ParsedPage | None, str, int]:
+    """parse_page, tried PARSE_ATTEMPTS times: (page, "", attempts) or (None, error, attempts).
+
+    Any exception counts: a parser bug must cost one page, not the bundle it is in.
+    """
+    error = ""
+    for attempt in range(1, PARSE_ATTEMPTS + 1):
+        try:
+            return parse_page(result.url, result.body, content_type, agent=agent), "", attempt
+        except Exception as exc:  # noqa: BLE001 - see docstring
+            error = f"{type(exc).__name__}: {exc}"[:500]
+            log.warning("parsing %s failed (attempt %d): %s", result.url, attempt, error)
+    return None, error, PARSE_ATTEMPTS
 
 
 class _OpenSegments:
@@ -167,38 +230,96 @@ class StorePagesFn(beam.DoFn):
         self._pages = crawl_counter("pages_stored")
         self._link_batches = crawl_counter("link_batches_emitted")
         self._bytes = crawl_counter("bytes_fetched")
+        self._dead_letters = crawl_counter("dead_letters")
 
     def start_bundle(self) -> None:
         self._warc, self._wet = _OpenSegments.get(self._out, self._crawl_id)
         self._buffer = []
 
     def process(self, result: FetchResult) -> None:
-        assert self._warc is not None and self._wet is not None
-        self._buffer.append(store_page(result, self._warc, self._wet, agent=self._agent))
+        assert self._warc is not None
+        self._buffer.append(store_page(result, self._warc, agent=self._agent))
         self._bytes.inc(len(result.body))
 
     def finish_bundle(self) -> Iterator[WindowedValue]:
         if not self._buffer:
             return
-        assert self._warc is not None and self._wet is not None
-        # Durable first, then referenced: the segments are flushed before any row or link
-        # that points into them leaves this DoFn.
+        assert self._warc is not None
+        # Durable first, then referenced: the segment is flushed before any row or link
+        # that points into it leaves this DoFn.
         self._warc.flush()
-        self._wet.flush()
         now = Timestamp.now()
         for stored in self._buffer:
-            self._pages.inc()
-            yield WindowedValue(stored.row, now, [GlobalWindow()])
-            if stored.links is not None:
-                self._link_batches.inc()
+            if stored.text is not None:
                 yield beam.pvalue.TaggedOutput(
-                    LINKS, WindowedValue(stored.links, now, [GlobalWindow()])
+                    TEXTS, WindowedValue((stored.row.content_hash, stored), now, [GlobalWindow()])
+                )
+                continue
+            yield from _emit(stored, now, self._pages, self._link_batches)
+            if stored.dead_letter is not None:
+                self._dead_letters.inc()
+                yield beam.pvalue.TaggedOutput(
+                    DEAD_LETTERS, WindowedValue(stored.dead_letter, now, [GlobalWindow()])
                 )
         self._buffer = []
 
 
+def _emit(stored: StoredPage, now: Timestamp, pages: CrawlCounter,
+          link_batches: CrawlCounter) -> Iterator[WindowedValue]:
+    pages.inc()
+    yield WindowedValue(stored.row, now, [GlobalWindow()])
+    if stored.links is not None:
+        link_batches.inc()
+        yield beam.pvalue.TaggedOutput(LINKS, WindowedValue(stored.links, now, [GlobalWindow()]))
+
+
+class DedupContentFn(beam.DoFn):
+    """Keyed by content hash: the first page with a text stores it; later ones are duplicates.
+
+    State: the first copy's (url, text pointer). Rows and links leave in finish_bundle, after
+    the WET segment is flushed.
+    """
+
+    FIRST = ReadModifyWriteStateSpec("first", PickleCoder())
+
+    def __init__(self, out: str, crawl_id: str) -> None:
+        self._out = out
+        self._crawl_id = crawl_id
+        self._wet: SegmentWriter | None = None
+        self._buffer: list[StoredPage] = []
+        self._pages = crawl_counter("pages_stored")
+        self._link_batches = crawl_counter("link_batches_emitted")
+        self._duplicates = crawl_counter("content_duplicates")
+
+    def start_bundle(self) -> None:
+        _, self._wet = _OpenSegments.get(self._out, self._crawl_id)
+        self._buffer = []
+
+    def process(self, element: tuple[int, StoredPage],
+                first=beam.DoFn.StateParam(FIRST)) -> None:
+        assert self._wet is not None
+        _, stored = element
+        remembered = first.read()
+        final, keep = dedup_text(stored, remembered, self._wet)
+        if remembered is None:
+            first.write(keep)
+        else:
+            self._duplicates.inc()
+        self._buffer.append(final)
+
+    def finish_bundle(self) -> Iterator[WindowedValue]:
+        if not self._buffer:
+            return
+        assert self._wet is not None
+        self._wet.flush()
+        now = Timestamp.now()
+        for stored in self._buffer:
+            yield from _emit(stored, now, self._pages, self._link_batches)
+        self._buffer = []
+
+
 class StorePages(beam.PTransform):
-    """FetchResult -> page rows (main) and link batches ('links')."""
+    """FetchResult -> page rows (main), link batches ('links'), dead letters."""
 
     def __init__(self, out: str, crawl_id: str, agent: str | None = None) -> None:
         super().__init__()
@@ -207,10 +328,21 @@ class StorePages(beam.PTransform):
         self._agent = agent
 
     def expand(self, fetched):
-        return (
+        stored = (
             fetched
             | "Reshuffle" >> beam.Reshuffle()
             | "WriteRecordsAndParse" >> beam.ParDo(
                 StorePagesFn(self._out, self._crawl_id, self._agent)
-            ).with_outputs(LINKS, main="rows")
+            ).with_outputs(LINKS, DEAD_LETTERS, TEXTS, main="rows")
         )
+        deduped = (
+            stored[TEXTS]
+            | "DedupContent" >> beam.ParDo(DedupContentFn(self._out, self._crawl_id))
+            .with_input_types(tuple[int, StoredPage])
+            .with_outputs(LINKS, main="rows")
+        )
+        return {
+            "rows": (stored.rows, deduped.rows) | "Rows" >> beam.Flatten(),
+            LINKS: (stored[LINKS], deduped[LINKS]) | "Links" >> beam.Flatten(),
+            DEAD_LETTERS: stored[DEAD_LETTERS],
+        }

@@ -1,0 +1,84 @@
+"""store_page and dedup_text: what a response becomes (row, records, links, dead letter)."""
+
+from __future__ import annotations
+
+from pipeline.records import FetchResult, PageState
+from pipeline.segments import SegmentWriter, read_response, read_text
+from pipeline.transforms import store
+from pipeline.transforms.store import dedup_text, page_links, store_page
+from pipeline.urls import url_hash
+
+HTML = (
+    "<html><head><title>T</title></head><body><article><h1>Harbour news</h1>"
+    + "<p>The harbour master said the tide would turn before noon on Tuesday.</p>" * 8
+    + '<a href="/b">b</a> <a href="/b#x">b again</a> <a href="http://c.test/">c</a>'
+    + "</article></body></html>"
+).encode()
+
+
+def result(url: str = "http://a.test/a", status: int = 200, body: bytes = HTML,
+           content_type: str = "text/html; charset=utf-8", **kw) -> FetchResult:
+    headers = (("Content-Type", content_type),) + tuple(kw.pop("headers", ()))
+    return FetchResult(crawl_id="c1", url=url, url_hash=url_hash(url), host="a.test", depth=2,
+                       attempt=kw.pop("attempt", 0), fetched_at=1.0, elapsed=0.01,
+                       http_status=status, headers=headers, body=body, **kw)
+
+
+def writers(tmp_path):
+    return (SegmentWriter(str(tmp_path), "c1", "warc", "w1"),
+            SegmentWriter(str(tmp_path), "c1", "wet", "w1"))
+
+
+def test_html_page_is_stored_with_links_and_text_then_deduplicated(tmp_path):
+    warc, wet = writers(tmp_path)
+    first = store_page(result(), warc)
+    assert first.row.state == PageState.FETCHED and first.text
+    assert first.links.urls == ("http://a.test/b", "http://c.test/") and first.links.depth == 3
+    final, remembered = dedup_text(first, None, wet)
+    copy = store_page(result(url="http://a.test/print/a"), warc)
+    dup, kept = dedup_text(copy, remembered, wet)
+    warc.flush()
+    wet.flush()
+    assert final.row.wet is not None and final.links is not None
+    assert dup.row.state == PageState.DUPLICATE and dup.row.duplicate_of == "http://a.test/a"
+    assert dup.row.wet == final.row.wet and dup.links is None and kept == remembered
+    assert "harbour master" in read_text(final.row.wet)
+    status, _, body = read_response(final.row.warc)
+    assert status == 200 and body == HTML
+
+
+def test_redirects_failures_non_html_and_truncation(tmp_path):
+    warc, _ = writers(tmp_path)
+    redirect = store_page(result(status=301, headers=(("Location", "/moved"),)), warc)
+    assert redirect.row.state == PageState.REDIRECTED
+    assert redirect.links.urls == ("http://a.test/moved",) and redirect.links.depth == 2
+    assert redirect.links.redirect_hops == 1
+    failed = store_page(result(status=503, attempt=2), warc)
+    assert failed.row.state == PageState.FAILED and failed.row.reason == "HTTP 503 after 3 attempts"
+    pdf = store_page(result(body=b"%PDF-1.4", content_type="application/pdf"), warc)
+    assert pdf.row.state == PageState.FETCHED and "application/pdf" in pdf.row.reason
+    cut = store_page(result(body=HTML[:300], truncated=True), warc)
+    assert "truncated at 300 bytes" in cut.row.reason
+
+
+def test_a_page_that_crashes_the_parser_is_dead_lettered(tmp_path, monkeypatch):
+    warc, _ = writers(tmp_path)
+    calls = []
+
+    def explode(*args, **kwargs):
+        calls.append(1)
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(store, "parse_page", explode)
+    poisoned = store_page(result(), warc)
+    assert len(calls) == store.PARSE_ATTEMPTS
+    assert poisoned.row.state == PageState.DEAD_LETTERED
+    assert poisoned.row.reason.startswith("parse failed after 3 attempts: RecursionError")
+    letter = poisoned.dead_letter
+    assert letter is not None and letter.stage == "parse" and letter.attempts == 3
+    assert letter.warc == poisoned.row.warc and poisoned.links is None
+
+
+def test_page_links_are_normalised_and_deduplicated_within_the_page():
+    hrefs = ("/x?b=2&a=1", "/x?a=1&b=2#frag", "HTTP://A.TEST/x?a=1&b=2", "mailto:a@b", "/")
+    assert page_links("http://a.test/", hrefs) == ("http://a.test/x?a=1&b=2",)
