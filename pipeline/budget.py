@@ -38,6 +38,11 @@ class LocalPageBudget:
         self.crawl_id = crawl_id
         self.limit = limit
 
+    def preclaim(self, pages: int) -> None:
+        """Count pages a resumed crawl already requested against the budget."""
+        with self._lock:
+            self._claimed[self.crawl_id] = self._claimed.get(self.crawl_id, 0) + pages
+
     def try_claim(self) -> bool:
         with self._lock:
             claimed = self._claimed.get(self.crawl_id, 0)

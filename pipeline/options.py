@@ -47,6 +47,7 @@ class CrawlOptions:
     project: str = "local-crawler"
     frontier_topic: str | None = None
     progress: bool = True
+    resume: bool = False
 
     def __post_init__(self) -> None:
         if self.max_pages is not None and self.max_pages < 1:
@@ -165,6 +166,10 @@ def add_crawl_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--circuit-seconds", type=_positive_float, default=3600.0,
                         help="how long a parked host waits before one probe request "
                              "(default: %(default)s)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue crawl --crawl-id under --out from what it stored "
+                             "(after a crash or kill): done URLs are not fetched again, links "
+                             "of stored pages are crawled; seeds default to the crawl's own")
     parser.add_argument("--no-progress", action="store_true",
                         help="do not draw the progress line (for logs and CI)")
 
@@ -179,6 +184,8 @@ def options_from_args(args: argparse.Namespace) -> CrawlOptions:
         seeds.extend(line.strip() for line in lines
                      if line.strip() and not line.lstrip().startswith("#"))
     kwargs = {}
+    if args.resume and not args.crawl_id:
+        raise ValueError("--resume needs --crawl-id (the directory name under --out)")
     if args.crawl_id:
         kwargs["crawl_id"] = args.crawl_id
     return CrawlOptions(
@@ -200,5 +207,6 @@ def options_from_args(args: argparse.Namespace) -> CrawlOptions:
         circuit_failures=args.circuit_failures,
         circuit_seconds=args.circuit_seconds,
         progress=not args.no_progress,
+        resume=args.resume,
         **kwargs,
     )

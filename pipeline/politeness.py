@@ -179,6 +179,7 @@ class HostState:
     consecutive_failures: int = 0
     parked_until: float | None = None  # circuit open: one probe when this time comes
     calendar_pages: int = 0  # calendar-like URLs accepted so far (trap limit)
+    busy_since: float | None = None  # when the host last got work after having none
     robots_redirect: str | None = None  # next hop of a robots.txt redirect chain
     robots_hops: int = 0
     wake_at: float | None = None  # when the host's timer is set to fire
@@ -258,6 +259,18 @@ class HostState:
         if bloom is not None:
             self.seen = bloom.to_bytes()
         return accepted, outcomes, spilled
+
+    def mark_seen(self, urls: list[tuple[str, int, str | None]], policy: HostPolicy, *,
+                  issued: bool) -> None:
+        """A resumed crawl tells the host which of its URLs are already done: they go into the
+        seen-set without being accepted again, and count against the host budget if they
+        cost a request (`issued`)."""
+        bloom = self._bloom(policy)
+        for _, url_hash, _ in urls:
+            bloom.add(url_hash)
+        self.seen = bloom.to_bytes()
+        if issued:
+            self.pages_issued += len(urls)
 
     def _filter_reason(self, entry: FrontierEntry, policy: HostPolicy) -> str | None:
         """Why a newly accepted URL is not to be fetched (depth, redirects, traps), or None."""

@@ -10,6 +10,7 @@ pipeline.graph; nothing here decides anything about a URL.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -35,6 +36,7 @@ from pipeline.metrics import LocalTally
 from pipeline.options import CrawlOptions
 from pipeline.progress import CrawlCounters, drained, progress_line
 from pipeline.records import FrontierBatch
+from pipeline.resume import ResumePlan, plan_resume, read_manifest, write_manifest
 from pipeline.urls import InvalidURL, normalize_url
 
 log = logging.getLogger(__name__)
@@ -84,7 +86,14 @@ def run_local_crawl(
     *,
     on_progress: Callable[[str], None] | None = None,
 ) -> CrawlSummary:
-    """Crawl until the frontier drains or the budget is spent; returns the summary."""
+    """Crawl until the frontier drains or the budget is spent; returns the summary.
+
+    With opts.resume, continue crawl opts.crawl_id under opts.out from what it stored.
+    """
+    if opts.resume:
+        manifest = read_manifest(opts.out, opts.crawl_id)
+        if not opts.seeds:
+            opts = dataclasses.replace(opts, seeds=tuple(manifest.get("seeds", ())))
     seeds, bad_seeds = check_seeds(opts.seeds)
     for message in bad_seeds:
         log.error(message)
@@ -93,6 +102,13 @@ def run_local_crawl(
             ": " + "; ".join(bad_seeds) if bad_seeds else " (pass URLs or --seeds-file)"))
     out_dir = Path(opts.out) / opts.crawl_id
     out_dir.mkdir(parents=True, exist_ok=True)
+    if not opts.resume:
+        write_manifest(opts.out, opts.crawl_id, {
+            "crawl_id": opts.crawl_id, "seeds": list(opts.seeds),
+            "max_pages": opts.max_pages, "max_pages_per_host": opts.max_pages_per_host,
+            "max_depth": opts.max_depth, "min_delay": opts.min_delay,
+            "user_agent": opts.user_agent, "created_at": time.time(),
+        })
     emulator: RunningEmulator | None = None
     previous_env = os.environ.get("PUBSUB_EMULATOR_HOST")
     if not previous_env:
@@ -118,8 +134,19 @@ def run_local_crawl(
         p = beam.Pipeline(options=pipeline_options)
         build_crawl(p, opts, subscription=subscription, topic=topic,
                     dead_letter_topic=dead_letter_topic, budget=budget)
+        if opts.resume:
+            plan = plan_resume(opts.out, opts.crawl_id, seeds)
+            budget.preclaim(plan.pages_claimed)
+            log.warning("resuming %s: %d URLs done, %d to do", opts.crawl_id,
+                        sum(len(v) for v in plan.done.values()), len(plan.todo))
+            batches = resume_batches(opts.crawl_id, plan)
+        else:
+            batches = [
+                FrontierBatch(opts.crawl_id, 0, tuple(seeds[i:i + SEED_BATCH]), kind="seeds")
+                for i in range(0, len(seeds), SEED_BATCH)
+            ]
         result = p.run()
-        seeds_published = _publish_seeds(topic, opts.crawl_id, seeds)
+        seeds_published = _publish(topic, batches)
         previous: CrawlCounters | None = None
         window: list[tuple[float, int]] = []
         while True:
@@ -168,15 +195,33 @@ def run_local_crawl(
     return summary
 
 
-def _publish_seeds(topic: str, crawl_id: str, seeds: list[str]) -> int:
+def resume_batches(crawl_id: str, plan: ResumePlan) -> list[FrontierBatch]:
+    """The messages that rebuild a crawl's frontier: first what each host has done (into its
+    seen-set, against its budget), then the URLs still to do, by depth."""
+    batches: list[FrontierBatch] = []
+    for host, urls in plan.done.items():
+        issued = plan.issued.get(host, 0)
+        # Which of the host's done URLs cost a request does not matter to its seen-set; only
+        # their number matters to its budget.
+        if issued:
+            batches.append(FrontierBatch(crawl_id, 0, tuple(urls[:issued]), kind="seen_issued"))
+        if urls[issued:]:
+            batches.append(FrontierBatch(crawl_id, 0, tuple(urls[issued:]), kind="seen"))
+    groups: dict[tuple[int, int], list[str]] = {}
+    for url, depth, hops in plan.todo:
+        groups.setdefault((depth, hops), []).append(url)
+    for (depth, hops), urls in sorted(groups.items()):
+        for i in range(0, len(urls), SEED_BATCH):
+            batches.append(FrontierBatch(crawl_id, depth, tuple(urls[i:i + SEED_BATCH]),
+                                         kind="links", redirect_hops=hops))
+    return batches
+
+
+def _publish(topic: str, batches: list[FrontierBatch]) -> int:
     from google.cloud import pubsub_v1
 
     publisher = pubsub_v1.PublisherClient()
-    futures = [
-        publisher.publish(topic, FrontierBatch(
-            crawl_id, 0, tuple(seeds[i:i + SEED_BATCH]), kind="seeds").to_bytes())
-        for i in range(0, len(seeds), SEED_BATCH)
-    ]
+    futures = [publisher.publish(topic, batch.to_bytes()) for batch in batches]
     for future in futures:
         future.result(timeout=60)
     publisher.stop()

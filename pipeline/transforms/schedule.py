@@ -181,6 +181,10 @@ class HostSchedulerFn(beam.DoFn):
         state: HostState = host_state.read() or HostState(host=host)
         was_busy = state.busy
         self._offered.inc(len(batch.entries))
+        if batch.kind in ("seen", "seen_issued"):
+            state.mark_seen(list(batch.entries), policy, issued=batch.kind == "seen_issued")
+            host_state.write(state)
+            return
         accepted, outcomes, spilled = state.offer(
             list(batch.entries), batch.depth, policy, already_accepted=batch.kind == "spill",
             redirect_hops=batch.redirect_hops,
@@ -193,7 +197,10 @@ class HostSchedulerFn(beam.DoFn):
                 crawl_id=self._config.crawl_id, depth=batch.depth,
                 urls=tuple(e.url for e in spilled), kind="spill",
             ))
-        self._arm(state, wake, self._clock())
+        now = self._clock()
+        if state.busy and not was_busy:
+            state.busy_since = now
+        self._arm(state, wake, now)
         self._count_activity(was_busy, state)
         host_state.write(state)
 
@@ -239,13 +246,13 @@ class HostSchedulerFn(beam.DoFn):
                 response = future.result()
                 decision = state.complete(lease.lease_id, _report(response, lease), now, policy)
                 yield from self._carry_out(host, decision, response)
-        due = state.next_allowed if state.last_request_at is not None else None
+        # The host is due once it has work and its delay has passed.
+        due = max(state.next_allowed, state.busy_since or 0.0)
         decision = state.next_action(now, policy, claim_page=self._budget.try_claim)
         yield from self._carry_out(host, decision, None)
         if decision.fetch is not None:
-            if due is not None:
-                # How long the host waited past the moment it became due (runner latency).
-                self._due_lag.observe((now - due) * 1000)
+            # How long the host waited past the moment it became due (runner latency).
+            self._due_lag.observe(max(0.0, now - due) * 1000)
             self._start_fetch(decision.fetch.lease)
         state.wake_at = decision.wake_at
 

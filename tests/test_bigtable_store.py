@@ -1,0 +1,539 @@
+"""The Bigtable metadata store against the real emulator: page rows, counters, crawl records,
+lookups, the Beam sink and the `page`/`status` commands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+from google.cloud import bigtable
+from google.cloud.bigtable.data.row_filters import PassAllFilter
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.bigtable_store import (
+    COUNTERS,
+    PAGES_FAMILY,
+    BigtableConfig,
+    BigtableTables,
+    CrawlCounterBatch,
+    CrawlExists,
+    CrawlNotFound,
+    PageRowWriter,
+    PageWriteError,
+    create_crawl,
+    host_prefix,
+    open_tables,
+    page_key,
+    pages_by_host,
+    read_crawl,
+    read_page,
+    reversed_host,
+    set_crawl_status,
+)
+from pipeline.emulators import EmulatorMissing, start_bigtable_emulator
+from pipeline.lookup import (
+    add_page_arguments,
+    add_status_arguments,
+    crawl_status,
+    page_lookup,
+    run_page,
+    run_status,
+)
+from pipeline.pages_table import dict_to_row, row_to_dict
+from pipeline.records import PageRow, PageState, RecordPointer
+from pipeline.segments import SegmentWriter
+from pipeline.transforms.bigtable import (
+    WritePagesToBigtable,
+    WritePagesToBigtableFn,
+    _OpenBigtable,
+)
+from pipeline.urls import host_key, normalize_url, url_hash
+
+_VARIABLE = "BIGTABLE_EMULATOR_HOST"
+
+
+@pytest.fixture(scope="module")
+def emulator() -> Iterator[str]:
+    try:
+        running = start_bigtable_emulator()
+    except EmulatorMissing as exc:
+        pytest.skip(str(exc))
+    previous = os.environ.get(_VARIABLE)
+    os.environ[_VARIABLE] = running.host_port
+    try:
+        yield running.host_port
+    finally:
+        _OpenBigtable.close_all()
+        if previous is None:
+            os.environ.pop(_VARIABLE, None)
+        else:
+            os.environ[_VARIABLE] = previous
+        running.stop()
+
+
+def _fresh_config(**kwargs: Any) -> BigtableConfig:
+    # A new instance name per test: the emulator keeps each instance's tables apart.
+    return BigtableConfig("test-project", f"i-{uuid.uuid4().hex[:10]}", timeout_s=10, **kwargs)
+
+
+@pytest.fixture
+def config(emulator: str) -> BigtableConfig:
+    return _fresh_config()
+
+
+@pytest.fixture
+def tables(config: BigtableConfig) -> Iterator[BigtableTables]:
+    with open_tables(config, create=True) as opened:
+        yield opened
+
+
+def page(url: str, crawl_id: str = "c1", **fields: Any) -> PageRow:
+    normalized = normalize_url(url)
+    values: dict[str, Any] = dict(
+        crawl_id=crawl_id, url=normalized, url_hash=url_hash(normalized),
+        host=host_key(normalized), depth=0, state=PageState.FETCHED,
+    )
+    values.update(fields)
+    return PageRow(**values)
+
+
+SHAPES = [
+    page("http://shapes.test/full", state=PageState.FETCHED, reason="", http_status=200,
+         fetched_at=1_700_000_000.123456, attempts=1, content_type="text/html; charset=utf-8",
+         content_hash=-(2**63), warc=RecordPointer("/c/warc/a-00000.warc.gz", 0, 4096),
+         wet=RecordPointer("gs://b/c/wet/a-00000.warc.wet.gz", 2**40, 1), links=37, depth=3,
+         simhash=-1),
+    page("http://shapes.test/disallowed", state=PageState.DISALLOWED, reason="robots.txt"),
+    page("http://shapes.test/redirect", state=PageState.REDIRECTED, http_status=301,
+         reason="HTTP 301 to http://shapes.test/other", fetched_at=0.0, attempts=2, links=1,
+         warc=RecordPointer("/c/warc/a-00000.warc.gz", 4096, 900)),
+    page("http://xn--bcher-kva.test:8080/ä?q=1", state=PageState.FAILED,
+         reason="HTTP 503 after 3 attempts — ünïcödé", http_status=503,
+         fetched_at=1_699_999_999.5, attempts=3, content_hash=2**63 - 1),
+    page("http://127.0.0.1:9000/x", state=PageState.OVER_BUDGET, reason="crawl budget"),
+    page("http://[::1]:9000/y", state=PageState.FILTERED, reason="depth", depth=2**31 - 1),
+    page("https://shapes.test/dup", state=PageState.DUPLICATE, content_hash=0,
+         reason="same text", duplicate_of="http://shapes.test/full", http_status=200,
+         fetched_at=1e9, simhash=2**63 - 1),
+]
+
+
+def _expected(row: PageRow) -> PageRow:
+    return dict_to_row(row_to_dict(row))
+
+
+def test_row_key_groups_a_host_and_keeps_urls_apart() -> None:
+    row = page("http://www.Example.test:8080/a", crawl_id="c-9")
+    hash_hex = f"{row.url_hash & 0xFFFF_FFFF_FFFF_FFFF:016x}"
+    assert page_key(row) == f"test.example.www:8080/{hash_hex}/c-9".encode()
+    assert page_key(row).startswith(host_prefix("www.example.test:8080"))
+    assert not page_key(row).startswith(host_prefix("www.example.test"))
+    assert reversed_host("10.0.0.1:80") == "10.0.0.1:80"
+    assert reversed_host("[::1]:8080") == "[::1]:8080"
+    with pytest.raises(ValueError, match="crawl id"):
+        page_key(page("http://a.test/", crawl_id="a/b"))
+
+
+def test_every_shape_round_trips_field_by_field(tables: BigtableTables) -> None:
+    writer = PageRowWriter(tables)
+    for row in SHAPES:
+        writer.add(row)
+    assert writer.flush() == len(SHAPES)
+    for row in SHAPES:
+        stored = read_page(tables, row.crawl_id, row.url)
+        assert stored == _expected(row), row.url
+        for name, value in row_to_dict(row).items():
+            assert row_to_dict(stored)[name] == value, name
+
+
+urls = st.builds(
+    lambda host, path: normalize_url(f"http://{host}.test/{path}"),
+    st.from_regex(r"[a-z][a-z0-9-]{0,20}", fullmatch=True),
+    st.text(min_size=0, max_size=30),
+)
+int64 = st.integers(-(2**63), 2**63 - 1)
+pointers = st.none() | st.builds(
+    RecordPointer, st.text(min_size=1, max_size=40), st.integers(0, 2**62), st.integers(0, 2**40)
+)
+page_rows = st.builds(
+    lambda url, **kw: PageRow(url=url, url_hash=url_hash(url), host=host_key(url), **kw),
+    urls,
+    crawl_id=st.from_regex(r"[A-Za-z0-9._-]{1,20}", fullmatch=True),
+    depth=st.integers(0, 2**31 - 1),
+    state=st.sampled_from(list(PageState)),
+    reason=st.text(max_size=50),
+    http_status=st.none() | st.integers(100, 599),
+    fetched_at=st.none() | st.floats(0, 4e9, allow_nan=False),
+    attempts=st.integers(0, 100),
+    content_type=st.none() | st.text(max_size=30),
+    content_hash=st.none() | int64,
+    warc=pointers,
+    wet=pointers,
+    links=st.integers(0, 10_000),
+    duplicate_of=st.none() | urls,
+    simhash=st.none() | int64,
+)
+
+
+def test_any_row_round_trips(emulator: str) -> None:
+    with open_tables(_fresh_config(), create=True) as opened:
+
+        @settings(max_examples=40, deadline=None)
+        @given(row=page_rows)
+        def check(row: PageRow) -> None:
+            writer = PageRowWriter(opened)
+            writer.add(row)
+            writer.flush()
+            assert read_page(opened, row.crawl_id, row.url) == _expected(row)
+
+        check()
+
+
+def _raw_cells(tables: BigtableTables, row: PageRow) -> list[tuple[bytes, bytes, int]]:
+    # No cells-per-column limit: every stored version shows.
+    stored = tables.pages.read_row(page_key(row), row_filter=PassAllFilter(True))
+    assert stored is not None
+    return sorted((c.qualifier, c.value, c.timestamp_micros) for c in stored.cells)
+
+
+def test_writing_a_row_twice_stores_the_same_cells(tables: BigtableTables) -> None:
+    row = SHAPES[0]
+    writer = PageRowWriter(tables)
+    writer.add(row)
+    writer.flush()
+    once = _raw_cells(tables, row)
+    writer.add(row)
+    writer.add(row)  # twice in one batch, too
+    assert len(writer) == 1
+    writer.flush()
+    assert _raw_cells(tables, row) == once
+    # One version per column that has a value; None columns have no cell.
+    assert len(once) == sum(value is not None for value in row_to_dict(row).values())
+
+    # A later write without text leaves no stale WET pointer behind.
+    replaced = page(row.url, **{k: getattr(row, k) for k in ("depth", "state", "http_status",
+                    "attempts", "content_type", "content_hash", "warc", "links")},
+                    fetched_at=5.0)
+    writer.add(replaced)
+    writer.flush()
+    assert read_page(tables, row.crawl_id, row.url) == _expected(replaced)
+    qualifiers = {q for q, _, _ in _raw_cells(tables, row)}
+    assert b"wet_file" not in qualifiers and b"warc_file" in qualifiers
+
+
+@pytest.mark.filterwarnings("ignore:Connecting to Bigtable emulator:RuntimeWarning")
+def test_flush_names_the_rows_it_could_not_write(emulator: str) -> None:
+    config = _fresh_config(pages_table="pages-without-family")
+    admin = bigtable.Client(project=config.project, admin=True)
+    admin.instance(config.instance).table(config.pages_table).create(
+        column_families={"other": None}
+    )
+    with open_tables(config, create=False) as opened:
+        writer = PageRowWriter(opened)
+        for row in SHAPES[:3]:
+            writer.add(row)
+        with pytest.raises(PageWriteError) as caught:
+            writer.flush()
+        assert set(caught.value.row_keys) == {page_key(row) for row in SHAPES[:3]}
+        assert "3 of 3 page rows" in str(caught.value)
+        assert len(writer) == 0
+    # create=True adds the missing family to the existing table.
+    with open_tables(config, create=True) as opened:
+        writer = PageRowWriter(opened)
+        writer.add(SHAPES[0])
+        writer.flush()
+        assert read_page(opened, "c1", SHAPES[0].url) == _expected(SHAPES[0])
+
+
+def _count_calls(monkeypatch: pytest.MonkeyPatch, tables: BigtableTables) -> list[bytes]:
+    calls: list[bytes] = []
+    original: Callable[..., Any] = tables.crawls.read_modify_write_row
+
+    def counting(row_key: bytes, rules: Any, **kwargs: Any) -> Any:
+        calls.append(row_key)
+        return original(row_key, rules, **kwargs)
+
+    monkeypatch.setattr(tables.crawls, "read_modify_write_row", counting)
+    return calls
+
+
+def test_counters_are_one_read_modify_write_per_crawl_per_flush(
+    tables: BigtableTables, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _count_calls(monkeypatch, tables)
+    now = [1_000.0]
+    batch = CrawlCounterBatch(tables, clock=lambda: now[0])
+    states = list(PageState)
+    expected: dict[str, Counter[str]] = {"a": Counter(), "b": Counter()}
+    for i in range(300):
+        crawl_id = "a" if i % 3 else "b"
+        row = page(f"http://count.test/{i}", crawl_id=crawl_id, state=states[i % len(states)])
+        batch.count_row(row, bytes_fetched=10 * i)
+        expected[crawl_id][str(row.state)] += 1
+        expected[crawl_id]["bytes"] += 10 * i
+    batch.add("a", "accepted", 500)
+    expected["a"]["accepted"] += 500
+    totals = batch.flush()
+    assert sorted(calls) == [b"a", b"b"]
+    assert totals["a"]["fetched"] == expected["a"]["fetched"]
+
+    now[0] += 1.0  # a second flush: one more call per crawl, increments add up
+    for crawl_id in ("a", "b"):
+        batch.add(crawl_id, "fetched", 7)
+        expected[crawl_id]["fetched"] += 7
+    batch.flush()
+    assert len(calls) == 4
+    assert batch.flush() == {} and len(calls) == 4  # nothing pending: no call
+
+    for crawl_id, counts in expected.items():
+        # Counters live in the crawl's row whether or not the crawl has a record yet.
+        assert tables.crawls.read_row(crawl_id.encode()) is not None
+        create_crawl(tables, crawl_id, seeds=(), max_pages=None, max_pages_per_host=None,
+                     max_depth=None, min_delay=None, at=now[0])
+        assert read_crawl(tables, crawl_id).counters() == {
+            name: counts.get(name, 0) for name in COUNTERS
+        }
+    with pytest.raises(ValueError, match="unknown crawl counter"):
+        batch.add("a", "pages")
+
+
+def test_rate_samples_are_written_at_most_every_five_seconds(tables: BigtableTables) -> None:
+    create_crawl(tables, "r", seeds=("http://a.test/",), max_pages=10, max_pages_per_host=None,
+                 max_depth=None, min_delay=1.0, at=0.0)
+    now = [10_000.0]
+    batch = CrawlCounterBatch(tables, clock=lambda: now[0])
+    for _ in range(30):  # one flush a second, 10 pages each
+        batch.add("r", "fetched", 10)
+        batch.flush()
+        now[0] += 1.0
+    record = read_crawl(tables, "r")
+    times = [t for t, _ in record.samples]
+    assert times == [10_000.0 + 5 * k for k in range(6)]
+    assert [fetched for _, fetched in record.samples] == [10 + 50 * k for k in range(6)]
+    status = crawl_status("r", config=tables, now=10_030.0)
+    # Younger than a minute: measured from the first sample, 290 pages in 30 s.
+    assert status["pages_per_s"] == pytest.approx(290 / 30)
+    # Two minutes later nothing more was fetched (the pages after the last sample, at
+    # 10,025, were counted within 5 s of it).
+    assert crawl_status("r", config=tables, now=10_150.0)["pages_per_s"] == pytest.approx(0.0)
+    # Seconds 10,040-10,089 add a sample every 5 s (2 pages a second). At 10,090 the base is
+    # the newest sample at least 60 s old, 10,025 (260 fetched): the window is 65 s.
+    now[0] = 10_040.0
+    for _ in range(50):
+        batch.add("r", "fetched", 2)
+        batch.flush()
+        now[0] += 1.0
+    status = crawl_status("r", config=tables, now=10_090.0)
+    assert status["counters"]["fetched"] == 400
+    assert status["pages_per_s"] == pytest.approx((400 - 260) / 65)
+    # 16 slots: the samples of 10,000 and 10,005 were overwritten by those of 80 s later.
+    times = [t for t, _ in read_crawl(tables, "r").samples]
+    assert times == [10_010.0, 10_015.0, 10_020.0, 10_025.0] + [
+        10_040.0 + 5 * k for k in range(10)
+    ]
+
+
+def test_crawl_record_lifecycle(tables: BigtableTables) -> None:
+    record = create_crawl(
+        tables, "life", seeds=("http://a.test/", "http://b.test/x"), max_pages=1000,
+        max_pages_per_host=50, max_depth=None, min_delay=0.25, at=100.5,
+    )
+    assert read_crawl(tables, "life") == record
+    assert record.status == "created" and record.frontier == 0
+    with pytest.raises(CrawlExists, match="life"):
+        create_crawl(tables, "life", seeds=(), max_pages=None, max_pages_per_host=None,
+                     max_depth=None, min_delay=None, at=101.0)
+    assert read_crawl(tables, "life").seeds == ("http://a.test/", "http://b.test/x")
+
+    set_crawl_status(tables, "life", "running", 110.0)
+    running = read_crawl(tables, "life")
+    assert (running.status, running.started_at, running.finished_at) == ("running", 110.0, None)
+    set_crawl_status(tables, "life", "interrupted", 150.25)
+    set_crawl_status(tables, "life", "running", 200.0)  # resumed
+    resumed = read_crawl(tables, "life")
+    assert (resumed.started_at, resumed.finished_at) == (200.0, None)
+    set_crawl_status(tables, "life", "budget_spent", 260.0)
+    done = read_crawl(tables, "life")
+    assert (done.status, done.created_at, done.finished_at) == ("budget_spent", 100.5, 260.0)
+    assert (done.max_pages, done.max_pages_per_host, done.max_depth, done.min_delay) == (
+        1000, 50, None, 0.25,
+    )
+    status = crawl_status("life", config=tables, now=999.0)
+    assert status["elapsed_s"] == pytest.approx(60.0)  # finished: now does not matter
+    assert status["pages_per_s"] is None
+
+    with pytest.raises(ValueError, match="unknown crawl status"):
+        set_crawl_status(tables, "life", "paused", 300.0)
+    with pytest.raises(CrawlNotFound):
+        set_crawl_status(tables, "never", "running", 300.0)
+    with pytest.raises(CrawlNotFound):
+        read_crawl(tables, "never")
+    assert tables.crawls.read_row(b"never") is None  # a failed status change creates nothing
+
+
+def test_lookup_by_any_spelling_and_newest_crawl(tables: BigtableTables) -> None:
+    # Crawl "z-old" was created first; the newest is chosen by its record, not its name.
+    for crawl_id, created in (("z-old", 1000.0), ("a-new", 2000.0)):
+        create_crawl(tables, crawl_id, seeds=(), max_pages=None, max_pages_per_host=None,
+                     max_depth=None, min_delay=None, at=created)
+    old = page("http://example.test/a?b=2&a=1", crawl_id="z-old", http_status=404,
+               state=PageState.FAILED, fetched_at=1500.0)
+    new = page("http://example.test/a?b=2&a=1", crawl_id="a-new", http_status=200,
+               fetched_at=1400.0)
+    others = [
+        page("http://example.test/b", crawl_id="a-new"),
+        page("http://www.example.test/a", crawl_id="a-new"),
+        page("http://example.test:8080/a", crawl_id="a-new"),
+        page("http://example.test/c", crawl_id="z-old"),
+    ]
+    writer = PageRowWriter(tables)
+    for row in (old, new, *others):
+        writer.add(row)
+    writer.flush()
+
+    spelling = "  HTTP://Example.TEST:80/./a?utm_source=x&a=1&b=2#top "
+    assert read_page(tables, None, spelling) == _expected(new)
+    assert read_page(tables, "z-old", spelling) == _expected(old)
+    assert read_page(tables, "other", spelling) is None
+    assert read_page(tables, None, "http://example.test/missing") is None
+
+    hosts = pages_by_host(tables, "example.test")
+    assert sorted((r.url, r.crawl_id) for r in hosts) == sorted(
+        [(old.url, "z-old"), (new.url, "a-new"), (others[0].url, "a-new"),
+         (others[3].url, "z-old")]
+    )
+    assert {r.url for r in pages_by_host(tables, "example.test", crawl_id="z-old")} == {
+        old.url, others[3].url,
+    }
+    assert [r.url for r in pages_by_host(tables, "Example.test:8080")] == [others[2].url]
+    assert len(pages_by_host(tables, "example.test", limit=2)) == 2
+
+    looked_up = page_lookup(spelling, config=tables, crawl_id=None, with_text=False)
+    assert looked_up["crawl_id"] == "a-new" and looked_up["url"] == new.url
+    assert looked_up["fetched_at"] == "1970-01-01T00:23:20.000+00:00"
+    assert "text" not in looked_up
+    json.dumps(looked_up)  # a control API can serve it as it is
+
+
+def test_beam_transform_writes_rows_then_counters(config: BigtableConfig) -> None:
+    open_tables(config, create=True).close()
+    rows = [
+        page(f"http://beam-{i % 7}.test/p{i}", crawl_id="beam-1" if i % 4 else "beam-2",
+             state=list(PageState)[i % len(PageState)], http_status=200 if i % 2 else None,
+             fetched_at=1_700_000_000.0 + i if i % 2 else None, attempts=i % 3)
+        for i in range(120)
+    ]
+    with BeamTestPipeline() as p:
+        written = p | beam.Create(rows) | WritePagesToBigtable(config)
+        assert_that(written, equal_to(rows))
+
+    with open_tables(config, create=False) as opened:
+        for row in rows:
+            assert read_page(opened, row.crawl_id, row.url) == _expected(row)
+        for crawl_id in ("beam-1", "beam-2"):
+            by_state = Counter(str(r.state) for r in rows if r.crawl_id == crawl_id)
+            create_crawl(opened, crawl_id, seeds=(), max_pages=None, max_pages_per_host=None,
+                         max_depth=None, min_delay=None, at=0.0)
+            counters = read_crawl(opened, crawl_id).counters()
+            assert {name: n for name, n in counters.items() if n} == dict(by_state)
+
+
+@pytest.mark.filterwarnings("ignore:Connecting to Bigtable emulator:RuntimeWarning")
+def test_failed_row_write_counts_nothing_and_emits_nothing(emulator: str) -> None:
+    config = _fresh_config(pages_table="pages-without-family")
+    open_tables(config, create=True).close()
+    admin = bigtable.Client(project=config.project, admin=True)
+    admin.instance(config.instance).table(config.pages_table).column_family(PAGES_FAMILY).delete()
+    fn = WritePagesToBigtableFn(config)
+    fn.setup()
+    fn.start_bundle()
+    for row in SHAPES[:3]:
+        fn.process(row)
+    with pytest.raises(PageWriteError):
+        list(fn.finish_bundle())
+    with open_tables(config, create=False) as opened:
+        assert opened.crawls.read_row(b"c1") is None  # no counter moved
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _parse(add: Callable[[argparse.ArgumentParser], None], argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add(parser)
+    return parser.parse_args(argv)
+
+
+def test_page_and_status_commands(
+    tables: BigtableTables, config: BigtableConfig, tmp_path: Any,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    wet = SegmentWriter(str(tmp_path), "cli", "wet", "w1")
+    text = "Größe matters: the [bold]page[/bold] text."
+    pointer = wet.write_text("http://cli.test/page", 1_700_000_000.0, text)
+    wet.flush()
+    row = page("http://cli.test/page", crawl_id="cli", http_status=200, wet=pointer,
+               fetched_at=1_700_000_000.0, content_type="text/html")
+    create_crawl(tables, "cli", seeds=("http://cli.test/",), max_pages=100,
+                 max_pages_per_host=None, max_depth=3, min_delay=1.0, at=1_700_000_000.0)
+    set_crawl_status(tables, "cli", "running", 1_700_000_001.0)
+    writer = PageRowWriter(tables)
+    writer.add(row)
+    writer.flush()
+    batch = CrawlCounterBatch(tables)
+    batch.add("cli", "accepted", 5)
+    batch.count_row(row, bytes_fetched=1234)
+    batch.flush()
+    connection = ["--project", config.project, "--bigtable-instance", config.instance]
+
+    assert run_page(_parse(add_page_arguments,
+                           ["HTTP://CLI.test/page#x", "--text", *connection])) == 0
+    out = capsys.readouterr().out
+    assert "http://cli.test/page" in out and "fetched" in out and "2023-11-14" in out
+    assert text in out  # printed as it is: no markup interpretation
+
+    assert run_page(_parse(add_page_arguments,
+                           ["http://cli.test/page", "--json", *connection])) == 0
+    assert json.loads(capsys.readouterr().out)["state"] == "fetched"
+
+    assert run_page(_parse(add_page_arguments, ["http://cli.test/none", *connection])) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1 and "no page row for http://cli.test/none" in captured.err
+
+    assert run_status(_parse(add_status_arguments, ["cli", *connection])) == 0
+    out = capsys.readouterr().out
+    assert "cli" in out and "running" in out and "frontier 4 URLs" in out
+    assert "1,234" in out and "accepted" in out
+
+    assert run_status(_parse(add_status_arguments, ["cli", "--json", *connection])) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["counters"]["fetched"] == 1 and status["budgets"]["max_depth"] == 3
+    assert status["pages_per_s"] is None  # one sample, just taken: no rate yet
+
+    assert run_status(_parse(add_status_arguments, ["nope", *connection])) == 1
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and "no crawl 'nope'" in captured.err
+
+    nowhere = f"127.0.0.1:{_free_port()}"
+    args = _parse(add_status_arguments,
+                  ["cli", *connection, "--bigtable-emulator", nowhere, "--timeout", "1"])
+    assert run_status(args) == 1
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1
+    assert f"cannot reach the Bigtable emulator at {nowhere}" in captured.err
+    assert os.environ[_VARIABLE] != nowhere  # the command's emulator setting did not leak
