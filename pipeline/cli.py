@@ -119,6 +119,25 @@ def build_parser() -> argparse.ArgumentParser:
     add_testweb_arguments(testweb)
     testweb.set_defaults(func=_testweb)
 
+    from pipeline.events import add_events_arguments, run_events
+    from pipeline.lookup import (
+        add_page_arguments,
+        add_status_arguments,
+        run_page,
+        run_status,
+    )
+
+    page = sub.add_parser("page", help="print a URL's row from Bigtable (and its text)")
+    add_page_arguments(page)
+    page.set_defaults(func=run_page)
+    status = sub.add_parser("status", help="print a crawl's status and counters from Bigtable")
+    add_status_arguments(status)
+    status.set_defaults(func=run_status)
+    events = sub.add_parser("events", help="read a crawl's page-crawled events (example "
+                                           "downstream consumer)")
+    add_events_arguments(events)
+    events.set_defaults(func=run_events)
+
     query = sub.add_parser("query", help="run SQL over a crawl's `pages` table (DuckDB)")
     query.add_argument("crawl_dir", help="OUT/CRAWL_ID directory of a finished crawl")
     query.add_argument("sql", help="SQL over the view `pages`")

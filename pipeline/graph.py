@@ -12,9 +12,18 @@ from collections.abc import Callable
 
 import apache_beam as beam
 
+from pipeline.bigtable_store import BigtableConfig
 from pipeline.budget import PageBudget
+from pipeline.events import event_of
 from pipeline.options import CrawlOptions
-from pipeline.transforms.frontier import PublishDeadLetters, PublishFrontier, ReadFrontier
+from pipeline.transforms.bigquery import WritePagesToBigQuery
+from pipeline.transforms.bigtable import WritePagesToBigtable
+from pipeline.transforms.frontier import (
+    PublishDeadLetters,
+    PublishFrontier,
+    PublishPageEvents,
+    ReadFrontier,
+)
 from pipeline.transforms.schedule import ROWS, SPILL, ScheduleConfig, ScheduleFetches
 from pipeline.transforms.store import DEAD_LETTERS, LINKS, StorePages
 from pipeline.transforms.table import WritePagesTable
@@ -38,22 +47,34 @@ def build_crawl(
     topic: str,
     dead_letter_topic: str,
     budget: PageBudget,
+    bigtable: BigtableConfig | None = None,
+    events_topic: str | None = None,
+    bigquery_table: str | None = None,
     clock: Callable[[], float] = time.time,
 ) -> None:
     """Add the crawl to pipeline `p`: it reads `subscription`, publishes links to `topic` and
-    pages no retry could parse to `dead_letter_topic`."""
+    pages no retry could parse to `dead_letter_topic`. Rows always go to the Parquet table;
+    with `bigtable` also to Bigtable, after which each fetched page's event goes to
+    `events_topic`; with `bigquery_table` also to BigQuery."""
     host_batches = p | "ReadFrontier" >> ReadFrontier(subscription, opts.crawl_id)
     scheduled = host_batches | "ScheduleFetches" >> ScheduleFetches(
-        schedule_config(opts), budget, clock
+        schedule_config(opts), budget, clock, counters=bigtable
     )
     stored = scheduled.fetched | "StorePages" >> StorePages(
         opts.out, opts.crawl_id, agent=opts.user_agent.split("/")[0]
     )
-    (
-        (scheduled[ROWS], stored["rows"])
-        | "AllRows" >> beam.Flatten()
-        | "WritePagesTable" >> WritePagesTable(opts.out, opts.crawl_id)
-    )
+    rows = (scheduled[ROWS], stored["rows"]) | "AllRows" >> beam.Flatten()
+    rows | "WritePagesTable" >> WritePagesTable(opts.out, opts.crawl_id)
+    if bigtable is not None:
+        durable = rows | "WritePagesToBigtable" >> WritePagesToBigtable(bigtable)
+        if events_topic is not None:
+            (
+                durable
+                | "PageCrawledEvents" >> beam.FlatMap(lambda row: filter(None, [event_of(row)]))
+                | "PublishEvents" >> PublishPageEvents(events_topic)
+            )
+    if bigquery_table is not None:
+        rows | "WritePagesToBigQuery" >> WritePagesToBigQuery(bigquery_table)
     (
         (stored[LINKS], scheduled[SPILL])
         | "AllFrontierBatches" >> beam.Flatten()

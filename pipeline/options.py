@@ -45,6 +45,8 @@ class CrawlOptions:
     circuit_failures: int = 10
     circuit_seconds: float = 3600.0
     project: str = "local-crawler"
+    bigtable_instance: str = "local"
+    bigquery_table: str | None = None
     frontier_topic: str | None = None
     progress: bool = True
     resume: bool = False
@@ -166,6 +168,16 @@ def add_crawl_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--circuit-seconds", type=_positive_float, default=3600.0,
                         help="how long a parked host waits before one probe request "
                              "(default: %(default)s)")
+    parser.add_argument("--project", default="local-crawler",
+                        help="Google Cloud project of the Pub/Sub topics and Bigtable instance "
+                             "(default: %(default)s, which the local emulators accept)")
+    parser.add_argument("--bigtable-instance", default="local",
+                        help="Bigtable instance for page rows and the crawl record; locally the "
+                             "emulator is started unless BIGTABLE_EMULATOR_HOST is set "
+                             "(default: %(default)s)")
+    parser.add_argument("--bigquery-table", default=None, metavar="PROJECT:DATASET.TABLE",
+                        help="also stream page rows to this BigQuery table (created if "
+                             "missing, partitioned by fetch day, clustered by host)")
     parser.add_argument("--resume", action="store_true",
                         help="continue crawl --crawl-id under --out from what it stored "
                              "(after a crash or kill): done URLs are not fetched again, links "
@@ -208,5 +220,8 @@ def options_from_args(args: argparse.Namespace) -> CrawlOptions:
         circuit_seconds=args.circuit_seconds,
         progress=not args.no_progress,
         resume=args.resume,
+        project=args.project,
+        bigtable_instance=args.bigtable_instance,
+        bigquery_table=args.bigquery_table,
         **kwargs,
     )

@@ -143,6 +143,36 @@ class DeadLetter:
 
 
 @dataclass(frozen=True, slots=True)
+class PageCrawledEvent:
+    """Published once a fetched page's text record and row are durable: where to read it,
+    never the content itself."""
+
+    crawl_id: str
+    url: str
+    url_hash: int
+    state: str
+    content_hash: int | None
+    warc: RecordPointer | None
+    wet: RecordPointer | None
+    fetched_at: float | None
+    kind: str = "page_crawled"
+    version: int = WIRE_VERSION
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(asdict(self), separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> PageCrawledEvent:
+        payload = json.loads(data)
+        if payload.get("version") != WIRE_VERSION or payload.get("kind") != "page_crawled":
+            raise ValueError(f"not a version-{WIRE_VERSION} page-crawled event: {data[:80]!r}")
+        for name in ("warc", "wet"):
+            if payload.get(name) is not None:
+                payload[name] = RecordPointer(**payload[name])
+        return cls(**payload)
+
+
+@dataclass(frozen=True, slots=True)
 class PageRow:
     """One accepted URL in its terminal state: a row of the `pages` table."""
 

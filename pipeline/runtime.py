@@ -23,13 +23,16 @@ from pathlib import Path
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipeline.bigtable_store import BigtableConfig, create_crawl, open_tables, set_crawl_status
 from pipeline.budget import LocalPageBudget
 from pipeline.emulators import (
     RunningEmulator,
     ensure_subscription,
     ensure_topic,
+    start_bigtable_emulator,
     start_pubsub_emulator,
 )
+from pipeline.events import events_subscription_name, events_topic_name
 from pipeline.graph import build_crawl
 from pipeline.local_runner import install_direct_runner_speedups
 from pipeline.metrics import LocalTally
@@ -37,6 +40,9 @@ from pipeline.options import CrawlOptions
 from pipeline.progress import CrawlCounters, drained, progress_line
 from pipeline.records import FrontierBatch
 from pipeline.resume import ResumePlan, plan_resume, read_manifest, write_manifest
+from pipeline.transforms.bigtable import SharedBigtable
+from pipeline.transforms.frontier import close_shared_publisher
+from pipeline.transforms.store import OpenSegments
 from pipeline.urls import InvalidURL, normalize_url
 
 log = logging.getLogger(__name__)
@@ -109,11 +115,9 @@ def run_local_crawl(
             "max_depth": opts.max_depth, "min_delay": opts.min_delay,
             "user_agent": opts.user_agent, "created_at": time.time(),
         })
-    emulator: RunningEmulator | None = None
-    previous_env = os.environ.get("PUBSUB_EMULATOR_HOST")
-    if not previous_env:
-        emulator = start_pubsub_emulator(log_path=str(out_dir / "pubsub-emulator.log"))
-        os.environ["PUBSUB_EMULATOR_HOST"] = emulator.host_port
+    emulators = _start_missing_emulators(out_dir)
+    bigtable = BigtableConfig(project=opts.project, instance=opts.bigtable_instance)
+    tables = None
     result = None
     started = time.monotonic()
     cpu_started = time.process_time()
@@ -127,13 +131,22 @@ def run_local_crawl(
         install_direct_runner_speedups()
         LocalTally.reset()
         dead_letter_topic = ensure_topic(opts.project, f"dead-letters-{opts.crawl_id}")
+        events_topic = ensure_topic(opts.project, events_topic_name(opts.crawl_id))
+        ensure_subscription(opts.project, events_topic, events_subscription_name(opts.crawl_id))
+        tables = open_tables(bigtable, create=True)
+        if not opts.resume:
+            create_crawl(tables, opts.crawl_id, seeds=seeds, max_pages=opts.max_pages,
+                         max_pages_per_host=opts.max_pages_per_host, max_depth=opts.max_depth,
+                         min_delay=opts.min_delay, at=time.time())
+        set_crawl_status(tables, opts.crawl_id, "running", time.time())
         budget = LocalPageBudget(opts.crawl_id, opts.max_pages)
         pipeline_options = PipelineOptions(
             flags=[], runner="DirectRunner", streaming=True, save_main_session=False
         )
         p = beam.Pipeline(options=pipeline_options)
         build_crawl(p, opts, subscription=subscription, topic=topic,
-                    dead_letter_topic=dead_letter_topic, budget=budget)
+                    dead_letter_topic=dead_letter_topic, budget=budget, bigtable=bigtable,
+                    events_topic=events_topic, bigquery_table=opts.bigquery_table)
         if opts.resume:
             plan = plan_resume(opts.out, opts.crawl_id, seeds)
             budget.preclaim(plan.pages_claimed)
@@ -170,9 +183,18 @@ def run_local_crawl(
                     _read_counters(), counters.seeds_published
                 )
             result.cancel()
-        if emulator is not None:
+        # Clients kept per process point at this crawl's emulators: a next crawl in the same
+        # process must not reuse them.
+        close_shared_publisher()
+        SharedBigtable.close_all()
+        OpenSegments.close_all()
+        if tables is not None:
+            with contextlib.suppress(Exception):  # best effort once the crawl has ended
+                set_crawl_status(tables, opts.crawl_id, status, time.time())
+            tables.close()
+        for variable, emulator in emulators:
             emulator.stop()
-            os.environ.pop("PUBSUB_EMULATOR_HOST", None)
+            os.environ.pop(variable, None)
     elapsed = time.monotonic() - started
     summary = CrawlSummary(
         crawl_id=opts.crawl_id,
@@ -193,6 +215,26 @@ def run_local_crawl(
     )
     (out_dir / "summary.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
     return summary
+
+
+def _start_missing_emulators(out_dir: Path) -> list[tuple[str, RunningEmulator]]:
+    """Start the Pub/Sub and Bigtable emulators this crawl needs and nobody configured."""
+    started: list[tuple[str, RunningEmulator]] = []
+    try:
+        for variable, start, name in (
+            ("PUBSUB_EMULATOR_HOST", start_pubsub_emulator, "pubsub"),
+            ("BIGTABLE_EMULATOR_HOST", start_bigtable_emulator, "bigtable"),
+        ):
+            if not os.environ.get(variable):
+                emulator = start(log_path=str(out_dir / f"{name}-emulator.log"))
+                os.environ[variable] = emulator.host_port
+                started.append((variable, emulator))
+    except BaseException:
+        for variable, emulator in started:
+            emulator.stop()
+            os.environ.pop(variable, None)
+        raise
+    return started
 
 
 def resume_batches(crawl_id: str, plan: ResumePlan) -> list[FrontierBatch]:

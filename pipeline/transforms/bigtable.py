@@ -37,7 +37,7 @@ class _ThreadStore:
     counters: CrawlCounterBatch
 
 
-class _OpenBigtable:
+class SharedBigtable:
     """Bigtable clients kept open across bundles: one per process and config, and a writer
     and counter batch per thread.
 
@@ -74,7 +74,7 @@ class _OpenBigtable:
             cls._tables.clear()
 
 
-atexit.register(_OpenBigtable.close_all)
+atexit.register(SharedBigtable.close_all)
 
 
 class WritePagesToBigtableFn(beam.DoFn):
@@ -85,11 +85,11 @@ class WritePagesToBigtableFn(beam.DoFn):
         self._rows_written = crawl_counter("bigtable_rows_written")
 
     def setup(self) -> None:
-        _OpenBigtable.get(self._config)  # connect before the first element
+        SharedBigtable.get(self._config)  # connect before the first element
 
     def start_bundle(self) -> None:
         # Per bundle, on the bundle's thread: writers are per thread.
-        self._store = _OpenBigtable.get(self._config)
+        self._store = SharedBigtable.get(self._config)
         # Leftovers of a bundle that failed belong to its retry, which adds them again.
         self._store.writer.clear()
         self._store.counters.clear()

@@ -134,6 +134,15 @@ def _shared_publisher():
         return _publisher
 
 
+def close_shared_publisher() -> None:
+    """Forget the process's publisher (its emulator or credentials may be gone)."""
+    global _publisher
+    with _publisher_lock:
+        if _publisher is not None:
+            _publisher.stop()
+            _publisher = None
+
+
 class PublishFn(beam.DoFn):
     """Publishes records (anything with `to_bytes()` and a `kind`), counted per kind
     (`batches_published_<kind>`) once Pub/Sub acknowledged them."""
@@ -183,3 +192,7 @@ class PublishFrontier(beam.PTransform):
 
 class PublishDeadLetters(PublishFrontier):
     """DeadLetter -> the dead-letter topic (same publishing, other topic and records)."""
+
+
+class PublishPageEvents(PublishFrontier):
+    """PageCrawledEvent -> the page-crawled events topic."""

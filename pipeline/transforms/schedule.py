@@ -22,6 +22,7 @@ from apache_beam.coders import PickleCoder
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.utils.timestamp import Timestamp
 
+from pipeline.bigtable_store import BigtableConfig
 from pipeline.budget import PageBudget
 from pipeline.dns import parse_resolve
 from pipeline.fetch import FetchClient, FetchConfig, FetchResponse, fetch_pool, shared_client
@@ -36,6 +37,7 @@ from pipeline.politeness import (
     Outcome,
 )
 from pipeline.records import FetchResult, FrontierBatch, FrontierEntry, PageRow
+from pipeline.transforms.bigtable import SharedBigtable
 from pipeline.transforms.frontier import HostBatch
 
 log = logging.getLogger(__name__)
@@ -147,8 +149,11 @@ class HostSchedulerFn(beam.DoFn):
         clock: Callable[[], float] = time.time,
         submit: Callable[[Callable[[str], FetchResponse], str], Future[FetchResponse]]
         | None = None,
+        counters: BigtableConfig | None = None,
     ) -> None:
         self._config = config
+        self._counters = counters  # the crawl record whose `accepted` counter this DoFn keeps
+        self._accepted_in_bundle = 0
         self._budget = budget
         self._clock = clock
         self._submit = submit
@@ -190,6 +195,7 @@ class HostSchedulerFn(beam.DoFn):
             redirect_hops=batch.redirect_hops,
         )
         self._accepted.inc(len(accepted))
+        self._accepted_in_bundle += len(accepted)
         for outcome in outcomes:
             yield beam.pvalue.TaggedOutput(ROWS, outcome_row(self._config.crawl_id, host, outcome))
         if spilled:
@@ -203,6 +209,18 @@ class HostSchedulerFn(beam.DoFn):
         self._arm(state, wake, now)
         self._count_activity(was_busy, state)
         host_state.write(state)
+
+    def start_bundle(self) -> None:
+        self._accepted_in_bundle = 0
+
+    def finish_bundle(self) -> None:
+        if self._counters is not None and self._accepted_in_bundle:
+            # One read-modify-write per bundle for the crawl's `accepted` counter; the
+            # terminal counters are kept where rows are written.
+            store = SharedBigtable.get(self._counters)
+            store.counters.add(self._config.crawl_id, "accepted", self._accepted_in_bundle)
+            store.counters.flush()
+        self._accepted_in_bundle = 0
 
     # ---------------------------------------------------------------------------- timer
     @on_timer(WAKE)
@@ -294,13 +312,15 @@ class ScheduleFetches(beam.PTransform):
         config: ScheduleConfig,
         budget: PageBudget,
         clock: Callable[[], float] = time.time,
+        counters: BigtableConfig | None = None,
     ) -> None:
         super().__init__()
         self._config = config
         self._budget = budget
         self._clock = clock
+        self._counters = counters
 
     def expand(self, host_batches):
         return host_batches | "HostScheduler" >> beam.ParDo(
-            HostSchedulerFn(self._config, self._budget, self._clock)
+            HostSchedulerFn(self._config, self._budget, self._clock, counters=self._counters)
         ).with_outputs(ROWS, SPILL, main="fetched")

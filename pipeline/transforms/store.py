@@ -182,7 +182,7 @@ def _parse_with_retries(
     return None, error, PARSE_ATTEMPTS
 
 
-class _OpenSegments:
+class OpenSegments:
     """Segment writers kept open across bundles, one pair per thread and crawl.
 
     Beam's local runner sets up and tears down a DoFn for every bundle; a writer per DoFn
@@ -216,7 +216,7 @@ class _OpenSegments:
             cls._writers.clear()
 
 
-atexit.register(_OpenSegments.close_all)
+atexit.register(OpenSegments.close_all)
 
 
 class StorePagesFn(beam.DoFn):
@@ -233,7 +233,7 @@ class StorePagesFn(beam.DoFn):
         self._dead_letters = crawl_counter("dead_letters")
 
     def start_bundle(self) -> None:
-        self._warc, self._wet = _OpenSegments.get(self._out, self._crawl_id)
+        self._warc, self._wet = OpenSegments.get(self._out, self._crawl_id)
         self._buffer = []
 
     def process(self, result: FetchResult) -> None:
@@ -292,7 +292,7 @@ class DedupContentFn(beam.DoFn):
         self._duplicates = crawl_counter("content_duplicates")
 
     def start_bundle(self) -> None:
-        _, self._wet = _OpenSegments.get(self._out, self._crawl_id)
+        _, self._wet = OpenSegments.get(self._out, self._crawl_id)
         self._buffer = []
 
     def process(self, element: tuple[int, StoredPage],
