@@ -16,7 +16,6 @@ from pipeline.bigtable_store import BigtableConfig
 from pipeline.budget import PageBudget
 from pipeline.events import event_of
 from pipeline.options import CrawlOptions
-from pipeline.transforms.bigquery import WritePagesToBigQuery
 from pipeline.transforms.bigtable import WritePagesToBigtable
 from pipeline.transforms.frontier import (
     PublishDeadLetters,
@@ -74,6 +73,8 @@ def build_crawl(
                 | "PublishEvents" >> PublishPageEvents(events_topic)
             )
     if bigquery_table is not None:
+        from pipeline.transforms.bigquery import WritePagesToBigQuery  # needs BigQuery's client
+
         rows | "WritePagesToBigQuery" >> WritePagesToBigQuery(bigquery_table)
     (
         (stored[LINKS], scheduled[SPILL])
