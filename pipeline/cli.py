@@ -84,13 +84,12 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _query(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
+    from pipeline import storage
     from pipeline.pages_table import query_pages
 
-    crawl_dir = Path(args.crawl_dir)
+    crawl_dir = args.crawl_dir.rstrip("/")
     try:
-        rows = query_pages(str(crawl_dir.parent), crawl_dir.name, args.sql)
+        rows = query_pages(storage.parent(crawl_dir), storage.name(crawl_dir), args.sql)
     except Exception as exc:  # duckdb reports SQL errors with their position: pass them on
         print(f"crawler query: {exc}", file=sys.stderr)
         return 2

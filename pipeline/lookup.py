@@ -162,8 +162,10 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _add_connection_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--project", required=True, help="Google Cloud project of the crawl")
-    parser.add_argument("--bigtable-instance", required=True, metavar="INSTANCE",
+    parser.add_argument("--project", default="local-crawler",
+                        help="Google Cloud project of the crawl (default: %(default)s, the "
+                             "local runtime's)")
+    parser.add_argument("--bigtable-instance", default="local", metavar="INSTANCE",
                         help="Bigtable instance holding the pages and crawls tables")
     parser.add_argument("--bigtable-emulator", metavar="HOST:PORT",
                         default=os.environ.get(_EMULATOR_VARIABLE),

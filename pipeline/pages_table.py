@@ -4,16 +4,25 @@ This module owns the table's column list (the one definition the Parquet schema,
 BigQuery schema, are built from), the conversion between PageRow and table rows, writing part
 files atomically, and querying them locally with DuckDB. It does not decide page states.
 
-Layout: {root}/{crawl_id}/pages/part-{writer_id}-{seq:06d}.parquet. Each flush writes one new
-part file under a temporary name in the same directory and renames it into place, so a reader
-(DuckDB globbing `*.parquet`) sees whole files or none. A URL that was processed twice can
-appear in two rows (DESIGN.md invariant 4 holds in the keyed Bigtable row, not here): queries
-that count pages should deduplicate on url_hash.
+Layout: {root}/{crawl_id}/pages/part-{writer_id}-{seq:06d}.parquet, where `root` is a local
+directory or gs://bucket/prefix. Readers (DuckDB globbing `*.parquet`) see whole part files or
+none: locally each flush writes a temporary dot-file in the same directory and renames it into
+place; on GCS the part is uploaded directly under its final name, because an object appears
+only once its upload completes (a rename there is a copy and a delete, two more requests per
+part for nothing; docs/storage.md). A URL that was processed twice can appear in two rows
+(DESIGN.md invariant 4 holds in the keyed Bigtable row, not here): queries that count pages
+should deduplicate on url_hash.
+
+query_pages() over gs:// downloads the part files to a temporary directory first (through
+Beam's FileSystems, like every GCS access here): DuckDB's own GCS reader needs HMAC keys and an
+extension download, and cannot talk to the emulator. It suits tests and small crawls; analysts
+of a cloud crawl query BigQuery.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -22,6 +31,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline import storage
 from pipeline.records import PageRow, RecordPointer
 
 
@@ -70,6 +80,10 @@ PAGES_COLUMNS: tuple[Column, ...] = (
     Column("wet_offset", pa.int64(), True, "Byte offset of that record's gzip member.", "INT64"),
     Column("wet_length", pa.int64(), True, "Byte length of that record's gzip member.", "INT64"),
     Column("links", pa.int32(), False, "Outgoing links found on the page.", "INT64"),
+    Column("duplicate_of", pa.string(), True,
+           "For state duplicate: the URL whose identical text was stored first.", "STRING"),
+    Column("simhash", pa.int64(), True, "64-bit simhash of the text (near-duplicates).",
+           "INT64"),
 )
 
 PAGES_SCHEMA: pa.Schema = pa.schema(
@@ -125,6 +139,8 @@ def row_to_dict(row: PageRow) -> dict[str, Any]:
         **_pointer_columns("warc", row.warc),
         **_pointer_columns("wet", row.wet),
         "links": row.links,
+        "duplicate_of": row.duplicate_of,
+        "simhash": row.simhash,
     }
 
 
@@ -151,17 +167,19 @@ def dict_to_row(d: dict[str, Any]) -> PageRow:
         warc=_pointer("warc", d),
         wet=_pointer("wet", d),
         links=int(d.get("links") or 0),
+        duplicate_of=d.get("duplicate_of"),
+        simhash=d.get("simhash"),
     )
 
 
 def pages_dir(root: str, crawl_id: str) -> str:
-    """Directory of a crawl's part files."""
-    return os.path.join(root, crawl_id, "pages")
+    """Directory (or GCS prefix) of a crawl's part files."""
+    return storage.join(root, crawl_id, "pages")
 
 
 def pages_glob(root: str, crawl_id: str) -> str:
     """Glob matching every part file of a crawl's pages table (and no temporary file)."""
-    return os.path.join(pages_dir(root, crawl_id), "*.parquet")
+    return storage.join(pages_dir(root, crawl_id), "*.parquet")
 
 
 class PagesTableWriter:
@@ -178,6 +196,7 @@ class PagesTableWriter:
         self._writer_id = writer_id
         self._rows: list[dict[str, Any]] = []
         self._next_seq = 0
+        self._seq_listed = False
         self._closed = False
 
     def __len__(self) -> int:
@@ -199,8 +218,15 @@ class PagesTableWriter:
         if not self._rows:
             return None
         table = pa.Table.from_pylist(self._rows, schema=PAGES_SCHEMA)
-        os.makedirs(self._dir, exist_ok=True)
         path = self._next_path()
+        if storage.is_gcs(path):
+            # Serialised whole before the upload starts: a failure leaves no object at all.
+            buffer = pa.BufferOutputStream()
+            pq.write_table(table, buffer, compression="zstd")
+            storage.write_object(path, buffer.getvalue().to_pybytes())
+            self._rows.clear()
+            return path
+        os.makedirs(self._dir, exist_ok=True)
         # A dot-name without the .parquet suffix: readers' globs never see a half-written file.
         temporary = os.path.join(self._dir, f".{os.path.basename(path)}.{os.getpid()}.tmp")
         try:
@@ -226,8 +252,17 @@ class PagesTableWriter:
         self.close()
 
     def _next_path(self) -> str:
+        prefix = f"part-{self._writer_id}-"
+        if storage.is_gcs(self._dir):
+            # One listing, then the writer's names are its own: no request per part.
+            if not self._seq_listed:
+                self._next_seq = storage.first_unused_number(self._dir, prefix, ".parquet")
+                self._seq_listed = True
+            path = storage.join(self._dir, f"{prefix}{self._next_seq:06d}.parquet")
+            self._next_seq += 1
+            return path
         while True:
-            path = os.path.join(self._dir, f"part-{self._writer_id}-{self._next_seq:06d}.parquet")
+            path = os.path.join(self._dir, f"{prefix}{self._next_seq:06d}.parquet")
             self._next_seq += 1
             if not os.path.exists(path):
                 return path
@@ -237,8 +272,21 @@ def query_pages(root: str, crawl_id: str, sql: str) -> list[tuple[Any, ...]]:
     """Run DuckDB SQL in which the view `pages` is the crawl's pages table; returns the rows.
 
     Before any part file exists, `pages` is an empty table with the same columns, so queries
-    still run (COUNT(*) is 0).
+    still run (COUNT(*) is 0). For a gs:// root every part file is downloaded to a temporary
+    directory first (module docstring).
     """
+    if storage.is_gcs(root):
+        parts = storage.list_files(pages_glob(root, crawl_id))
+        with tempfile.TemporaryDirectory(prefix="pages-") as local_root:
+            local_dir = pages_dir(local_root, crawl_id)
+            os.makedirs(local_dir)
+            for part in parts:
+                storage.copy_to_local(part, os.path.join(local_dir, storage.name(part)))
+            return _query_local(local_root, crawl_id, sql)
+    return _query_local(root, crawl_id, sql)
+
+
+def _query_local(root: str, crawl_id: str, sql: str) -> list[tuple[Any, ...]]:
     connection = duckdb.connect()
     try:
         if _has_parts(root, crawl_id):
@@ -260,3 +308,49 @@ def _has_parts(root: str, crawl_id: str) -> bool:
         )
     except FileNotFoundError:
         return False
+
+
+def _measure_part_writes(root: str, parts: int = 40, rows: int = 1000) -> None:
+    """Print part files/s through flush() with `rows` rows a part; for gs:// roots also the
+    storage cost alone of a part uploaded under its final name against a temporary object
+    renamed into place (what the local path does)."""
+    import time
+
+    row = PageRow(
+        crawl_id="bench", url="http://bench.test/", url_hash=0, host="bench.test", depth=0,
+        state="fetched", http_status=200, fetched_at=time.time(), attempts=1,
+        warc=RecordPointer(f"{root}/bench/warc/w0-00000.warc.gz", 0, 25_000),
+    )
+    crawl_id = f"bench-{os.getpid()}-{int(time.time())}"
+    writer = PagesTableWriter(root, crawl_id, "w0")
+    writer.add(row)
+    writer.flush()  # not timed: imports Beam and lists the writer's parts on gs://
+    started = time.perf_counter()
+    for _ in range(parts):
+        for _ in range(rows):
+            writer.add(row)
+        writer.flush()
+    elapsed = time.perf_counter() - started
+    print(f"flush(): {parts / elapsed:,.1f} parts/s of {rows} rows")
+    if not storage.is_gcs(root):
+        return
+    data = storage.read_all(storage.list_files(pages_glob(root, crawl_id))[0])
+    directory = pages_dir(root, f"{crawl_id}-storage")
+    for how in ("final name", "temporary + rename"):
+        started = time.perf_counter()
+        for seq in range(parts):
+            final = storage.join(directory, f"{how[0]}-{seq:06d}.parquet")
+            if how == "final name":
+                storage.write_object(final, data)
+            else:
+                temporary = storage.join(directory, f".{how[0]}-{seq:06d}.tmp")
+                storage.write_object(temporary, data)
+                storage.rename(temporary, final)
+        elapsed = time.perf_counter() - started
+        print(f"{how}: {parts / elapsed:,.1f} parts/s ({len(data):,} bytes each)")
+
+
+if __name__ == "__main__":
+    import sys
+
+    _measure_part_writes(sys.argv[1] if len(sys.argv) > 1 else "/tmp/pages-bench")

@@ -13,8 +13,8 @@ import json
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from pipeline import storage
 from pipeline.pages_table import query_pages
 from pipeline.parse import is_html, parse_page
 from pipeline.records import RecordPointer
@@ -39,25 +39,21 @@ class ResumePlan:
     unreadable: int = 0  # fetched pages whose record could not be read back
 
 
-def crawl_manifest_path(out: str, crawl_id: str) -> Path:
-    return Path(out) / crawl_id / "crawl.json"
+def crawl_manifest_path(out: str, crawl_id: str) -> str:
+    return storage.join(out, crawl_id, "crawl.json")
 
 
 def write_manifest(out: str, crawl_id: str, manifest: dict) -> None:
-    path = crawl_manifest_path(out, crawl_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
-    tmp.replace(path)
+    """The crawl's seeds and budgets, written when it starts so a resume can reuse them."""
+    storage.write_file(crawl_manifest_path(out, crawl_id),
+                       (json.dumps(manifest, indent=2) + "\n").encode())
 
 
 def read_manifest(out: str, crawl_id: str) -> dict:
     path = crawl_manifest_path(out, crawl_id)
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ValueError(
-            f"no crawl {crawl_id!r} under {out!r} to resume ({path} is missing)") from None
+    if not storage.exists(path):
+        raise ValueError(f"no crawl {crawl_id!r} under {out!r} to resume ({path} is missing)")
+    return json.loads(storage.read_all(path))
 
 
 def plan_resume(out: str, crawl_id: str, seeds: list[str]) -> ResumePlan:

@@ -14,6 +14,7 @@ import dataclasses
 import json
 import logging
 import os
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from pathlib import Path
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipeline import storage
 from pipeline.bigtable_store import BigtableConfig, create_crawl, open_tables, set_crawl_status
 from pipeline.budget import LocalPageBudget
 from pipeline.emulators import (
@@ -106,8 +108,12 @@ def run_local_crawl(
     if not seeds:
         raise ValueError("no crawlable seed URL given" + (
             ": " + "; ".join(bad_seeds) if bad_seeds else " (pass URLs or --seeds-file)"))
-    out_dir = Path(opts.out) / opts.crawl_id
-    out_dir.mkdir(parents=True, exist_ok=True)
+    storage.use_storage_emulator()
+    out_dir = storage.join(opts.out, opts.crawl_id)
+    # Emulator logs stay on this machine even when the output goes to gs://.
+    log_dir = Path(out_dir) if not storage.is_gcs(out_dir) else Path(
+        tempfile.mkdtemp(prefix=f"crawler-{opts.crawl_id}-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
     if not opts.resume:
         write_manifest(opts.out, opts.crawl_id, {
             "crawl_id": opts.crawl_id, "seeds": list(opts.seeds),
@@ -115,7 +121,7 @@ def run_local_crawl(
             "max_depth": opts.max_depth, "min_delay": opts.min_delay,
             "user_agent": opts.user_agent, "created_at": time.time(),
         })
-    emulators = _start_missing_emulators(out_dir)
+    emulators = _start_missing_emulators(log_dir)
     bigtable = BigtableConfig(project=opts.project, instance=opts.bigtable_instance)
     tables = None
     result = None
@@ -198,7 +204,7 @@ def run_local_crawl(
     elapsed = time.monotonic() - started
     summary = CrawlSummary(
         crawl_id=opts.crawl_id,
-        out_dir=str(out_dir),
+        out_dir=out_dir,
         status=status,
         elapsed_s=round(elapsed, 3),
         pages_fetched=counters.fetched,
@@ -213,11 +219,12 @@ def run_local_crawl(
         peak_rss_mb=round(_peak_rss_mb(), 1),
         max_due_lag_ms=round(LocalTally.snapshot()[1].get("due_lag_ms", 0.0), 1),
     )
-    (out_dir / "summary.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
+    storage.write_file(storage.join(out_dir, "summary.json"),
+                       (json.dumps(asdict(summary), indent=2) + "\n").encode())
     return summary
 
 
-def _start_missing_emulators(out_dir: Path) -> list[tuple[str, RunningEmulator]]:
+def _start_missing_emulators(log_dir: Path) -> list[tuple[str, RunningEmulator]]:
     """Start the Pub/Sub and Bigtable emulators this crawl needs and nobody configured."""
     started: list[tuple[str, RunningEmulator]] = []
     try:
@@ -226,7 +233,7 @@ def _start_missing_emulators(out_dir: Path) -> list[tuple[str, RunningEmulator]]
             ("BIGTABLE_EMULATOR_HOST", start_bigtable_emulator, "bigtable"),
         ):
             if not os.environ.get(variable):
-                emulator = start(log_path=str(out_dir / f"{name}-emulator.log"))
+                emulator = start(log_path=str(log_dir / f"{name}-emulator.log"))
                 os.environ[variable] = emulator.host_port
                 started.append((variable, emulator))
     except BaseException:

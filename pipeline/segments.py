@@ -4,10 +4,16 @@ This module owns the segment layout, writing records (warcio builds them), rolli
 record identifiers, and reading one record back by its RecordPointer. It does not decide what
 to store (the pipeline does), and page rows, not segments, decide which copy of a record counts.
 
-Layout (the way Common Crawl stores crawls):
+Layout (the way Common Crawl stores crawls); `root` is a local directory or gs://bucket/prefix:
 
     {root}/{crawl_id}/warc/{writer_id}-{seq:05d}.warc.gz       WARC `response` records
     {root}/{crawl_id}/wet/{writer_id}-{seq:05d}.warc.wet.gz    WET `conversion` records
+
+A local segment is one file, appended to and fsynced by every flush, until it holds
+max_segment_bytes. A GCS object cannot be appended to, so on gs:// every flush() completes (i.e.
+uploads) the current object and the next write starts a new one: a segment there is a series
+of objects, seq advancing per flush (and whenever an object reaches its size limit). The cost
+of that, one object per writer per flush, is in docs/storage.md.
 
 Every record is its own gzip member, so `(file, offset, length)` reads one record, and the
 concatenation is still a valid .warc.gz that any WARC reader (warcio, fastwarc) reads end to end.
@@ -16,7 +22,8 @@ Each segment opens with a `warcinfo` record.
 DURABILITY CONTRACT: a RecordPointer returned by write_response()/write_text() may be handed to
 anyone (a page row, an event, another stage) only after the next SegmentWriter.flush() has
 returned. Before that the record may still sit in a buffer and be lost with the worker; a
-replay then writes it again, which is harmless (DESIGN.md invariant 4).
+replay then writes it again, which is harmless (DESIGN.md invariant 4). On gs:// the object a
+pointer names does not exist at all before that flush, and exists whole after it.
 
 Stored responses: `body` is the payload as the fetcher delivered it, after content and transfer
 decoding, so the record holds the decoded bytes; the server's Content-Encoding,
@@ -28,8 +35,8 @@ that are not ASCII are stored percent-encoded (warcio does this).
 Record ids are derived from where the record was written (record_id(pointer)), so the WET
 record of a page can refer to its WARC record (WARC-Refers-To) from the pointer alone.
 
-Files are opened by path in exactly one place (_SegmentFiles), so that storage can move to
-Beam's FileSystems for gs:// roots without touching the record logic.
+Files are created and read by path only through pipeline.storage, which knows the difference
+between local files and GCS objects; the record logic here is the same for both.
 
 Throughput of one writer, 1,000 records of 100 KB bodies, flush (fsync) every 100 records,
 local disk, 2 shared vCPUs (`.venv/bin/python -m pipeline.segments /tmp/segment-bench`):
@@ -41,7 +48,9 @@ local disk, 2 shared vCPUs (`.venv/bin/python -m pipeline.segments /tmp/segment-
 
 zlib is ~80 % of the time (~3.5 ms per 100 KB); building the record and its two SHA-1 digests
 ~0.5 ms. At ~4 ms a page, storing costs a tenth of parsing (~40 ms). Level 1 would save ~2 ms
-a page for 14 % more bytes stored; level 9 costs 2.5 ms more for nothing.
+a page for 14 % more bytes stored; level 9 costs 2.5 ms more for nothing. The same command
+takes a gs:// root and a flush interval (`... gs://bucket/prefix 10`); figures against the GCS
+emulator are in docs/storage.md.
 """
 
 from __future__ import annotations
@@ -54,7 +63,7 @@ import zlib
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from http import HTTPStatus
-from typing import BinaryIO, Literal
+from typing import Literal
 
 from warcio.archiveiterator import ArchiveIterator
 from warcio.recordbuilder import RecordBuilder
@@ -63,6 +72,7 @@ from warcio.statusandheaders import StatusAndHeaders
 from warcio.timeutils import datetime_to_iso_date
 from warcio.warcwriter import WARCWriter
 
+from pipeline import storage
 from pipeline.records import RecordPointer
 
 SegmentKind = Literal["warc", "wet"]
@@ -76,6 +86,9 @@ _TRANSFER_HEADERS = ("content-encoding", "transfer-encoding", "content-length")
 _RENAMED_PREFIX = "X-Crawler-"
 _RECORD_ID_NAMESPACE = uuid.UUID("6f0c3a5e-4d1b-5a8e-9a43-0d6f1c2b7e90")
 _WRITER_ID = re.compile(r"[A-Za-z0-9._-]+")
+# On gs:// the object being written is held in memory until the flush uploads it, so an object
+# is also finished (uploaded early, which is only more durable) once it holds this much.
+GCS_OBJECT_BYTES = 64 << 20
 
 
 class SegmentReadError(ValueError):
@@ -84,7 +97,7 @@ class SegmentReadError(ValueError):
 
 def segment_path(root: str, crawl_id: str, kind: SegmentKind, writer_id: str, seq: int) -> str:
     """Path of one segment file."""
-    return _SegmentFiles.join(root, crawl_id, kind, f"{writer_id}-{seq:05d}{_SUFFIXES[kind]}")
+    return storage.join(root, crawl_id, kind, f"{writer_id}-{seq:05d}{_SUFFIXES[kind]}")
 
 
 def record_id(pointer: RecordPointer) -> str:
@@ -127,42 +140,6 @@ def _served_headers(stored: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
     return served
 
 
-class _SegmentFiles:
-    """The one place that touches storage by path (local files today)."""
-
-    @staticmethod
-    def join(*parts: str) -> str:
-        return os.path.join(*parts)
-
-    @staticmethod
-    def create_new(path: str) -> BinaryIO | None:
-        """Open a new file for writing, or None if `path` exists (never overwrite a segment:
-        pointers into it may be stored already)."""
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        try:
-            return open(path, "xb")  # noqa: SIM115 - the writer owns the handle until close()
-        except FileExistsError:
-            return None
-
-    @staticmethod
-    def make_durable(handle: BinaryIO, path: str, *, new_file: bool) -> None:
-        handle.flush()
-        os.fsync(handle.fileno())
-        if new_file:
-            # The file's directory entry must survive a crash too.
-            directory = os.open(os.path.dirname(path), os.O_RDONLY)
-            try:
-                os.fsync(directory)
-            finally:
-                os.close(directory)
-
-    @staticmethod
-    def read_range(path: str, offset: int, length: int) -> bytes:
-        with open(path, "rb") as handle:
-            handle.seek(offset)
-            return handle.read(length)
-
-
 def _gzip_member(record: ArcWarcRecord) -> bytes:
     raw = io.BytesIO()
     WARCWriter(raw, gzip=False, warc_version=WARC_VERSION).write_record(record)
@@ -175,11 +152,13 @@ class SegmentWriter:
 
     One writer belongs to one thread (a DoFn instance); it has no locks. writer_id must be
     unique among writers of a crawl that run at the same time (e.g. worker and DoFn instance):
-    two writers with one id would only skip each other's files, never overwrite them, but
-    their segment numbers would interleave.
+    locally, two writers with one id would only skip each other's files, never overwrite them;
+    on gs:// they could overwrite each other's objects (Beam's FileSystems cannot create an
+    object only if absent). A writer restarted with an old id continues after its files.
 
-    Rolls to the next segment once a segment holds max_segment_bytes, so a segment exceeds
-    that by at most one record. Call flush() before handing out pointers (module docstring).
+    Rolls to the next segment once a segment holds max_segment_bytes (on gs:// also
+    GCS_OBJECT_BYTES, and at every flush), so a segment exceeds that by at most one record.
+    Call flush() before handing out pointers (module docstring).
     """
 
     def __init__(
@@ -204,19 +183,21 @@ class SegmentWriter:
         self._crawl_id = crawl_id
         self._kind: SegmentKind = kind
         self._writer_id = writer_id
-        self._max_segment_bytes = max_segment_bytes
+        self._max_segment_bytes = (
+            min(max_segment_bytes, GCS_OBJECT_BYTES) if storage.is_gcs(root) else max_segment_bytes
+        )
         self._builder = RecordBuilder(warc_version=WARC_VERSION)
         self._next_seq = 0
-        self._handle: BinaryIO | None = None
-        self._path = ""
-        self._size = 0
-        self._new_file = False  # created since the last flush: its directory entry needs a sync
+        # gs://: the writer's own objects are listed once, then its names are known to be free.
+        self._seq_listed = not storage.is_gcs(root)
+        self._file: storage.NewFile | None = None
         self._closed = False
 
     @property
     def path(self) -> str | None:
-        """The segment being written, if one is open."""
-        return self._path if self._handle is not None else None
+        """The segment being written, if one is open (on gs://: the object the next flush
+        uploads; None right after a flush)."""
+        return self._file.path if self._file is not None else None
 
     def write_response(
         self,
@@ -283,11 +264,20 @@ class SegmentWriter:
         return self._append(offset, _gzip_member(record))
 
     def flush(self) -> None:
-        """Make every record written so far durable (flush and fsync); pointers returned
-        before this call may be handed out once it returns."""
-        if self._handle is not None:
-            _SegmentFiles.make_durable(self._handle, self._path, new_file=self._new_file)
-            self._new_file = False
+        """Make every record written so far durable (local: flush and fsync; gs://: upload the
+        current object, which ends it); pointers returned before this call may be handed out
+        once it returns.
+
+        If it raises, nothing written since the last successful flush may be referenced. On
+        gs:// the records are kept and the next flush() uploads them again, under the same
+        name, so the pointers already returned become valid once a flush succeeds.
+        """
+        if self._file is None:
+            return
+        self._file.make_durable()
+        if not self._file.appendable:
+            self._file.close()
+            self._file = None
 
     def close(self) -> None:
         """Flush and close the open segment. The writer cannot write afterwards."""
@@ -306,7 +296,7 @@ class SegmentWriter:
         # WARC-Type first, as the WARC standard recommends; warcio keeps the order.
         return {
             "WARC-Type": record_type,
-            "WARC-Record-ID": record_id(RecordPointer(self._path, offset, 0)),
+            "WARC-Record-ID": record_id(RecordPointer(self._segment().path, offset, 0)),
             "WARC-Date": _warc_date(fetched_at),
             "WARC-Target-URI": url,
         }
@@ -315,28 +305,38 @@ class SegmentWriter:
         """Offset of the next record, opening or rolling the segment as needed."""
         if self._closed:
             raise ValueError("segment writer is closed; create a new SegmentWriter")
-        if self._handle is not None and self._size >= self._max_segment_bytes:
+        if self._file is not None and self._file.size >= self._max_segment_bytes:
             self._close_segment()
-        if self._handle is None:
+        if self._file is None:
             self._open_segment()
-        return self._size
+        return self._segment().size
+
+    def _segment(self) -> storage.NewFile:
+        assert self._file is not None, "no open segment: _prepare() opens one"
+        return self._file
 
     def _append(self, offset: int, member: bytes) -> RecordPointer:
-        assert self._handle is not None
-        self._handle.write(member)
-        self._size = offset + len(member)
-        return RecordPointer(self._path, offset, len(member))
+        segment = self._segment()
+        segment.write(member)
+        return RecordPointer(segment.path, offset, len(member))
 
     def _open_segment(self) -> None:
+        if not self._seq_listed:
+            first = segment_path(self._root, self._crawl_id, self._kind, self._writer_id, 0)
+            self._next_seq = storage.first_unused_number(
+                storage.parent(first), f"{self._writer_id}-", _SUFFIXES[self._kind]
+            )
+            self._seq_listed = True
         while True:
             path = segment_path(
                 self._root, self._crawl_id, self._kind, self._writer_id, self._next_seq
             )
             self._next_seq += 1
-            handle = _SegmentFiles.create_new(path)
-            if handle is not None:
+            # Free by the listing above (local files are created exclusively regardless).
+            segment = storage.create_new(path, name_is_free=True)
+            if segment is not None:
                 break
-        self._handle, self._path, self._size, self._new_file = handle, path, 0, True
+        self._file = segment
         info = {
             "software": SOFTWARE,
             "format": "WARC File Format 1.1",
@@ -345,15 +345,16 @@ class SegmentWriter:
         }
         if self._kind == "wet":
             info["description"] = "Extracted main text of the crawl's HTML pages"
-        warcinfo = self._builder.create_warcinfo_record(os.path.basename(path), info)
+        warcinfo = self._builder.create_warcinfo_record(storage.name(path), info)
         self._append(0, _gzip_member(warcinfo))
 
     def _close_segment(self) -> None:
-        if self._handle is None:
+        if self._file is None:
             return
         self.flush()
-        self._handle.close()
-        self._handle = None
+        if self._file is not None:  # a local file stays open through flush()
+            self._file.close()
+            self._file = None
 
 
 # --- Reading ------------------------------------------------------------------------------
@@ -365,7 +366,7 @@ def read_record_bytes(pointer: RecordPointer) -> bytes:
 
 
 def _member(pointer: RecordPointer) -> bytes:
-    data = _SegmentFiles.read_range(pointer.file, pointer.offset, pointer.length)
+    data = storage.read_range(pointer.file, pointer.offset, pointer.length)
     if len(data) != pointer.length:
         raise SegmentReadError(
             f"{pointer.file} holds {len(data)} of the {pointer.length} bytes at offset "
@@ -403,8 +404,11 @@ def read_text(pointer: RecordPointer) -> str:
     return data.decode("utf-8")
 
 
-def _measure_throughput(directory: str) -> None:
-    """Print records/s and MB/s of one writer for 100 KB bodies (HTML and random bytes)."""
+def _measure_throughput(root: str, flush_every: int = 100) -> None:
+    """Print records/s, MB/s and objects (segment files) per second of one writer for 100 KB
+    bodies (HTML and random bytes), flushing every `flush_every` records, then the rate of
+    reading single records back by pointer. `root` may be a directory or gs://bucket/prefix
+    (with STORAGE_EMULATOR_HOST set, the emulator)."""
     import random
     import time
 
@@ -416,25 +420,40 @@ def _measure_throughput(directory: str) -> None:
         "random": [random.randbytes(100_000) for _ in range(20)],
     }
     headers = [("Content-Type", "text/html; charset=utf-8"), ("Server", "bench")]
+    run = f"{os.getpid()}-{int(time.time())}"
     for name, samples in bodies.items():
-        writer = SegmentWriter(directory, f"bench-{name}", "warc", f"w{os.getpid()}")
+        writer = SegmentWriter(root, f"bench-{name}-{run}", "warc", "w0")
         count = 1000
+        pointers = []
         started = time.perf_counter()
         for i in range(count):
-            writer.write_response(
+            pointers.append(writer.write_response(
                 f"http://bench.test/{i}", time.time(), 200, headers, samples[i % len(samples)]
-            )
-            if i % 100 == 99:
+            ))
+            if i % flush_every == flush_every - 1:
                 writer.flush()
         writer.close()
         elapsed = time.perf_counter() - started
+        files = {pointer.file for pointer in pointers}
+        stored = sum(len(storage.read_all(path)) for path in files) if len(files) < 200 else 0
+        reads = random.sample(pointers, 100)
+        read_started = time.perf_counter()
+        for pointer in reads:
+            read_response(pointer)
+        read_elapsed = time.perf_counter() - read_started
         print(
             f"{name}: {count / elapsed:,.0f} records/s, "
-            f"{count * 100_000 / elapsed / 1e6:,.1f} MB/s of bodies"
+            f"{count * 100_000 / elapsed / 1e6:,.1f} MB/s of bodies, "
+            f"{len(files) / elapsed:,.1f} segment files/s ({len(files)} files"
+            + (f", {stored / len(files) / 1e6:,.1f} MB each" if stored else "")
+            + f"); reading one record by pointer: {len(reads) / read_elapsed:,.0f}/s"
         )
 
 
 if __name__ == "__main__":
     import sys
 
-    _measure_throughput(sys.argv[1] if len(sys.argv) > 1 else "/tmp/segment-bench")
+    _measure_throughput(
+        sys.argv[1] if len(sys.argv) > 1 else "/tmp/segment-bench",
+        int(sys.argv[2]) if len(sys.argv) > 2 else 100,
+    )
