@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import email.utils
 import itertools
 import threading
 import time
@@ -20,11 +21,22 @@ from protego import Protego
 from pipeline.records import PageState, RecordPointer
 from pipeline.testweb.audit import AuditReport, audit_crawl
 from pipeline.testweb.server import LoggedRequest, RunningWeb, read_request_log, serve
-from pipeline.testweb.web import HostRole, RobotsKind, SyntheticWeb, WebSpec
+from pipeline.testweb.web import (
+    TRANSIENT_STATUSES,
+    FaultHost,
+    HostRole,
+    PageFault,
+    Response,
+    RobotsKind,
+    SyntheticWeb,
+    WebSpec,
+)
+from pipeline.urls import host_key
 from tests.test_testweb import extract_links, normalise_url
 
 UA = "BeamCrawler/0.1"
 MIN_DELAY = 0.25
+CIRCUIT_FAILURES = 3
 MAX_CRAWL_DELAY = 5.0
 T0 = 1_780_000_000 * 10**9
 CRAWL_ID = "audit-test"
@@ -40,17 +52,33 @@ class Crawl:
         default_factory=dict)
     texts: dict[RecordPointer, str] = field(default_factory=dict)
 
-    def audit(self, web: SyntheticWeb, budget: int) -> AuditReport:
+    def audit(self, web: SyntheticWeb, budget: int, **parameters: Any) -> AuditReport:
         return audit_crawl(
             web, self.requests, self.rows, seeds=web.seeds(), min_delay=MIN_DELAY,
             max_crawl_delay=MAX_CRAWL_DELAY, max_depth=None, max_pages_per_host=budget,
             user_agent=UA, read_response=self.responses.__getitem__,
-            read_text=self.texts.__getitem__)
+            read_text=self.texts.__getitem__, **parameters)
 
 
-def perfect_crawl(web: SyntheticWeb, budget: int) -> Crawl:
+def _retry_wait(answer: Response, arrival_ns: int) -> float:
+    value = answer.header("Retry-After")
+    if value is None:
+        return 0.0
+    if value.isdigit():
+        return float(value)
+    return email.utils.parsedate_to_datetime(value).timestamp() - arrival_ns / 1e9
+
+
+def _failed(web: SyntheticWeb, host: str, path: str, answer: Response) -> bool:
+    return answer.status == 0 or answer.status in TRANSIENT_STATUSES \
+        or web.fault(web.url(host, path)) in (PageFault.STALL, PageFault.HANG)
+
+
+def perfect_crawl(web: SyntheticWeb, budget: int, *, circuit_seconds: float = 0.0,
+                  **parameters: Any) -> Crawl:
     """What a correct crawler leaves behind, built from the ground truth."""
-    truth = web.expected(web.seeds(), max_depth=None, max_pages_per_host=budget, user_agent=UA)
+    truth = web.expected(web.seeds(), max_depth=None, max_pages_per_host=budget, user_agent=UA,
+                         **parameters)
     crawl = Crawl(requests=[], rows=[])
     by_host: dict[str, list[str]] = defaultdict(list)
     for url in sorted(truth, key=lambda u: (truth[u].depth, u)):
@@ -61,18 +89,25 @@ def perfect_crawl(web: SyntheticWeb, budget: int) -> Crawl:
         paths = sorted(web.robots_paths(host))[::-1]  # /robots.txt first, then the moved one
         for url in urls:
             paths.extend([web.split_url(url)[1]] * truth[url].requests)
-        arrival, seen = T0, Counter[str]()
+        arrival, seen, pages, failures = T0, Counter[str](), 0, 0
         for path in paths:
             seen[path] += 1
-            answer = web.render(host, path, seen[path])
+            robots = web.is_robots_path(host, path)
+            pages += 0 if robots else 1
+            answer = web.render(host, path, seen[path], host_nth=pages or None,
+                                now=arrival / 1e9)
             crawl.requests.append(LoggedRequest(host, path, arrival, answer.status))
             gap = max(web.delay_for(host, MIN_DELAY, MAX_CRAWL_DELAY),
-                      float(answer.header("Retry-After") or 0))
+                      _retry_wait(answer, arrival))
+            if not robots:
+                failures = failures + 1 if _failed(web, host, path, answer) else 0
+            if failures >= CIRCUIT_FAILURES:
+                gap = max(gap, circuit_seconds)
             arrival += int((gap + 0.01) * 1e9)
     for number, (url, entry) in enumerate(sorted(truth.items())):
         row: dict[str, Any] = {
-            "crawl_id": CRAWL_ID, "url": url, "url_hash": number, "host": entry.host,
-            "depth": entry.depth, "state": str(entry.state), "reason": "",
+            "crawl_id": CRAWL_ID, "url": url, "url_hash": number, "host": host_key(url),
+            "depth": entry.depth, "state": str(entry.state), "reason": entry.reason or "",
             "http_status": entry.http_status, "fetched_at": None, "attempts": entry.requests,
             "content_type": None, "content_hash": None, "warc_file": None, "warc_offset": None,
             "warc_length": None, "wet_file": None, "wet_offset": None, "wet_length": None,
@@ -81,7 +116,9 @@ def perfect_crawl(web: SyntheticWeb, budget: int) -> Crawl:
         if entry.state == PageState.FETCHED:
             answer = web.final_response(url)
             warc = RecordPointer("warc/seg-00000.warc.gz", number * 4096, 4000)
-            crawl.responses[warc] = (answer.status, list(answer.headers), answer.body)
+            cap = parameters.get("max_body_bytes") if entry.truncated else None
+            crawl.responses[warc] = (answer.status, list(answer.headers),
+                                     web.decoded_body(url, cap))
             row.update(warc_file=warc.file, warc_offset=warc.offset, warc_length=warc.length,
                        content_type=answer.header("Content-Type"))
             if web.has_text(url):
@@ -275,13 +312,182 @@ def test_wrong_charset_is_reported(web: SyntheticWeb, budget: int, crawl: Crawl)
 def test_calendar_host_over_budget_and_status_mismatch(web: SyntheticWeb, budget: int,
                                                        crawl: Crawl) -> None:
     calendar = next(h for h in web.hosts() if web.profile(h).role is HostRole.CALENDAR)
-    over = _row(crawl, lambda r: r["host"] == calendar and r["state"] == PageState.OVER_BUDGET)
+    over = _row(crawl, lambda r: web.split_url(r["url"])[0] == calendar
+                and r["state"] == PageState.OVER_BUDGET)
     over["state"] = str(PageState.FETCHED)
     status = _row(crawl, lambda r: r["state"] == PageState.REDIRECTED)
     status["http_status"] = 307
     report = crawl.audit(web, budget)
     assert _violations(report, "table", over["url"], "expected over_budget")
     assert _violations(report, "table", status["url"], "http_status 307")
+
+
+def test_duplicate_of_names_the_other_copy(web: SyntheticWeb, budget: int,
+                                           crawl: Crawl) -> None:
+    for row in crawl.rows:
+        row["duplicate_of"] = None
+    copy_row = _row(crawl, lambda r: "/print/" in r["url"])
+    original = _row(crawl, lambda r: r["url"] == copy_row["url"].replace("/print/", "/"))
+    copy_row.update(state=str(PageState.DUPLICATE), duplicate_of=original["url"])
+    assert crawl.audit(web, budget).violations == []
+    copy_row["duplicate_of"] = original["url_hash"]  # by URL hash is as good
+    assert crawl.audit(web, budget).violations == []
+    copy_row["duplicate_of"] = web.url(web.split_url(copy_row["url"])[0], "/")
+    fetched = _row(crawl, lambda r: r["state"] == PageState.FETCHED and "/print/" not in r["url"]
+                   and r is not original)
+    fetched["duplicate_of"] = original["url"]
+    report = crawl.audit(web, budget)
+    assert _violations(report, "table", copy_row["url"], "does not name the other copy")
+    assert _violations(report, "table", fetched["url"], "duplicate_of", "on a fetched row")
+
+
+# --- the fault web -----------------------------------------------------------------------------
+
+MAX_BODY = 1024 * 1024
+CIRCUIT_SECONDS = 4.0
+FAULT_PARAMETERS: dict[str, Any] = {"max_attempts": 3, "max_calendar_pages": 30,
+                                    "max_redirect_hops": 5, "max_body_bytes": MAX_BODY}
+
+
+@pytest.fixture(scope="module")
+def fault_web() -> SyntheticWeb:
+    return SyntheticWeb(WebSpec(hosts=20, pages_per_host=20, faults=True), 18080)
+
+
+@pytest.fixture(scope="module")
+def fault_perfect(fault_web: SyntheticWeb, budget: int) -> Crawl:
+    return perfect_crawl(fault_web, budget, circuit_seconds=CIRCUIT_SECONDS, **FAULT_PARAMETERS)
+
+
+@pytest.fixture
+def fault_crawl(fault_perfect: Crawl) -> Crawl:
+    return copy.deepcopy(fault_perfect)
+
+
+def audit_faults(crawl: Crawl, web: SyntheticWeb, budget: int, **changes: Any) -> AuditReport:
+    parameters = {**FAULT_PARAMETERS, "circuit_failures": CIRCUIT_FAILURES,
+                  "circuit_seconds": CIRCUIT_SECONDS, **changes}
+    return crawl.audit(web, budget, **parameters)
+
+
+def _requests_to(crawl: Crawl, host: str) -> list[int]:
+    return [i for i, r in enumerate(crawl.requests) if r.host == host]
+
+
+def test_a_perfect_crawl_of_the_fault_web_has_no_violations(
+    fault_web: SyntheticWeb, budget: int, fault_crawl: Crawl,
+) -> None:
+    report = audit_faults(fault_crawl, fault_web, budget)
+    assert report.violations == []
+    assert report.stats["circuit_probes"] >= 3  # the dead host's
+    states = report.stats["row_states"]
+    assert states[PageState.DEAD_LETTERED] == 1 and states[PageState.FAILED] > 6
+
+
+def test_requests_before_an_http_date_retry_after(fault_web: SyntheticWeb, budget: int,
+                                                  fault_crawl: Crawl) -> None:
+    host = fault_web.fault_host(FaultHost.BUSY)
+    mine = _requests_to(fault_crawl, host)
+    busy = next(i for i in mine if fault_crawl.requests[i].status == 429)
+    following = fault_crawl.requests[busy + 1]
+    fault_crawl.requests[busy + 1] = replace(
+        following, arrival_ns=fault_crawl.requests[busy].arrival_ns + 1_500_000_000)
+    report = audit_faults(fault_crawl, fault_web, budget)
+    assert _violations(report, "politeness", host, "answered 429 with Retry-After", "GMT")
+
+
+def test_a_parked_host_probed_too_often(fault_web: SyntheticWeb, budget: int,
+                                        fault_crawl: Crawl) -> None:
+    host = fault_web.fault_host(FaultHost.DEAD)
+    mine = _requests_to(fault_crawl, host)
+    assert len(mine) == 7  # robots.txt, then 2 URLs x 3 attempts
+    # The 4th failure came a probe period after the 3rd; the 5th and 6th follow too soon.
+    fourth = fault_crawl.requests[mine[4]].arrival_ns
+    for n, arrival in ((5, fourth + 10**9), (6, fourth + 3 * 10**9)):
+        fault_crawl.requests[mine[n]] = replace(fault_crawl.requests[mine[n]], arrival_ns=arrival)
+    report = audit_faults(fault_crawl, fault_web, budget)
+    assert _violations(report, "circuit", host, "1.0000 s after", "4 failures in a row")
+    assert _violations(report, "circuit", host, "2.0000 s after", "5 failures in a row")
+    assert audit_faults(fault_crawl, fault_web, budget, circuit_seconds=None).violations == []
+
+
+def test_failed_urls_need_every_attempt_and_say_so(fault_web: SyntheticWeb, budget: int,
+                                                   fault_crawl: Crawl) -> None:
+    dead = fault_web.fault_host(FaultHost.DEAD)
+    last = _requests_to(fault_crawl, dead)[-1]
+    dropped = fault_crawl.requests.pop(last)
+    row = _row(fault_crawl, lambda r: r["url"] == fault_web.url(dead, dropped.path))
+    row["reason"] = "HTTP 503"
+    reset = fault_web.url(fault_web.fault_host(FaultHost.RESET), "/broken/reset.html")
+    _row(fault_crawl, lambda r: r["url"] == reset)["state"] = str(PageState.FETCHED)
+    report = audit_faults(fault_crawl, fault_web, budget)
+    assert _violations(report, "exactly-once", dropped.path, "2 requests, expected 3")
+    assert _violations(report, "table", row["url"], "does not mention 'after 3 attempts'")
+    assert _violations(report, "table", reset, "state fetched", "expected failed")
+
+
+def test_truncated_bodies(fault_web: SyntheticWeb, budget: int, fault_crawl: Crawl) -> None:
+    bodies = fault_web.fault_host(FaultHost.BODIES)
+    oversized = _row(fault_crawl, lambda r: r["url"] == fault_web.url(bodies,
+                                                                      "/big/oversized.html"))
+    bomb = _row(fault_crawl, lambda r: r["url"] == fault_web.url(bodies, "/big/bomb.html"))
+    pointer = RecordPointer(oversized["warc_file"], oversized["warc_offset"],
+                            oversized["warc_length"])
+    status, headers, _ = fault_crawl.responses[pointer]
+    full = fault_web.decoded_body(oversized["url"])
+    fault_crawl.responses[pointer] = (status, headers, full)  # not cut
+    bomb["reason"] = ""
+    report = audit_faults(fault_crawl, fault_web, budget)
+    assert _violations(report, "records", oversized["url"], f"is {len(full)} bytes",
+                       f"its first {MAX_BODY} kept")
+    assert _violations(report, "table", bomb["url"], "does not mention 'truncat'")
+    # Not told the cap, the auditor takes any prefix a row says was truncated.
+    fault_crawl.responses[pointer] = (status, headers, full[:5000])
+    oversized["reason"] = "body truncated at 5000 bytes"
+    lenient = audit_faults(fault_crawl, fault_web, budget, max_body_bytes=None)
+    assert not _violations(lenient, "records", oversized["url"])
+    oversized["reason"] = ""
+    strict = audit_faults(fault_crawl, fault_web, budget, max_body_bytes=None)
+    assert _violations(strict, "records", oversized["url"], "is 5000 bytes")
+
+
+def test_poison_page_must_be_dead_lettered(fault_web: SyntheticWeb, budget: int,
+                                           fault_crawl: Crawl) -> None:
+    poison = fault_web.url(fault_web.fault_host(FaultHost.BODIES), "/poison.html")
+    row = _row(fault_crawl, lambda r: r["url"] == poison)
+    assert row["state"] == PageState.DEAD_LETTERED
+    row["reason"] = "worker crashed"
+    report = audit_faults(fault_crawl, fault_web, budget)
+    assert _violations(report, "table", poison, "does not mention 'parse failed'")
+    row["state"] = str(PageState.FETCHED)
+    report = audit_faults(fault_crawl, fault_web, budget)
+    assert _violations(report, "table", poison, "state fetched", "expected dead_lettered")
+
+
+def test_traps_followed(fault_web: SyntheticWeb, budget: int, fault_crawl: Crawl) -> None:
+    maze = fault_web.fault_host(FaultHost.MAZE)
+    sessions = fault_web.fault_host(FaultHost.SESSIONS)
+    calendar = next(h for h in fault_web.hosts()
+                    if fault_web.profile(h).role is HostRole.CALENDAR)
+    month = _row(fault_crawl, lambda r: r["state"] == PageState.FILTERED
+                 and fault_web.split_url(r["url"])[0] == calendar)
+    month["state"] = str(PageState.FETCHED)
+    later = 10**12
+    month_path = fault_web.split_url(month["url"])[1]
+    fault_crawl.requests += [
+        LoggedRequest(maze, "/chain/7", T0 + later, 301),
+        LoggedRequest(maze, "/loop/x/x/x/", T0 + 2 * later, 200),
+        LoggedRequest(sessions, "/shop/item-1.html;jsessionid=AB12", T0 + later, 200),
+        LoggedRequest(calendar, month_path, T0 + later, 200),
+    ]
+    chain = _row(fault_crawl, lambda r: r["url"] == fault_web.url(maze, "/chain/7"))
+    chain["reason"] = "depth 9 > max depth 8"
+    report = audit_faults(fault_crawl, fault_web, budget)
+    assert _violations(report, "table", chain["url"], "does not mention 'redirect chain'")
+    for path in ("/chain/7", "/loop/x/x/x/", month_path):
+        assert _violations(report, "exactly-once", path, "1 requests, expected 0")
+    assert _violations(report, "exactly-once", ";jsessionid=AB12", "no correct crawl requests")
+    assert _violations(report, "table", month["url"], "state fetched", "expected filtered")
 
 
 # --- a real crawl over HTTP ------------------------------------------------------------------
@@ -388,7 +594,7 @@ class PoliteReferenceCrawl:
         return None
 
     def _row(self, url: str, host: str, depth: int, state: str, **values: Any) -> dict[str, Any]:
-        row = {"crawl_id": CRAWL_ID, "url": url, "url_hash": hash(url), "host": host,
+        row = {"crawl_id": CRAWL_ID, "url": url, "url_hash": hash(url), "host": host_key(url),
                "depth": depth, "state": state, "reason": "", "http_status": None,
                "warc_file": None, "warc_offset": None, "warc_length": None, "wet_file": None,
                "wet_offset": None, "wet_length": None, **values}

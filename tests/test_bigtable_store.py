@@ -56,7 +56,7 @@ from pipeline.segments import SegmentWriter
 from pipeline.transforms.bigtable import (
     WritePagesToBigtable,
     WritePagesToBigtableFn,
-    _OpenBigtable,
+    SharedBigtable,
 )
 from pipeline.urls import host_key, normalize_url, url_hash
 
@@ -74,7 +74,7 @@ def emulator() -> Iterator[str]:
     try:
         yield running.host_port
     finally:
-        _OpenBigtable.close_all()
+        SharedBigtable.close_all()
         if previous is None:
             os.environ.pop(_VARIABLE, None)
         else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import random
 import socket
@@ -117,7 +118,7 @@ def test_profiles_cover_every_kind(small_web: SyntheticWeb, default_web: Synthet
         robots = Counter(web.robots_kind(h) for h in web.hosts())
         roles = Counter(web.profile(h).role for h in web.hosts())
         assert set(robots) == set(RobotsKind) and min(robots.values()) >= least
-        assert set(roles) == set(HostRole) and min(roles.values()) >= least
+        assert set(roles) == set(HostRole) - {HostRole.FAULT} and min(roles.values()) >= least
         assert all(web.robots_kind(web.split_url(s)[0]) in (RobotsKind.ALLOW_ALL,
                                                             RobotsKind.EMPTY)
                    for s in web.seeds())
@@ -180,6 +181,39 @@ def _simulate_crawl(web: SyntheticWeb, seeds: list[str], max_depth: int | None,
     return outcome
 
 
+# The 20-host web's ground truth and bodies, pinned: crawl tests and benchmarks compare runs
+# over time, so a change to the web must be deliberate (update the digest with it).
+DEFAULT_WEB_DIGEST = "ff171d30624b26a47faf645c5ce0d1f821fda898b12b3e90665b7695eb1db7ab"
+
+
+def test_the_default_web_does_not_change() -> None:
+    web = SyntheticWeb(WebSpec(hosts=20, pages_per_host=20), PORT)
+    truth = web.expected(web.seeds(), max_depth=None, max_pages_per_host=40, user_agent=UA)
+    digest = hashlib.sha256()
+    for url in sorted(truth):
+        entry = truth[url]
+        digest.update(f"{url} {entry.depth} {entry.state} {entry.requests} "
+                      f"{entry.http_status}\n".encode())
+        digest.update(web.body(url))
+    for host in web.hosts():
+        for path in sorted(web.robots_paths(host)):
+            digest.update(web.render(host, path, 1).body)
+    assert digest.hexdigest() == DEFAULT_WEB_DIGEST
+    assert web.fault_hosts() == [] and web.near_duplicate_pairs() == []
+
+
+def test_faults_add_hosts_and_pages_without_changing_the_others() -> None:
+    plain = SyntheticWeb(WebSpec(hosts=20, pages_per_host=20), PORT)
+    faulty = SyntheticWeb(WebSpec(hosts=20, pages_per_host=20, faults=True), PORT)
+    assert faulty.hosts()[:20] == plain.hosts() and faulty.seeds() == plain.seeds()
+    assert len(faulty.fault_hosts()) == len(faulty.hosts()) - 20 > 5
+    truth = plain.expected(plain.seeds(), max_depth=None, max_pages_per_host=40, user_agent=UA)
+    changed = {url for url in truth if faulty.body(url) != plain.body(url)}
+    story_hosts = {faulty.split_url(a)[0] for a, _ in faulty.near_duplicate_pairs()}
+    # Only the pages that link the new ones: the seeds' homes and the story hosts' homes.
+    assert changed == {faulty.url(h, "/") for h in story_hosts} | set(plain.seeds())
+
+
 @pytest.mark.parametrize("max_depth, extra_budget", [(None, 0), (5, 3), (3, None)])
 def test_depths_and_states_do_not_depend_on_fetch_order(
     small_web: SyntheticWeb, max_depth: int | None, extra_budget: int | None,
@@ -197,15 +231,21 @@ def test_depths_and_states_do_not_depend_on_fetch_order(
 # --- markup ----------------------------------------------------------------------------------
 
 
+SESSION_PARAMETERS = {"sid", "sessionid", "session_id", "jsessionid", "phpsessid",
+                      "aspsessionid"}
+
+
 def normalise_url(url: str) -> str:
-    """The crawler's normal form, written out independently of the web's own model."""
+    """The crawler's normal form, written out independently of the web's own model: tracking
+    and session-id parameters dropped (session ids also as ;jsessionid= path parameters)."""
     parts = urlsplit(url)
     host = (parts.hostname or "").lower()
     netloc = host if parts.port in (None, 80) else f"{host}:{parts.port}"
     query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
-             if not k.startswith("utm_")]
+             if not k.startswith("utm_") and k.lower() not in SESSION_PARAMETERS]
     query.sort(key=lambda kv: kv[0])
-    return urlunsplit((parts.scheme.lower(), netloc, parts.path or "/", urlencode(query), ""))
+    path = "/".join(segment.split(";jsessionid=")[0] for segment in parts.path.split("/"))
+    return urlunsplit((parts.scheme.lower(), netloc, path or "/", urlencode(query), ""))
 
 
 def extract_links(url: str, body: bytes, charset: str) -> tuple[set[str], list[str]]:

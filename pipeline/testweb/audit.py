@@ -1,4 +1,6 @@
-"""Checks a finished crawl of the synthetic web against DESIGN.md invariants 1-5.
+"""Checks a finished crawl of the synthetic web against DESIGN.md invariants 1-5, and against
+the crawler's fault contract on a WebSpec(faults=True) web: retries and their request counts,
+Retry-After dates, a parked host's probe spacing, truncated bodies, dead letters and traps.
 
 This module owns the verdict only. Its evidence is the server's request log (what the crawler
 did to the web), the rows of the `pages` table (what it says it did) and two readers for WARC
@@ -8,6 +10,7 @@ Each violation names the check, the host or URL, and the numbers that broke it.
 
 from __future__ import annotations
 
+import email.utils
 import hashlib
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
@@ -16,7 +19,15 @@ from typing import Any
 
 from pipeline.records import PageState, RecordPointer
 from pipeline.testweb.server import LoggedRequest
-from pipeline.testweb.web import DISALLOW_ALL_KINDS, Expected, RobotsKind, SyntheticWeb
+from pipeline.testweb.web import (
+    DEFAULT_MAX_ATTEMPTS,
+    DISALLOW_ALL_KINDS,
+    TRANSIENT_STATUSES,
+    Expected,
+    PageFault,
+    RobotsKind,
+    SyntheticWeb,
+)
 from pipeline.urls import host_key
 
 ReadResponse = Callable[[RecordPointer], tuple[int, list[tuple[str, str]], bytes]]
@@ -58,18 +69,35 @@ def audit_crawl(
     read_response: ReadResponse,
     read_text: ReadText,
     tolerance_s: float = 0.005,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    max_calendar_pages: int | None = None,
+    max_redirect_hops: int = 5,
+    max_body_bytes: int | None = None,
+    circuit_failures: int = 3,
+    circuit_seconds: float | None = None,
 ) -> AuditReport:
-    """Audit one crawl: `requests` from the server's log, `rows` from the pages table."""
+    """Audit one crawl: `requests` from the server's log, `rows` from the pages table.
+
+    The crawl's parameters decide the ground truth (SyntheticWeb.expected). circuit_seconds:
+    after circuit_failures consecutive failed page requests to a host, its next request must
+    come at least this long after the last one (None: not checked). max_body_bytes: bodies
+    longer than this are stored as their first max_body_bytes bytes (None: a stored body may
+    be any prefix of the served one if the row's reason says it was truncated).
+    """
     seeds = list(seeds)
     expected = web.expected(seeds, max_depth=max_depth, max_pages_per_host=max_pages_per_host,
-                            user_agent=user_agent)
+                            user_agent=user_agent, max_attempts=max_attempts,
+                            max_calendar_pages=max_calendar_pages,
+                            max_redirect_hops=max_redirect_hops, max_body_bytes=max_body_bytes)
     report = AuditReport()
     by_host = _requests_by_host(web, requests, report)
     _check_politeness(web, by_host, report, min_delay, max_crawl_delay, tolerance_s)
+    if circuit_seconds is not None:
+        _check_circuit(web, by_host, report, circuit_failures, circuit_seconds, tolerance_s)
     _check_robots(web, by_host, expected, report, user_agent)
     _check_exactly_once(web, by_host, expected, report)
     rows_by_url = _check_rows(expected, rows, report)
-    _check_records(web, expected, rows_by_url, report, read_response, read_text)
+    _check_records(web, expected, rows_by_url, report, read_response, read_text, max_body_bytes)
     report.stats.update({
         "requests": len(requests),
         "robots_requests": sum(1 for host, host_requests in by_host.items()
@@ -101,13 +129,17 @@ def _requests_by_host(web: SyntheticWeb, requests: list[LoggedRequest],
 def _check_politeness(web: SyntheticWeb, by_host: Mapping[str, list[LoggedRequest]],
                       report: AuditReport, min_delay: float, max_crawl_delay: float,
                       tolerance_s: float) -> None:
-    """Invariant 1: request starts on a host are delay(host) apart, Retry-After honoured."""
+    """Invariant 1: request starts on a host are delay(host) apart, Retry-After honoured
+    (delta-seconds from the answer, or an HTTP-date no request may come before)."""
     smallest_gap: dict[str, float] = {}
     for host, host_requests in by_host.items():
         delay = web.delay_for(host, min_delay, max_crawl_delay)
         nth: Counter[str] = Counter()
+        pages = 0
         for previous, current in zip(host_requests, host_requests[1:], strict=False):
             nth[previous.path] += 1
+            if not web.is_robots_path(host, previous.path):
+                pages += 1
             gap = (current.arrival_ns - previous.arrival_ns) / 1e9
             smallest_gap[host] = min(gap, smallest_gap.get(host, gap))
             if gap < delay - tolerance_s:
@@ -115,15 +147,61 @@ def _check_politeness(web: SyntheticWeb, by_host: Mapping[str, list[LoggedReques
                     f"politeness: {host}: {previous.path} and {current.path} started "
                     f"{gap:.4f} s apart, delay is {delay:.3f} s")
             if previous.status in (429, 503):
-                answer = web.render(host, previous.path, nth[previous.path])
+                answer = web.render(host, previous.path, nth[previous.path],
+                                    host_nth=pages or None, now=previous.arrival_ns / 1e9)
                 retry_after = answer.header("Retry-After")
-                if retry_after is not None and gap < float(retry_after) - tolerance_s:
+                wait = _retry_after_seconds(retry_after, previous.arrival_ns / 1e9)
+                if wait is not None and gap < wait - tolerance_s:
                     report.violations.append(
                         f"politeness: {host}: {current.path} came {gap:.4f} s after "
                         f"{previous.path} answered {previous.status} with Retry-After: "
                         f"{retry_after}")
     if smallest_gap:
         report.stats["smallest_gap_s"] = round(min(smallest_gap.values()), 4)
+
+
+def _retry_after_seconds(value: str | None, answered_at: float) -> float | None:
+    """Seconds after `answered_at` before which Retry-After forbids the next request."""
+    if value is None:
+        return None
+    if value.strip().isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return when.timestamp() - answered_at
+
+
+def _failed(web: SyntheticWeb, host: str, request: LoggedRequest) -> bool:
+    """Whether a page request failed transiently (what a circuit breaker counts)."""
+    if request.status == 0 or request.status in TRANSIENT_STATUSES:
+        return True
+    return web.fault(web.url(host, request.path)) in (PageFault.STALL, PageFault.HANG)
+
+
+def _check_circuit(web: SyntheticWeb, by_host: Mapping[str, list[LoggedRequest]],
+                   report: AuditReport, circuit_failures: int, circuit_seconds: float,
+                   tolerance_s: float) -> None:
+    """A host that failed circuit_failures page requests in a row gets one request per
+    circuit_seconds (a probe) until one succeeds; robots.txt requests do not count."""
+    parked = 0
+    for host, host_requests in by_host.items():
+        failures = 0
+        previous: LoggedRequest | None = None
+        for request in host_requests:
+            if previous is not None and failures >= circuit_failures:
+                parked += 1
+                gap = (request.arrival_ns - previous.arrival_ns) / 1e9
+                if gap < circuit_seconds - tolerance_s:
+                    report.violations.append(
+                        f"circuit: {host}: {request.path} came {gap:.4f} s after "
+                        f"{previous.path}, with {failures} failures in a row; a parked host "
+                        f"waits {circuit_seconds:.3f} s between probes")
+            if not web.is_robots_path(host, request.path):
+                failures = failures + 1 if _failed(web, host, request) else 0
+            previous = request
+    report.stats["circuit_probes"] = parked
 
 
 def _check_robots(web: SyntheticWeb, by_host: Mapping[str, list[LoggedRequest]],
@@ -219,6 +297,12 @@ def _check_rows(expected: Mapping[str, Expected], rows: list[dict[str, Any]],
             report.violations.append(
                 f"table: {url}: state {row.get('state')} (reason {row.get('reason')!r}), "
                 f"expected {entry.state}")
+        elif entry.reason is not None and \
+                entry.reason.lower() not in str(row.get("reason") or "").lower():
+            report.violations.append(
+                f"table: {url}: reason {row.get('reason')!r} does not mention "
+                f"{entry.reason!r} (state {entry.state})")
+        _check_duplicate_of(url, entry, row, first, report)
         if _as_int(row.get("depth")) != entry.depth:
             report.violations.append(
                 f"table: {url}: depth {row.get('depth')}, expected {entry.depth}")
@@ -246,9 +330,33 @@ def _check_rows(expected: Mapping[str, Expected], rows: list[dict[str, Any]],
     return first
 
 
+def _check_duplicate_of(url: str, entry: Expected, row: Mapping[str, Any],
+                        rows_by_url: Mapping[str, Mapping[str, Any]],
+                        report: AuditReport) -> None:
+    """A `duplicate_of` column, where the table has one, names the other copy (by URL or by
+    URL hash) on duplicate rows and nothing on other rows."""
+    if "duplicate_of" not in row:
+        return
+    value = row.get("duplicate_of")
+    state = str(row.get("state"))
+    if state != PageState.DUPLICATE:
+        if value not in (None, ""):
+            report.violations.append(
+                f"table: {url}: duplicate_of {value!r} on a {state} row")
+        return
+    other = entry.same_content_as
+    if other is None:
+        return  # a duplicate with no copy: the state check already reported it
+    other_hash = _as_int(rows_by_url.get(other, {}).get("url_hash"))
+    if value != other and (other_hash is None or _as_int(value) != other_hash):
+        report.violations.append(
+            f"table: {url}: duplicate_of {value!r} does not name the other copy {other}")
+
+
 def _check_records(web: SyntheticWeb, expected: Mapping[str, Expected],
                    rows_by_url: Mapping[str, dict[str, Any]], report: AuditReport,
-                   read_response: ReadResponse, read_text: ReadText) -> None:
+                   read_response: ReadResponse, read_text: ReadText,
+                   max_body_bytes: int | None) -> None:
     """Fetched rows point at the WARC response the server sent, and at text holding its key
     phrase (HTML pages except noindex ones); non-HTML rows have no text record."""
     checked = 0
@@ -263,7 +371,7 @@ def _check_records(web: SyntheticWeb, expected: Mapping[str, Expected],
             if not duplicate:
                 report.violations.append(f"records: {url}: fetched row has no WARC pointer")
         else:
-            _check_warc(web, url, row, warc, report, read_response)
+            _check_warc(web, url, row, warc, report, read_response, max_body_bytes)
         wet = _pointer(row, "wet")
         if web.has_text(url):
             if wet is None:
@@ -292,17 +400,26 @@ def _check_records(web: SyntheticWeb, expected: Mapping[str, Expected],
 
 
 def _check_warc(web: SyntheticWeb, url: str, row: Mapping[str, Any], warc: RecordPointer,
-                report: AuditReport, read_response: ReadResponse) -> None:
+                report: AuditReport, read_response: ReadResponse,
+                max_body_bytes: int | None) -> None:
+    """The WARC body is the decoded entity the server sent, cut at max_body_bytes."""
     try:
         status, _headers, body = read_response(warc)
     except Exception as exc:  # noqa: BLE001 (any reader failure is the finding)
         report.violations.append(f"records: {url}: WARC pointer {warc} unreadable: {exc}")
         return
-    served = web.body(url)
-    if body != served:
+    size = web.decoded_size(url)
+    served = web.decoded_body(url, size if max_body_bytes is None else max_body_bytes)
+    cut_unknown_cap = (
+        max_body_bytes is None and 0 < len(body) < size
+        and "truncat" in str(row.get("reason") or "").lower()
+        and body == web.decoded_body(url, len(body))
+    )
+    if body != served and not cut_unknown_cap:
+        kept = f", its first {len(served)} kept" if len(served) < size else ""
         report.violations.append(
             f"records: {url}: WARC body at {warc} is {len(body)} bytes "
-            f"(sha256 {hashlib.sha256(body).hexdigest()[:12]}), the server sent {len(served)} "
+            f"(sha256 {hashlib.sha256(body).hexdigest()[:12]}), the server sent {size}{kept} "
             f"(sha256 {hashlib.sha256(served).hexdigest()[:12]})")
     if status != _as_int(row.get("http_status")):
         report.violations.append(

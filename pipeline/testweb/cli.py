@@ -36,12 +36,18 @@ def add_testweb_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how long slow hosts wait before every answer")
     parser.add_argument("--serve-seconds", type=float, default=0.0,
                         help="stop after this many seconds (0: serve until Ctrl-C)")
+    parser.add_argument("--faults", action="store_true",
+                        help="add the fault hosts (fault-KIND.test: broken connections, dead "
+                             "and recovering servers, oversized bodies, bad charsets, a page "
+                             "that cannot be parsed, redirect and path traps, session ids) and "
+                             "near-duplicate pages")
 
 
 def run_testweb(args: argparse.Namespace) -> int:
     try:
         spec = WebSpec(seed=args.seed, hosts=args.hosts, pages_per_host=args.pages_per_host,
-                       hang_seconds=args.hang_seconds, slow_seconds=args.slow_seconds)
+                       hang_seconds=args.hang_seconds, slow_seconds=args.slow_seconds,
+                       faults=args.faults)
     except ValueError as exc:
         print(f"crawler testweb: {exc}", file=sys.stderr)
         return 2
@@ -59,6 +65,8 @@ def run_testweb(args: argparse.Namespace) -> int:
               f"{args.address}:{running.port}")
         print(f"Request log: {log_path}")
         print(f"Resolve: {running.resolve_arg}")
+        if spec.faults:
+            print(f"Fault hosts: {', '.join(running.web.fault_hosts())}")
         print("Seeds:")
         for seed in seeds:
             print(f"  {seed}")

@@ -6,7 +6,8 @@ the auditor's evidence for politeness, robots and exactly-once: one line per req
 arrival (before any deliberate delay), so a request whose answer never completes is still
 recorded. Arrival times are the kernel's receive stamps where the platform gives them (Linux),
 so Python's thread scheduling does not blur politeness gaps. This module owns sockets and the
-log; what each answer contains is web.py's business.
+log, and carries out the ways a fault host breaks an answer (reset, garbage status line, a body
+that stalls); what each answer contains, and when it breaks, is web.py's business.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ IDLE_CONNECTION_SECONDS = 120.0
 @dataclass(frozen=True)
 class LoggedRequest:
     """One request as the server saw it. status: the status it sends (or would have sent, if
-    the client hung up during a deliberate delay)."""
+    the client hung up during a deliberate delay); 0 when it sends no HTTP status at all (a
+    reset connection, a garbage status line)."""
 
     host: str
     path: str  # path and query, as requested
@@ -89,7 +91,9 @@ class _WebServer(ThreadingHTTPServer):
         self.web: SyntheticWeb | None = None
         self.stopping = threading.Event()
         self._counts: Counter[tuple[str, str]] = Counter()
+        self._host_counts: Counter[str] = Counter()  # page requests (robots.txt not counted)
         self._counts_lock = threading.Lock()
+        self._aborted: set[socket.socket] = set()
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
         super().__init__(address, _Handler)
@@ -109,17 +113,35 @@ class _WebServer(ThreadingHTTPServer):
     def shutdown_request(self, request: object) -> None:
         with self._connections_lock:
             self._connections.discard(request)  # type: ignore[arg-type]
+            aborted = request in self._aborted
+            self._aborted.discard(request)  # type: ignore[arg-type]
+        if aborted:
+            # SO_LINGER 0 and no shutdown(SHUT_WR) first: close() sends a reset, not a FIN.
+            with contextlib.suppress(OSError):
+                request.setsockopt(  # type: ignore[attr-defined]
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.close_request(request)  # type: ignore[arg-type]
+            return
         super().shutdown_request(request)  # type: ignore[arg-type]
+
+    def abort(self, connection: socket.socket) -> None:
+        """Reset this connection when its handler finishes, instead of closing it cleanly."""
+        with self._connections_lock:
+            self._aborted.add(connection)
 
     def handle_error(self, request: object, client_address: object) -> None:
         if isinstance(sys.exc_info()[1], ConnectionError):
             return  # a client hung up mid-request: normal for a crawler giving up
         super().handle_error(request, client_address)  # type: ignore[arg-type]
 
-    def next_request_number(self, host: str, path: str) -> int:
+    def next_request_numbers(self, host: str, path: str, page: bool) -> tuple[int, int]:
+        """(nth request for this host and path, nth page request for this host), 1-based;
+        the second is 0 for robots.txt requests."""
         with self._counts_lock:
             self._counts[host, path] += 1
-            return self._counts[host, path]
+            if page:
+                self._host_counts[host] += 1
+            return self._counts[host, path], self._host_counts[host] if page else 0
 
     def drop_connections(self) -> None:
         with self._connections_lock:
@@ -206,17 +228,36 @@ class _Handler(BaseHTTPRequestHandler):
             parts = urlsplit(path)
             host = (parts.hostname or host).lower()
             path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        response = web.render(host, path, server.next_request_number(host, path))
+        nth, host_nth = server.next_request_numbers(host, path,
+                                                    not web.is_robots_path(host, path))
+        response = web.render(host, path, nth, host_nth=host_nth or None,
+                              now=self.arrival_ns / 1e9)
         server.log.write(host, path, self.arrival_ns, response.status)
         if response.delay_before > 0 and server.stopping.wait(response.delay_before):
             self.close_connection = True  # stopped while delaying: the answer never comes
             return
+        if response.fault == "reset":
+            self.close_connection = True
+            server.abort(self.connection)
+            return
         try:
+            if response.fault == "bad-status-line":
+                self.close_connection = True
+                self.wfile.write(response.body)
+                self.wfile.flush()
+                return
             self.send_response(response.status)
             for name, value in response.headers:
                 self.send_header(name, value)
             self.send_header("Content-Length", str(len(response.body)))
             self.end_headers()
+            if response.fault == "stall":
+                # Half the body, then silence: the answer started but never completes.
+                self.close_connection = True
+                self.wfile.write(response.body[: len(response.body) // 2])
+                self.wfile.flush()
+                server.stopping.wait(response.stall_seconds)
+                return
             if send_body:
                 self.wfile.write(response.body)
             self.wfile.flush()

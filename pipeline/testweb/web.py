@@ -8,25 +8,39 @@ crawler's contract on its own, so the crawler never grades itself).
 The crawler's contract, as encoded here:
 - Seeds have depth 0. A fetched HTML 200 page yields every `<a href>` and `<link rel=canonical>`
   except rel=nofollow ones, none at all under `<meta name=robots content=nofollow>`, at depth+1.
-  A 3xx yields its Location at the same depth. Non-HTML and non-200 answers yield nothing.
-- Every discovered URL ends in one state: filtered (depth > max_depth; decided first, before
-  robots), disallowed (robots.txt, or robots.txt answered 5xx / hung), over_budget (the host
-  already issued max_pages_per_host page requests), redirected, failed (4xx/5xx) or fetched.
+  A 3xx yields its Location at the same depth, one redirect hop further than its source (a
+  linked URL has 0 hops). Non-HTML and non-200 answers yield nothing.
+- Every discovered URL ends in one state: filtered (decided when the URL is accepted, before
+  robots: depth > max_depth; then more than max_redirect_hops hops; then one path segment
+  occurring 3 or more times; then a calendar-like URL beyond the host's first
+  max_calendar_pages), disallowed (robots.txt, or robots.txt answered 5xx / hung), over_budget
+  (the host already issued max_pages_per_host page requests), redirected, failed (4xx/5xx, or a
+  transient failure on each of max_attempts requests), dead_lettered (the parser cannot read
+  the page) or fetched (a body over max_body_bytes is stored cut at that size).
+- Transient failures (no complete HTTP answer, or 408/429/500/502/503/504) are retried: a URL
+  costs one request per failing answer plus the one that succeeds, at most max_attempts.
 
 Why depths are deterministic for ANY fetch order, not only breadth-first: every URL has one
 "tree parent" (the page whose fetch discovers it first), and every other link to it comes from
 a page that descends from that tree parent, so it is always seen first through the tree. The
 calendar trap lives alone on its host (a home page and one linear chain), which makes the
 budget's cut deterministic too. Tests check both by crawling the model in random orders.
+
+With `WebSpec(faults=True)` the web also has fault hosts (FaultHost: broken connections, dead
+and recovering servers, oversized bodies, bad charsets, a page the parser cannot read, redirect
+loops, path and session-id traps) and near-duplicate pages on regular hosts; without it, the
+web is byte for byte what it was before faults existed.
 """
 
 from __future__ import annotations
 
+import email.utils
 import hashlib
 import json
 import random
 import re
 import struct
+import time
 import zlib
 from collections import Counter
 from collections.abc import Iterable
@@ -47,6 +61,21 @@ MIN_PAGES_PER_HOST = 20
 _FEATURE_PAGES = 10
 _ROBOTS_PATH = "/robots.txt"
 _MOVED_ROBOTS_PATH = "/robots-moved.txt"
+
+DEFAULT_MAX_ATTEMPTS = 3
+# Statuses after which a correct crawler retries (besides no complete answer at all).
+TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+# The busy page's Retry-After is an HTTP-date this many seconds ahead of the server's clock.
+RETRY_AFTER_DATE_SECONDS = 3
+# Page requests the recovering host answers 503 before it recovers.
+RECOVERING_FAILURES = 2
+# A path in which one segment occurs this often is a trap (/loop/x/x/x/).
+REPEATED_SEGMENT_LIMIT = 3
+# The maze's redirect chain: /chain/1 -> ... -> /chain/CHAIN_LENGTH, which answers 200.
+CHAIN_LENGTH = 8
+# The garbage a broken server sends instead of a status line.
+BAD_STATUS_LINE = b"HTTX/9 nonsense\r\nContent-Type: text/html\r\n\r\nnot an HTTP answer\n"
+_NEVER_RECOVERS = 1 << 30  # failing answers of a page that fails forever
 
 _ADJECTIVES = (
     "quiet", "amber", "northern", "hollow", "silver", "patient", "crooked", "gentle", "bright",
@@ -110,6 +139,11 @@ class WebSpec:
     hang_seconds: float = 60.0  # a hanging robots.txt answers 503 after this long
     slow_seconds: float = 0.2  # slow hosts wait this long before every answer
     seed_hosts: int = 5  # how many home pages seeds() returns
+    # Fault hosts (FaultHost) and near-duplicate pages on regular hosts; off: the web is
+    # exactly what it was before they existed.
+    faults: bool = False
+    big_body_bytes: int = 2 * 1024 * 1024  # the oversized page's body
+    bomb_bytes: int = 64 * 1024 * 1024  # what the gzip bomb decodes to
 
     def __post_init__(self) -> None:
         if self.hosts < 1:
@@ -124,6 +158,11 @@ class WebSpec:
             raise ValueError(f"seed_hosts={self.seed_hosts}: a crawl needs at least one seed")
         if self.hang_seconds < 0 or self.slow_seconds < 0:
             raise ValueError("hang_seconds and slow_seconds must not be negative")
+        if self.big_body_bytes < _BIG_BODY_FLOOR or self.bomb_bytes < _BIG_BODY_FLOOR:
+            raise ValueError(
+                f"big_body_bytes={self.big_body_bytes} and bomb_bytes={self.bomb_bytes} must "
+                f"be at least {_BIG_BODY_FLOOR}: the page itself has to fit before the padding"
+            )
 
 
 class RobotsKind(StrEnum):
@@ -147,6 +186,104 @@ class HostRole(StrEnum):
     REGULAR = "regular"
     SLOW = "slow"  # every answer, robots.txt included, comes after slow_seconds
     CALENDAR = "calendar"  # a home page and an endless month-to-month chain, nothing else
+    FAULT = "fault"  # one of the FaultHost hosts (WebSpec.faults only)
+
+
+class FaultHost(StrEnum):
+    """The fault hosts of a WebSpec(faults=True) web, named fault-<value>.test.
+
+    Each is linked from the home page of a seed host (the dead host: two of its URLs).
+    """
+
+    RESET = "reset"  # /broken/reset.html resets the connection on every request
+    BAD_STATUS = "bad-status"  # /broken/status.html answers a garbage status line
+    STALL = "stall"  # /broken/stall.html sends half its body, then nothing for hang_seconds
+    HANG = "hang"  # /broken/hang.html answers 503 only after hang_seconds
+    ERRORS = "errors"  # /errors/{408,500,502,504}.html answer that status once, then 200
+    DEAD = "dead"  # robots.txt 404; every page answers 503, forever
+    RECOVERING = "recovering"  # robots.txt 404; the first 2 page requests answer 503
+    BUSY = "busy"  # /busy/report.html answers 429 with an HTTP-date Retry-After once
+    BODIES = "bodies"  # an oversized body, a gzip bomb, wrong and missing charsets, a poison page
+    MAZE = "maze"  # a redirect loop, a redirect chain too long, a repeated-segment path trap
+    SESSIONS = "sessions"  # every link carries a session id (path parameter or query)
+
+
+class PageFault(StrEnum):
+    """How one page of a fault host misbehaves."""
+
+    RESET = "reset"  # the connection is reset: no answer
+    BAD_STATUS_LINE = "bad-status-line"  # BAD_STATUS_LINE instead of an HTTP answer
+    STALL = "stall"  # status and headers, half the body, silence, then the connection closes
+    HANG = "hang"  # 503 after hang_seconds (a crawler gives up first)
+    UNAVAILABLE = "unavailable"  # 503 on every request
+    ERROR_ONCE = "error-once"  # its error status on the first request, 200 afterwards
+    RETRY_DATE = "retry-date"  # 429 with Retry-After as an HTTP-date first, 200 afterwards
+    OVERSIZED = "oversized"  # a body of WebSpec.big_body_bytes
+    GZIP_BOMB = "gzip-bomb"  # Content-Encoding: gzip that decodes to WebSpec.bomb_bytes
+    WRONG_CHARSET = "wrong-charset"  # the header says utf-8, the bytes are windows-1252
+    MISSING_CHARSET = "missing-charset"  # no charset in the header or a meta; ISO-8859-1 bytes
+    POISON = "poison"  # an unterminated comment swallows the page: no document to parse
+
+
+# Pages that never give a complete answer, or never a good one.
+ALWAYS_FAILING = frozenset({PageFault.RESET, PageFault.BAD_STATUS_LINE, PageFault.STALL,
+                            PageFault.HANG, PageFault.UNAVAILABLE})
+# Of those, the ones whose requests get no complete HTTP answer (no status to record).
+NO_ANSWER = frozenset({PageFault.RESET, PageFault.BAD_STATUS_LINE, PageFault.STALL,
+                       PageFault.HANG})
+_BIG_BODY_FLOOR = 64 * 1024
+
+# The pages a fault host's home links, in link order. Failing pages sit between good ones, so
+# a crawler that keeps link order never sees a run of failures that would open its circuit.
+_FAULT_PAGES: dict[FaultHost, tuple[str, ...]] = {
+    FaultHost.RESET: ("/about.html", "/broken/reset.html", "/news.html"),
+    FaultHost.BAD_STATUS: ("/about.html", "/broken/status.html", "/news.html"),
+    FaultHost.STALL: ("/about.html", "/broken/stall.html", "/news.html"),
+    FaultHost.HANG: ("/about.html", "/broken/hang.html", "/news.html"),
+    FaultHost.ERRORS: ("/notes/1.html", "/errors/408.html", "/notes/2.html", "/errors/500.html",
+                       "/notes/3.html", "/errors/502.html", "/notes/4.html", "/errors/504.html"),
+    FaultHost.DEAD: ("/status.html",),
+    FaultHost.RECOVERING: ("/recovered/1.html", "/recovered/2.html", "/recovered/3.html"),
+    FaultHost.BUSY: ("/busy/report.html", "/busy/notes.html"),
+    FaultHost.BODIES: ("/about.html", "/big/oversized.html", "/big/bomb.html",
+                       "/charset/wrong.html", "/charset/missing.html", "/poison.html"),
+    FaultHost.MAZE: ("/about.html", "/loop/a", "/chain/1", "/loop/x/"),
+    FaultHost.SESSIONS: ("/shop/", "/shop/item-1.html", "/shop/item-2.html",
+                         "/shop/item-3.html", "/shop/item-4.html", "/shop/list?page=2"),
+}
+_PAGE_FAULTS: dict[str, PageFault] = {
+    "/broken/reset.html": PageFault.RESET,
+    "/broken/status.html": PageFault.BAD_STATUS_LINE,
+    "/broken/stall.html": PageFault.STALL,
+    "/broken/hang.html": PageFault.HANG,
+    "/busy/report.html": PageFault.RETRY_DATE,
+    "/big/oversized.html": PageFault.OVERSIZED,
+    "/big/bomb.html": PageFault.GZIP_BOMB,
+    "/charset/wrong.html": PageFault.WRONG_CHARSET,
+    "/charset/missing.html": PageFault.MISSING_CHARSET,
+    "/poison.html": PageFault.POISON,
+}
+_TRAP_PATH = re.compile(r"/loop/(?:x/)+")
+# Regular hosts (allow-all, not-found, empty and allow-all robots) that carry stories.
+_STORY_HOSTS = (0, 4, 9, 13)
+# Session-id parameters a server accepts and a crawler drops (query names match any case).
+_SESSION_QUERY_NAMES = frozenset({"sid", "sessionid", "session_id", "jsessionid", "phpsessid",
+                                  "aspsessionid"})
+_SESSION_PATH_PARAMETER = re.compile(r";jsessionid=[^/;?#]*", re.IGNORECASE)
+
+
+def _fault_title(path: str) -> str:
+    """`/broken/reset.html` -> `Broken reset`, `/` -> `Home`."""
+    words = path.split("?")[0].removesuffix(".html").replace("/", " ").replace("-", " ").split()
+    return " ".join(words).capitalize() or "Home"
+
+
+def _without_session_ids(path_and_query: str) -> str:
+    path, _, query = path_and_query.partition("?")
+    path = _SESSION_PATH_PARAMETER.sub("", path) or "/"
+    params = [p for p in query.split("&")
+              if p and p.partition("=")[0].lower() not in _SESSION_QUERY_NAMES] if query else []
+    return path + ("?" + "&".join(params) if params else "")
 
 
 # Profiles repeat every 20 hosts, so 20 hosts show each one and 200 hosts show each ten times.
@@ -180,6 +317,7 @@ class HostProfile:
     name: str
     robots: RobotsKind
     role: HostRole
+    fault: FaultHost | None = None
 
     @property
     def crawlable(self) -> bool:
@@ -189,12 +327,19 @@ class HostProfile:
 
 @dataclass(frozen=True)
 class Response:
-    """One HTTP answer. delay_before: seconds the server waits before sending it."""
+    """One HTTP answer. delay_before: seconds the server waits before sending it.
+
+    fault: how the server breaks the answer instead of sending it whole: "reset" (close the
+    connection with a reset, status 0), "bad-status-line" (send `body` raw, status 0) or
+    "stall" (send the head and half the body, wait stall_seconds, close).
+    """
 
     status: int
     headers: tuple[tuple[str, str], ...]
     body: bytes
     delay_before: float = 0.0
+    fault: str = ""
+    stall_seconds: float = 0.0
 
     def header(self, name: str) -> str | None:
         lname = name.lower()
@@ -211,6 +356,8 @@ class Expected:
     requests: HTTP requests the crawler must send for it (robots.txt not counted).
     same_content_as: for byte-identical copies (print pages), the URL of the original; content
     dedup may store either one as a duplicate of the other.
+    reason: a phrase the row's reason must contain (case-insensitively); None: any reason.
+    truncated: the stored body is the first max_body_bytes bytes of the decoded body.
     """
 
     url: str
@@ -220,6 +367,8 @@ class Expected:
     requests: int
     http_status: int | None = None
     same_content_as: str | None = None
+    reason: str | None = None
+    truncated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,6 +510,8 @@ class _HostPlan:
     out_redirect: tuple[str, int] | None = None  # (child host, 301 or 302)
     landings_from: tuple[str, ...] = ()  # hosts whose /out/ redirect lands here
     paths: dict[str, str] = field(default_factory=dict)  # path_and_query -> page kind
+    fault_links: tuple[tuple[str, str], ...] = ()  # (fault host, path) its home links
+    stories: tuple[str, ...] = ()  # slugs: a near-duplicate pair's, then a look-alike pair's
 
     @property
     def featured_articles(self) -> tuple[str, ...]:
@@ -395,6 +546,10 @@ class _Page:
     location_target: str = ""  # and the canonical URL it resolves to
     first_status: int = 0  # 429 or 503 on the first request, 200 afterwards
     media_type: str = "text/html"
+    fault: PageFault | None = None
+    error_status: int = 0  # PageFault.ERROR_ONCE: the status of the first answer
+    prose_of: str | None = None  # the path whose prose (and native sentence) it shares
+    dateline: str = ""  # stories: the date under the title
 
     @property
     def is_html(self) -> bool:
@@ -409,9 +564,62 @@ class _Page:
         return "noindex" not in (self.meta_robots or "").replace(",", " ").lower().split()
 
 
+@dataclass(frozen=True)
+class _Limits:
+    """The crawl parameters expected() depends on."""
+
+    max_depth: int | None
+    budget: int | None
+    user_agent: str
+    max_attempts: int
+    max_calendar_pages: int | None
+    max_redirect_hops: int
+    max_body_bytes: int | None
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError(f"max_attempts={self.max_attempts}: a URL gets at least one try")
+        if self.max_redirect_hops < 0:
+            raise ValueError(f"max_redirect_hops={self.max_redirect_hops} must not be negative")
+        if self.max_calendar_pages is not None and self.max_calendar_pages < 0:
+            raise ValueError(f"max_calendar_pages={self.max_calendar_pages} must not be negative")
+        if self.max_body_bytes is not None and self.max_body_bytes < 1:
+            raise ValueError(f"max_body_bytes={self.max_body_bytes} must be positive")
+
+
+@dataclass
+class _Tally:
+    """What expected() counts per host while it walks the web."""
+
+    issued: Counter[str] = field(default_factory=Counter)  # page requests
+    calendar: Counter[str] = field(default_factory=Counter)  # calendar-like URLs accepted
+    recovering: dict[str, int] = field(default_factory=dict)  # failing answers still to come
+
+
 def _rng(*parts: object) -> random.Random:
     # Seeding with a string hashes it with SHA-512: stable across runs and PYTHONHASHSEED.
     return random.Random("|".join(str(p) for p in parts))
+
+
+# The ground truth's own trap rules (the crawler has its own; tests compare them).
+_CALENDAR_PATH = re.compile(r"(?:^|/)(?:19|20)[0-9]{2}[-/](?:0[1-9]|1[0-2])(?![0-9])")
+_CALENDAR_VALUE = re.compile(
+    r"(?:19|20)[0-9]{2}-?(?:0[1-9]|1[0-2])(?:-?(?:0[1-9]|[12][0-9]|3[01]))?")
+
+
+def _calendar_like(path_and_query: str) -> bool:
+    """A year and month in the path (/2026/01, /2026-01-31.html) or a date as a query value."""
+    path, _, query = path_and_query.partition("?")
+    if _CALENDAR_PATH.search(path):
+        return True
+    values = (param.partition("=")[2] for param in query.split("&")) if query else ()
+    return any(_CALENDAR_VALUE.fullmatch(value) for value in values)
+
+
+def _repeated_segment(path_and_query: str) -> bool:
+    """One path segment occurring REPEATED_SEGMENT_LIMIT times or more (/loop/x/x/x/)."""
+    segments = [s for s in path_and_query.partition("?")[0].split("/") if s]
+    return any(n >= REPEATED_SEGMENT_LIMIT for n in Counter(segments).values())
 
 
 def _title_from_slug(slug: str) -> str:
@@ -433,10 +641,14 @@ class SyntheticWeb:
             self._profiles[name] = HostProfile(index, name, robots, role)
         self._plans = {name: self._plan_host(profile) for name, profile in self._profiles.items()}
         self._seeds = self._link_hosts()
+        if spec.faults:
+            self._add_fault_hosts()
+            self._plan_stories()
         for plan in self._plans.values():
             self._register_paths(plan)
         self._page = lru_cache(maxsize=16384)(self._materialise)
         self._html = lru_cache(maxsize=8192)(self._render_html)
+        self._big_bodies = lru_cache(maxsize=4)(self._render_big_body)
 
     # --- public API ---------------------------------------------------------------------------
 
@@ -451,7 +663,8 @@ class SyntheticWeb:
         try:
             return self._profiles[host]
         except KeyError:
-            raise KeyError(f"{host!r} is not a host of this web (site-NNNN.test)") from None
+            raise KeyError(f"{host!r} is not a host of this web (site-NNNN.test, or "
+                           f"fault-KIND.test with WebSpec.faults)") from None
 
     def robots_kind(self, host: str) -> RobotsKind:
         return self.profile(host).robots
@@ -527,7 +740,7 @@ class SyntheticWeb:
         page = self._lookup(host, path)
         if page is None or page.media_type != "text/html" or page.status != 200:
             return None
-        owner = self._content_owner(host, path)
+        owner = page.prose_of or self._content_owner(host, path)
         return _rng(self.spec.seed, host, owner, "native").choice(_NATIVE_SENTENCES[page.charset])
 
     def charset(self, url: str) -> str | None:
@@ -536,11 +749,12 @@ class SyntheticWeb:
         return page.charset if page is not None and page.media_type == "text/html" else None
 
     def final_response(self, url: str) -> Response:
-        """The answer a crawler keeps for `url` (after a 429 or 503, the 200 that follows)."""
+        """The answer a crawler keeps for `url` (after a 429 or 503, the 200 that follows; for
+        a page that never recovers, its failing answer)."""
         host, path = self.split_url(url)
-        page = self._lookup(host, path)
-        nth = 2 if page is not None and page.first_status else 1
-        return self.render(host, path, nth)
+        failures = self.failures_before_success(url)
+        nth = 1 if failures >= _NEVER_RECOVERS else failures + 1
+        return self.render(host, path, nth, host_nth=nth, now=0.0)
 
     def final_status(self, url: str) -> int:
         """Status of the answer a crawler keeps for `url` (cheaper than final_response)."""
@@ -553,14 +767,89 @@ class SyntheticWeb:
         return 404 if page is None else page.status
 
     def first_status(self, url: str) -> int:
-        """Status of the first answer: 429 or 503 for pages that ask to retry once."""
+        """Status of the first answer: 429 or 503 for pages that ask to retry once (and the
+        error of a fault page that fails first; 0 for no HTTP answer)."""
         host, path = self.split_url(url)
         page = self._lookup(host, path)
-        return page.first_status if page is not None and page.first_status \
-            else self.final_status(url)
+        if page is not None and page.first_status:
+            return page.first_status
+        if page is not None and page.fault in (PageFault.ERROR_ONCE, PageFault.RETRY_DATE):
+            return page.error_status
+        if page is not None and self._recovers(host):
+            return 503
+        return self.final_status(url)
+
+    def failures_before_success(self, url: str) -> int:
+        """How many answers for `url` fail (transiently) before one does not, when a crawl
+        requests it as its host's first page; a huge number for pages that never recover."""
+        host, path = self.split_url(url)
+        page = self._lookup(host, path)
+        if page is None:
+            return 0
+        if page.fault in ALWAYS_FAILING:
+            return _NEVER_RECOVERS
+        if self._recovers(host):
+            return RECOVERING_FAILURES
+        if page.first_status or page.fault in (PageFault.ERROR_ONCE, PageFault.RETRY_DATE):
+            return 1
+        return 0
+
+    def fault(self, url: str) -> PageFault | None:
+        """How the page at `url` misbehaves (None: it does not)."""
+        host, path = self.split_url(url)
+        page = self._lookup(host, path)
+        return page.fault if page is not None else None
+
+    def fault_hosts(self) -> list[str]:
+        """The fault hosts (empty unless WebSpec.faults)."""
+        return [h for h, p in self._profiles.items() if p.fault is not None]
+
+    def fault_host(self, kind: FaultHost) -> str:
+        name = f"fault-{kind}{TEST_TLD}"
+        if name not in self._profiles:
+            raise KeyError(f"{name} is not on this web: build it with WebSpec(faults=True)")
+        return name
+
+    def near_duplicate_pairs(self) -> list[tuple[str, str]]:
+        """Pairs of pages on regular hosts that carry the same story, a date line and a
+        sentence apart: what a near-duplicate detector should find (WebSpec.faults only)."""
+        return [(self.url(host, f"/stories/{plan.stories[0]}.html"),
+                 self.url(host, f"/stories/{plan.stories[0]}-updated.html"))
+                for host, plan in self._plans.items() if plan.stories]
+
+    def look_alike_pairs(self) -> list[tuple[str, str]]:
+        """Pairs of different stories on one template, sharing a host, a date line and an
+        introduction: NOT near-duplicates (a detector that pairs them loses precision)."""
+        return [(self.url(host, f"/stories/{plan.stories[1]}.html"),
+                 self.url(host, f"/stories/{plan.stories[2]}.html"))
+                for host, plan in self._plans.items() if plan.stories]
 
     def body(self, url: str) -> bytes:
+        """The bytes the server sends for `url` (content-encoded, if it says so)."""
         return self.final_response(url).body
+
+    def decoded_body(self, url: str, limit: int | None = None) -> bytes:
+        """The entity body once Content-Encoding is undone; its first `limit` bytes if given
+        (a gzip bomb decodes to WebSpec.bomb_bytes)."""
+        host, path = self.split_url(url)
+        page = self._lookup(host, path)
+        if page is not None and page.fault is PageFault.GZIP_BOMB:
+            html = self._html(host, path)
+            size = self.spec.bomb_bytes if limit is None else min(limit, self.spec.bomb_bytes)
+            return (html + b" " * max(0, size - len(html)))[:size]
+        body = self.body(url)
+        return body if limit is None else body[:limit]
+
+    def decoded_size(self, url: str) -> int:
+        host, path = self.split_url(url)
+        page = self._lookup(host, path)
+        if page is not None and page.fault is PageFault.GZIP_BOMB:
+            return self.spec.bomb_bytes
+        return len(self.body(url))
+
+    def is_robots_path(self, host: str, path_and_query: str) -> bool:
+        """Whether a request for this path is a robots.txt request (False on unknown hosts)."""
+        return host in self._profiles and path_and_query in self.robots_paths(host)
 
     def is_html(self, url: str) -> bool:
         host, path = self.split_url(url)
@@ -571,7 +860,8 @@ class SyntheticWeb:
         """HTML 200 pages whose text a crawler must extract (all but noindex ones)."""
         host, path = self.split_url(url)
         page = self._lookup(host, path)
-        return page is not None and page.is_html and page.indexable
+        return page is not None and page.is_html and page.indexable \
+            and page.fault not in ALWAYS_FAILING and page.fault is not PageFault.POISON
 
     def links(self, url: str) -> tuple[str, ...]:
         """Canonical URLs a crawler must discover from the page at `url` (each once)."""
@@ -581,7 +871,8 @@ class SyntheticWeb:
             return ()
         if page.status in (301, 302):
             return (page.location_target,)
-        if not page.is_html or not page.follows_links:
+        if not page.is_html or not page.follows_links or page.fault in ALWAYS_FAILING \
+                or page.fault is PageFault.POISON:
             return ()
         found = [link.target for link in page.links if link.followed]
         if page.canonical:
@@ -604,13 +895,14 @@ class SyntheticWeb:
         return [self.url(host, path) for path in self._plans[host].paths]
 
     def requests_needed(self, host: str) -> int:
-        """Page requests a crawl that reaches every page of a non-calendar host sends to it."""
+        """Page requests a crawl that reaches every page of a non-calendar host sends to it
+        (with max_attempts=3; an upper bound on fault hosts, whose traps cut some paths off)."""
         plan = self._plans[host]
         total = 0
         for path, kind in plan.paths.items():
             if kind != "hidden":
-                page = self._lookup(host, path)
-                total += 2 if page is not None and page.first_status else 1
+                failures = self.failures_before_success(self.url(host, path))
+                total += min(failures + 1, DEFAULT_MAX_ATTEMPTS)
         return total
 
     def smallest_exact_budget(self) -> int:
@@ -622,16 +914,22 @@ class SyntheticWeb:
             default=1,
         )
 
-    def render(self, host: str, path_and_query: str, nth_request: int) -> Response:
-        """The answer to the nth_request-th request (1-based) for this host and path."""
+    def render(self, host: str, path_and_query: str, nth_request: int, *,
+               host_nth: int | None = None, now: float | None = None) -> Response:
+        """The answer to the nth_request-th request (1-based) for this host and path.
+
+        host_nth: which page request (robots.txt not counted) this is for the host, 1-based;
+        only the recovering host looks at it (None: nth_request). now: the request's arrival
+        (epoch seconds), from which an HTTP-date Retry-After is computed (None: the clock).
+        """
         profile = self._profiles.get(host)
         if profile is None:
             return _text_response(421, f"{host} is not served here\n")
         delay = self.spec.slow_seconds if profile.role is HostRole.SLOW else 0.0
-        response = self._answer(host, profile, path_and_query, nth_request)
+        response = self._answer(host, profile, path_and_query, nth_request,
+                                nth_request if host_nth is None else host_nth, now)
         if delay:
-            response = Response(response.status, response.headers, response.body,
-                                response.delay_before + delay)
+            response = replace(response, delay_before=response.delay_before + delay)
         return response
 
     # --- ground truth -------------------------------------------------------------------------
@@ -643,17 +941,26 @@ class SyntheticWeb:
         max_depth: int | None,
         max_pages_per_host: int | None,
         user_agent: str,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_calendar_pages: int | None = None,
+        max_redirect_hops: int = 5,
+        max_body_bytes: int | None = None,
     ) -> dict[str, Expected]:
         """Every URL a correct crawl accepts, with its terminal state, depth and request count.
 
         Depths are breadth-first minimums, and any fetch order finds the same ones as long as
         the seeds are some of seeds(). Raises ValueError when the outcome would depend on fetch
         order (a budget below what a non-calendar host needs: see smallest_exact_budget) or
-        would never end (a calendar trap without max_depth or max_pages_per_host).
+        would never end (a calendar trap without max_depth, max_pages_per_host or
+        max_calendar_pages). max_body_bytes None: bodies are not expected to be truncated.
         """
+        limits = _Limits(max_depth, max_pages_per_host, user_agent, max_attempts,
+                         max_calendar_pages, max_redirect_hops, max_body_bytes)
+        tally = _Tally(recovering={h: RECOVERING_FAILURES for h in self._profiles
+                                   if self._recovers(h)})
         result: dict[str, Expected] = {}
-        issued: Counter[str] = Counter()
         level: list[str] = []
+        hops: dict[str, int] = {}
         for seed in seeds:
             host, path = self.split_url(seed)
             if host not in self._profiles:
@@ -661,6 +968,7 @@ class SyntheticWeb:
             canonical = self.url(host, path)
             if canonical not in result and canonical not in level:
                 level.append(canonical)
+                hops[canonical] = 0
         seen = set(level)
         depth = 0
         while level:
@@ -669,24 +977,25 @@ class SyntheticWeb:
             while index < len(level):  # same-depth discoveries (redirects) join this level
                 url = level[index]
                 index += 1
-                outcome = self._expect_one(url, depth, max_depth, max_pages_per_host,
-                                           user_agent, issued)
+                outcome = self._expect_one(url, depth, hops[url], limits, tally)
                 result[url] = outcome
                 if outcome.state == PageState.REDIRECTED:
                     for target in self.links(url):
                         if target not in seen:
                             seen.add(target)
+                            hops[target] = hops[url] + 1
                             level.append(target)
                 elif outcome.state == PageState.FETCHED:
                     for target in self.links(url):
                         if target not in seen:
                             seen.add(target)
+                            hops[target] = 0
                             next_level.append(target)
             level = next_level
             depth += 1
         if max_pages_per_host is not None:
             over = {e.host for e in result.values() if e.state == PageState.OVER_BUDGET}
-            for host, count in issued.items():
+            for host, count in tally.issued.items():
                 if self._profiles[host].role is not HostRole.CALENDAR and (
                     host in over or count > max_pages_per_host
                 ):
@@ -698,39 +1007,77 @@ class SyntheticWeb:
                     )
         return result
 
-    def _expect_one(
-        self,
-        url: str,
-        depth: int,
-        max_depth: int | None,
-        budget: int | None,
-        user_agent: str,
-        issued: Counter[str],
-    ) -> Expected:
+    def _expect_one(self, url: str, depth: int, hops: int, limits: _Limits,
+                    tally: _Tally) -> Expected:
         host, path = self.split_url(url)
         same = self._same_content_as(host, path)
-        if max_depth is not None and depth > max_depth:
-            return Expected(url, host, depth, PageState.FILTERED, 0, None, same)
-        if not self.is_allowed(host, path, user_agent):
-            return Expected(url, host, depth, PageState.DISALLOWED, 0, None, same)
-        if budget is not None and issued[host] >= budget:
-            return Expected(url, host, depth, PageState.OVER_BUDGET, 0, None, same)
+
+        def ends(state: PageState, requests: int = 0, status: int | None = None,
+                 reason: str | None = None, truncated: bool = False) -> Expected:
+            return Expected(url, host, depth, state, requests, status, same, reason, truncated)
+
+        # Decided when the URL is accepted, in the crawler's order: depth, redirect hops, traps.
+        if limits.max_depth is not None and depth > limits.max_depth:
+            return ends(PageState.FILTERED)
+        if hops > limits.max_redirect_hops:
+            return ends(PageState.FILTERED, reason="redirect chain")
+        if _repeated_segment(path):
+            return ends(PageState.FILTERED, reason="repeated path segment")
+        if _calendar_like(path):
+            tally.calendar[host] += 1
+            if limits.max_calendar_pages is not None \
+                    and tally.calendar[host] > limits.max_calendar_pages:
+                return ends(PageState.FILTERED, reason="calendar")
+        if not self.is_allowed(host, path, limits.user_agent):
+            return ends(PageState.DISALLOWED)
+        if limits.budget is not None and tally.issued[host] >= limits.budget:
+            return ends(PageState.OVER_BUDGET)
         page = self._lookup(host, path)
-        if page is not None and page.template == "calendar" and max_depth is None \
-                and budget is None:
+        if page is not None and page.template == "calendar" and limits.max_depth is None \
+                and limits.budget is None and limits.max_calendar_pages is None:
             raise ValueError(
-                f"the calendar trap on {host} is endless: pass max_depth or max_pages_per_host"
+                f"the calendar trap on {host} is endless: pass max_depth, max_pages_per_host "
+                f"or max_calendar_pages"
             )
-        requests = 2 if page is not None and page.first_status else 1
-        issued[host] += requests
+        failures = self.failures_before_success(url) if page is not None else 0
+        if host in tally.recovering:
+            # The host fails its first page requests whatever they ask for; only its home is
+            # known until the home succeeds, so the home takes every one of those failures.
+            failures = tally.recovering[host]
+        requests = min(failures + 1, limits.max_attempts)
+        tally.issued[host] += requests
+        if host in tally.recovering:
+            tally.recovering[host] -= min(failures, requests)
+        if failures >= limits.max_attempts:
+            return ends(PageState.FAILED, requests, self._failing_status(host, path),
+                        f"after {limits.max_attempts} attempts")
         status = self.final_status(url)
         if status in (301, 302):
-            state = PageState.REDIRECTED
-        elif status >= 400:
-            state = PageState.FAILED
-        else:
-            state = PageState.FETCHED
-        return Expected(url, host, depth, state, requests, status, same)
+            return ends(PageState.REDIRECTED, requests, status)
+        if status >= 400:
+            return ends(PageState.FAILED, requests, status)
+        if page is not None and page.fault is PageFault.POISON:
+            return ends(PageState.DEAD_LETTERED, requests, status, "parse failed")
+        if limits.max_body_bytes is not None and self.decoded_size(url) > limits.max_body_bytes:
+            return ends(PageState.FETCHED, requests, status, "truncat", truncated=True)
+        return ends(PageState.FETCHED, requests, status)
+
+    def _failing_status(self, host: str, path: str) -> int | None:
+        """The HTTP status a failing answer carries (None: no complete answer)."""
+        page = self._lookup(host, path)
+        if page is not None and page.fault in NO_ANSWER:
+            return None
+        if self._recovers(host):
+            return 503
+        if page is not None and page.fault is PageFault.UNAVAILABLE:
+            return 503
+        if page is not None and page.first_status:
+            return page.first_status
+        return page.error_status if page is not None else None
+
+    def _recovers(self, host: str) -> bool:
+        profile = self._profiles.get(host)
+        return profile is not None and profile.fault is FaultHost.RECOVERING
 
     # --- building the web ---------------------------------------------------------------------
 
@@ -801,6 +1148,9 @@ class SyntheticWeb:
         if plan.profile.role is HostRole.CALENDAR:
             paths["/"] = "calendar-home"
             return
+        if plan.profile.fault is not None:
+            self._register_fault_paths(plan)
+            return
         index = plan.profile.index
         paths["/"] = "home"
         for section in ("articles", "products", "forum"):
@@ -852,6 +1202,52 @@ class SyntheticWeb:
         paths["/members/join"] = "hidden"
         for word in self._partner_words(plan):
             paths[f"/partners/{word}.html"] = "hidden"
+        if plan.stories:  # WebSpec.faults only, and last: the other pages keep their charsets
+            near, first, second = plan.stories
+            for slug in (near, f"{near}-updated", first, second):
+                paths[f"/stories/{slug}.html"] = "story"
+
+    def _add_fault_hosts(self) -> None:
+        """Fault hosts hang off the seed hosts' home pages, outside the spanning tree: only
+        that page (and their own pages) link them, so their depths are deterministic."""
+        for number, kind in enumerate(FaultHost):
+            name = f"fault-{kind}{TEST_TLD}"
+            robots = RobotsKind.NOT_FOUND if kind in (FaultHost.DEAD, FaultHost.RECOVERING) \
+                else RobotsKind.ALLOW_ALL
+            profile = HostProfile(self.spec.hosts + number, name, robots, HostRole.FAULT, kind)
+            parent = self._seeds[number % len(self._seeds)]
+            self._profiles[name] = profile
+            self._plans[name] = _HostPlan(profile=profile, parent=parent)
+            linked = ("/", "/status.html") if kind is FaultHost.DEAD else ("/",)
+            self._plans[parent].fault_links += tuple((name, path) for path in linked)
+
+    def _plan_stories(self) -> None:
+        """Stories (a near-duplicate pair and a look-alike pair) on a few regular hosts."""
+        for index in _STORY_HOSTS:
+            if index >= self.spec.hosts:
+                continue
+            plan = self._plans[f"site-{index:04d}{TEST_TLD}"]
+            rng = _rng(self.spec.seed, plan.profile.name, "stories")
+            slugs: list[str] = []
+            while len(slugs) < 3:
+                slug = "-".join((rng.choice(_ADJECTIVES), rng.choice(_NOUNS), rng.choice(_VERBS)))
+                if slug not in slugs:
+                    slugs.append(slug)
+            plan.stories = tuple(slugs)
+
+    def _register_fault_paths(self, plan: _HostPlan) -> None:
+        kind = plan.profile.fault
+        assert kind is not None
+        paths = plan.paths
+        paths["/"] = "fault-home"
+        for path in _FAULT_PAGES[kind]:
+            paths[path] = "fault-trap" if path.startswith("/loop/x/") else \
+                "fault-redirect" if path in ("/loop/a", "/chain/1") else "fault-page"
+        if kind is FaultHost.MAZE:
+            paths["/loop/b"] = "fault-redirect"
+            for n in range(2, CHAIN_LENGTH):
+                paths[f"/chain/{n}"] = "fault-redirect"
+            paths[f"/chain/{CHAIN_LENGTH}"] = "fault-page"
 
     def _partner_words(self, plan: _HostPlan) -> tuple[str, str]:
         rng = _rng(self.spec.seed, plan.profile.name, "partners")
@@ -871,7 +1267,7 @@ class SyntheticWeb:
 
     def _same_content_as(self, host: str, path: str) -> str | None:
         plan = self._plans[host]
-        if plan.profile.role is HostRole.CALENDAR:
+        if plan.profile.role in (HostRole.CALENDAR, HostRole.FAULT):
             return None
         original = f"/articles/{plan.print_article}.html"
         if path == original:
@@ -894,6 +1290,8 @@ class SyntheticWeb:
         if plan.profile.role is HostRole.CALENDAR:
             return self._calendar_page(plan, path)
         kind = plan.paths.get(path)
+        if kind is None and plan.profile.fault is FaultHost.MAZE and _TRAP_PATH.fullmatch(path):
+            kind = "fault-trap"
         if kind is None:
             return None
         builder = getattr(self, f"_page_{kind.replace('-', '_')}")
@@ -971,6 +1369,8 @@ class SyntheticWeb:
         else:
             links.append(w.to(host, "/go/today", "Today"))
         links.extend(self._children_links(w, plan, path))
+        links.extend(self._story_links(w, plan))
+        links.extend(self._fault_links(w, plan))
         if plan.parent is not None:
             links.append(w.to(plan.parent, "/", f"Back to {plan.parent}", area="aside"))
         links.extend(self._footer(w, plan))
@@ -1177,6 +1577,126 @@ class SyntheticWeb:
         landing = f"/landing/from-{host.removesuffix(TEST_TLD)}.html"
         return _redirect(path, status, self.url(child, landing), self.url(child, landing))
 
+    # --- fault hosts and stories ----------------------------------------------------------------
+
+    def _fault_links(self, w: _LinkWriter, plan: _HostPlan) -> list[Link]:
+        return [w.to(host, path, f"Visit {host}" if path == "/" else f"Status of {host}",
+                     area="aside") for host, path in plan.fault_links]
+
+    def _story_links(self, w: _LinkWriter, plan: _HostPlan) -> list[Link]:
+        if not plan.stories:
+            return []
+        near, first, second = plan.stories
+        return [
+            w.to(w.host, f"/stories/{near}.html", _title_from_slug(near)),
+            w.to(w.host, f"/stories/{near}-updated.html", f"{_title_from_slug(near)} (updated)"),
+            w.to(w.host, f"/stories/{first}.html", _title_from_slug(first)),
+            w.to(w.host, f"/stories/{second}.html", _title_from_slug(second)),
+        ]
+
+    def _page_story(self, plan: _HostPlan, path: str) -> _Page:
+        slug = path.removeprefix("/stories/").removesuffix(".html")
+        near = plan.stories[0]
+        story = near if slug == f"{near}-updated" else slug
+        w = self._writer(plan, path)
+        links = self._nav(w) + self._footer(w, plan)
+        page = self._html_page(
+            plan, path, "story", _title_from_slug(story), links,
+            prose_of=f"/stories/{story}.html",
+            dateline="updated 15 March 2026, 09:30" if story != slug else "14 March 2026")
+        # Both copies of the near-duplicate story share a charset, hence a native sentence.
+        return replace(page, charset="utf-8") if story == near else page
+
+    def _fault_link(self, w: _LinkWriter, plan: _HostPlan, source: str, target: str,
+                    text: str) -> Link:
+        if plan.profile.fault is FaultHost.SESSIONS:
+            return self._session_link(plan, source, target, text, w.rng)
+        return w.to(w.host, target, text)
+
+    def _session_link(self, plan: _HostPlan, source: str, target: str, text: str,
+                      rng: random.Random) -> Link:
+        """A link whose href carries the session id of the page it is written on."""
+        host = plan.profile.name
+        token = hashlib.sha256(f"{self.spec.seed}|{host}|{source}|session".encode()) \
+            .hexdigest().upper()
+        path, _, query = target.partition("?")
+        params = query.split("&") if query else []
+        style = rng.randrange(4)
+        if style in (0, 3):
+            path += f";jsessionid={token[:32]}"
+        if style == 1:
+            params.insert(rng.randrange(len(params) + 1), f"sid={token[:16].lower()}")
+        elif style == 2:
+            params.append(f"PHPSESSID={token[:26].lower()}")
+        elif style == 3:
+            name = rng.choice(("SessionID", "session_id", "ASPSESSIONID", "JSESSIONID"))
+            params.insert(0, f"{name}={token[32:56]}")
+        href = path + ("?" + "&".join(params) if params else "")
+        return Link(href=href, target=self.url(host, target), text=text)
+
+    def _page_fault_home(self, plan: _HostPlan, path: str) -> _Page:
+        kind = plan.profile.fault
+        assert kind is not None
+        host = plan.profile.name
+        w = self._writer(plan, path)
+        links = [self._fault_link(w, plan, path, "/", "Home") if kind is FaultHost.SESSIONS
+                 else w.to(host, "/", "Home", area="nav")]
+        links.extend(self._fault_link(w, plan, path, target, _fault_title(target))
+                     for target in _FAULT_PAGES[kind])
+        if plan.parent is not None:
+            links.append(w.to(plan.parent, "/", f"Back to {plan.parent}", area="aside"))
+        links.extend(self._footer(w, plan))
+        page = self._html_page(plan, path, "home", f"Welcome to {host}", links)
+        return self._with_fault(plan, page)
+
+    def _page_fault_page(self, plan: _HostPlan, path: str) -> _Page:
+        kind = plan.profile.fault
+        host = plan.profile.name
+        w = self._writer(plan, path)
+        links = [w.to(host, "/", "Home", area="nav")]
+        if kind is FaultHost.SESSIONS:
+            links = [self._fault_link(w, plan, path, "/", "Home")]
+            links.extend(self._fault_link(w, plan, path, target, _fault_title(target))
+                         for target in _FAULT_PAGES[kind] if target != path)
+        links.extend(self._footer(w, plan))
+        page = self._html_page(plan, path, "article", _fault_title(path), links)
+        return self._with_fault(plan, page)
+
+    def _page_fault_redirect(self, plan: _HostPlan, path: str) -> _Page:
+        host = plan.profile.name
+        if path == "/loop/a":
+            return _redirect(path, 301, "/loop/b", self.url(host, "/loop/b"))
+        if path == "/loop/b":
+            return _redirect(path, 302, self.url(host, "/loop/a"), self.url(host, "/loop/a"))
+        target = f"/chain/{int(path.removeprefix('/chain/')) + 1}"
+        return _redirect(path, 301, target, self.url(host, target))
+
+    def _page_fault_trap(self, plan: _HostPlan, path: str) -> _Page:
+        """/loop/x/, /loop/x/x/, ...: a relative link "x/" nests the directory in itself."""
+        host = plan.profile.name
+        w = self._writer(plan, path)
+        links = [w.to(host, "/", "Home", area="nav"),
+                 Link(href="x/", target=self.url(host, path + "x/"), text="Go deeper")]
+        links.extend(self._footer(w, plan))
+        return self._html_page(plan, path, "article", f"Index of {path}", links)
+
+    def _with_fault(self, plan: _HostPlan, page: _Page) -> _Page:
+        """The page as its fault host serves it."""
+        fault = PageFault.UNAVAILABLE if plan.profile.fault is FaultHost.DEAD \
+            else _PAGE_FAULTS.get(page.path)
+        error_status = 429 if fault is PageFault.RETRY_DATE else 0
+        match = re.fullmatch(r"/errors/([0-9]{3})\.html", page.path)
+        if match:
+            fault, error_status = PageFault.ERROR_ONCE, int(match[1])
+        if fault is None:
+            return page
+        status = {PageFault.RESET: 0, PageFault.BAD_STATUS_LINE: 0, PageFault.HANG: 503,
+                  PageFault.UNAVAILABLE: 503}.get(fault, 200)
+        charset = {PageFault.WRONG_CHARSET: "windows-1252",
+                   PageFault.MISSING_CHARSET: "iso-8859-1"}.get(fault, page.charset)
+        return replace(page, fault=fault, status=status, error_status=error_status,
+                       charset=charset)
+
     def _page_calendar_home(self, plan: _HostPlan, path: str) -> _Page:
         host = plan.profile.name
         w = self._writer(plan, path)
@@ -1208,12 +1728,21 @@ class SyntheticWeb:
 
     # --- answers ------------------------------------------------------------------------------
 
-    def _answer(self, host: str, profile: HostProfile, path: str, nth: int) -> Response:
+    def _answer(self, host: str, profile: HostProfile, path: str, nth: int, host_nth: int,
+                now: float | None) -> Response:
         if path in self.robots_paths(host):
             return self._robots_answer(host, profile, path)
+        if profile.fault is FaultHost.SESSIONS:
+            path = _without_session_ids(path)  # session sites serve URLs with or without one
         page = self._lookup(host, path)
         if page is None or page.status == 404:
             return _html_response(404, _error_html(f"Not found: {path}"))
+        if profile.fault is FaultHost.RECOVERING and host_nth <= RECOVERING_FAILURES:
+            return _html_response(503, _error_html("Down for maintenance"))
+        if page.fault is not None:
+            failing = self._failing_answer(host, page, nth, now)
+            if failing is not None:
+                return failing
         if page.first_status and nth <= 1:
             retry_after = RETRY_AFTER_429 if page.first_status == 429 else RETRY_AFTER_503
             return Response(page.first_status,
@@ -1228,10 +1757,72 @@ class SyntheticWeb:
         if page.media_type != "text/html":
             return Response(200, (("Content-Type", page.media_type),),
                             self._resource_body(host, page))
-        owner = page.copy_of or path
-        content_type = "text/html" if page.charset == "windows-1252" \
-            else f"text/html; charset={page.charset}"
-        return Response(200, (("Content-Type", content_type),), self._html(host, owner))
+        return self._page_answer(host, page)
+
+    def _page_answer(self, host: str, page: _Page) -> Response:
+        if page.fault is PageFault.WRONG_CHARSET:
+            content_type = "text/html; charset=utf-8"
+        elif page.fault is PageFault.MISSING_CHARSET or page.charset == "windows-1252":
+            content_type = "text/html"
+        else:
+            content_type = f"text/html; charset={page.charset}"
+        if page.fault in (PageFault.OVERSIZED, PageFault.GZIP_BOMB, PageFault.POISON):
+            headers: tuple[tuple[str, str], ...] = (("Content-Type", content_type),)
+            if page.fault is PageFault.GZIP_BOMB:
+                headers += (("Content-Encoding", "gzip"),)
+            return Response(200, headers, self._big_bodies(host, page.path))
+        return Response(200, (("Content-Type", content_type),),
+                        self._html(host, page.copy_of or page.path))
+
+    def _failing_answer(self, host: str, page: _Page, nth: int,
+                        now: float | None) -> Response | None:
+        """The answer of a page that fails this time (None: it answers normally)."""
+        fault = page.fault
+        if fault is PageFault.RESET:
+            return Response(0, (), b"", fault="reset")
+        if fault is PageFault.BAD_STATUS_LINE:
+            return Response(0, (), BAD_STATUS_LINE, fault="bad-status-line")
+        if fault is PageFault.STALL:
+            return replace(self._page_answer(host, page), fault="stall",
+                           stall_seconds=self.spec.hang_seconds)
+        if fault is PageFault.HANG:
+            return replace(_html_response(503, _error_html("Gave up")),
+                           delay_before=self.spec.hang_seconds)
+        if fault is PageFault.UNAVAILABLE:
+            return _html_response(503, _error_html("Service unavailable"))
+        if fault is PageFault.ERROR_ONCE and nth <= 1:
+            return _html_response(page.error_status, _error_html(f"Error {page.error_status}"))
+        if fault is PageFault.RETRY_DATE and nth <= 1:
+            clock = time.time() if now is None else now
+            retry_at = email.utils.formatdate(clock + RETRY_AFTER_DATE_SECONDS, usegmt=True)
+            return Response(429, (("Content-Type", "text/html; charset=utf-8"),
+                                  ("Retry-After", retry_at)),
+                            _error_html("Too many requests, come back later"))
+        return None
+
+    def _render_big_body(self, host: str, path: str) -> bytes:
+        page = self._lookup(host, path)
+        assert page is not None
+        html = self._html(host, path)
+        if page.fault is PageFault.POISON:
+            # A page cache wrapped the page in a comment it never closed: no document at all.
+            assert b"-->" not in html
+            return b"<!DOCTYPE html>\n<!-- cached copy, kept by the page cache:\n" + html
+        if page.fault is PageFault.GZIP_BOMB:
+            return _gzip_bomb(html, self.spec.bomb_bytes)
+        # Oversized: an inline data island just before </body>, so the page's links and text
+        # all come before any cut.
+        head, _, tail = html.rpartition(b"</body>")
+        opening, closing = b'<script type="application/json" id="archive">[\n', b"]</script>\n"
+        room = self.spec.big_body_bytes - len(head) - len(opening) - len(closing) - len(tail) \
+            - len(b"</body>")
+        records = bytearray()
+        number = 0
+        while len(records) < room:
+            records += b'{"record": %d, "title": "%s"},\n' % (
+                number, _NOUNS[number % len(_NOUNS)].encode())
+            number += 1
+        return head + opening + bytes(records[:room]) + closing + b"</body>" + tail
 
     def _robots_answer(self, host: str, profile: HostProfile, path: str) -> Response:
         kind = profile.robots
@@ -1268,11 +1859,12 @@ class SyntheticWeb:
     def _render_html(self, host: str, path: str) -> bytes:
         page = self._lookup(host, path)
         assert page is not None
-        rng = _rng(self.spec.seed, host, path, "prose")
+        rng = _rng(self.spec.seed, host, page.prose_of or path, "prose")
         url = self.url(host, path)
         key = self.key_phrase(url)
         native = self.native_phrase(url) or ""
-        main = _main_html(page, rng, key, native)
+        house = _rng(self.spec.seed, host, "house") if page.template == "story" else None
+        main = _main_html(page, rng, key, native, house)
         return _layout(page, host, main, rng).encode(page.charset)
 
 
@@ -1377,13 +1969,20 @@ def _a(link: Link) -> str:
     return f'<a href="{escape(link.href)}"{rel}>{escape(link.text)}</a>'
 
 
-def _main_html(page: _Page, rng: random.Random, key: str, native: str) -> str:
+def _main_html(page: _Page, rng: random.Random, key: str, native: str,
+               house: random.Random | None = None) -> str:
     main_links = [link for link in page.links if link.area == "main"]
-    paragraphs = [_paragraph(rng) for _ in range(rng.randint(3, 5))]
+    story = page.template == "story"
+    paragraphs = [_paragraph(rng) for _ in range(rng.randint(6, 8) if story else rng.randint(3, 5))]
     paragraphs[0] = _paragraph(rng, key)
     paragraphs[1] = _paragraph(rng, native)
     byline = f"By {_person(rng)}, {rng.randint(1, 28)} March 2026"
     out = [f"<h1>{escape(page.title)}</h1>"]
+    if story:
+        # Every story of a host opens and closes alike, so different stories look alike too.
+        byline = f"{byline.rpartition(', ')[0]}, {page.dateline}"
+        house = house or random.Random(0)
+        paragraphs = [_paragraph(house), *paragraphs, _paragraph(house)]
     if page.template in ("thread",):
         for number, text in enumerate(paragraphs, 1):
             out.append(
@@ -1414,7 +2013,9 @@ def _main_html(page: _Page, rng: random.Random, key: str, native: str) -> str:
 
 def _layout(page: _Page, host: str, main: str, rng: random.Random) -> str:
     head = []
-    if page.charset == "utf-8":
+    if page.fault in (PageFault.WRONG_CHARSET, PageFault.MISSING_CHARSET):
+        pass  # the header is all a crawler gets (wrong, or no charset at all)
+    elif page.charset == "utf-8":
         head.append('<meta charset="utf-8">')
     elif page.charset == "windows-1252":
         head.append('<meta http-equiv="Content-Type" content="text/html; charset=windows-1252">')
@@ -1460,6 +2061,28 @@ def _layout(page: _Page, host: str, main: str, rng: random.Random) -> str:
 </body>
 </html>
 """
+
+
+def _gzip_bomb(head: bytes, size: int) -> bytes:
+    """A gzip member decoding to `head` and then spaces, `size` bytes in all (~1/1000 of it).
+
+    Built from independently compressed blocks (a full flush resets the compressor's window),
+    so a 64 MiB bomb costs one 1 MiB compression and a CRC pass instead of 64 MiB compressed.
+    """
+    block = b" " * (1 << 20)
+    blocks, rest = divmod(max(0, size - len(head)), len(block))
+    compressor = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    first = compressor.compress(head) + compressor.flush(zlib.Z_FULL_FLUSH)
+    middle = compressor.compress(block) + compressor.flush(zlib.Z_FULL_FLUSH)
+    last = compressor.compress(block[:rest]) + compressor.flush(zlib.Z_FULL_FLUSH)
+    end = compressor.flush()
+    crc = zlib.crc32(head)
+    for _ in range(blocks):
+        crc = zlib.crc32(block, crc)
+    crc = zlib.crc32(block[:rest], crc)
+    header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"  # gzip, deflate, no name, no mtime
+    trailer = struct.pack("<II", crc, (len(head) + blocks * len(block) + rest) & 0xFFFFFFFF)
+    return header + first + middle * blocks + last + end + trailer
 
 
 def _error_html(message: str) -> bytes:
