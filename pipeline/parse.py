@@ -222,6 +222,12 @@ def _meta_charset(body: bytes) -> str | None:
     return "utf-8" if codec in _UTF16_CODECS else codec
 
 
+_LATIN_GUESSES = frozenset({
+    "cp1250", "cp1252", "cp1254", "cp1257", "latin_1", "iso8859_2", "iso8859_9", "iso8859_15",
+    "mac_roman", "mac_latin2",
+})
+
+
 def decode_html(body: bytes, content_type: str | None) -> tuple[str, str]:
     """Decode an HTML body; returns (text, Python codec name). Never raises.
 
@@ -261,6 +267,11 @@ def decode_html(body: bytes, content_type: str | None) -> tuple[str, str]:
         return as_utf8, "utf-8"
     guess = charset_normalizer.from_bytes(body[:_DETECTOR_SAMPLE_BYTES]).best()
     detected = _codec(guess.encoding) if guess is not None else None
+    if detected in _LATIN_GUESSES:
+        # The detector cannot tell the Latin code pages apart on a page's worth of text (it
+        # picked cp1250 for French windows-1252 text); an undeclared legacy page is
+        # windows-1252 by the WHATWG default, which is what browsers show.
+        detected = "cp1252"
     if detected is not None:
         return body.decode(detected, errors="replace"), detected
     return body.decode("utf-8", errors="replace"), "utf-8"

@@ -38,10 +38,12 @@ def _rows(out: str, crawl_id: str) -> list[dict]:
 
 
 def _crawl_and_audit(tmp_path: Path, spec: WebSpec, *, min_delay: float,
-                     max_depth: int | None = None, max_pages: int | None = 100_000):
+                     max_depth: int | None = None, max_pages: int | None = 100_000,
+                     **limits):
     _require_emulator()
     log_path = tmp_path / "requests.tsv"
     budget_per_host = spec.pages_per_host + 20
+    crawl_limits = {k: v for k, v in limits.items() if k != "max_body_bytes"}
     with serve(spec, log_path) as web:
         opts = CrawlOptions(
             seeds=tuple(web.seeds),
@@ -55,6 +57,8 @@ def _crawl_and_audit(tmp_path: Path, spec: WebSpec, *, min_delay: float,
             max_pages_per_host=budget_per_host,
             max_depth=max_depth,
             progress=False,
+            max_body_bytes=limits.get("max_body_bytes", 10 * 1024 * 1024),
+            **crawl_limits,
         )
         summary = run_local_crawl(opts)
         requests = read_request_log(log_path)
@@ -63,7 +67,7 @@ def _crawl_and_audit(tmp_path: Path, spec: WebSpec, *, min_delay: float,
             web.web, requests, rows,
             seeds=web.seeds, min_delay=min_delay, max_crawl_delay=5.0, max_depth=max_depth,
             max_pages_per_host=budget_per_host, user_agent=USER_AGENT,
-            read_response=read_response, read_text=read_text,
+            read_response=read_response, read_text=read_text, **limits,
         )
     return summary, report, rows, requests
 
@@ -98,3 +102,21 @@ def test_pointers_read_back_to_the_page_and_its_text(tmp_path):
         text = read_text(RecordPointer(row["wet_file"], row["wet_offset"], row["wet_length"]))
         assert text.strip()
         assert os.path.exists(row["warc_file"])
+
+
+def test_a_crawl_through_every_fault_ends_with_each_url_in_its_right_state(tmp_path):
+    """Resets, garbage status lines, stalls, bombs, wrong charsets, redirect loops and long
+    chains, Retry-After dates, recovering and dead hosts, a poison page, session ids, traps:
+    politeness holds, every URL gets its one right terminal row, the crawl ends by itself."""
+    spec = WebSpec(hosts=20, pages_per_host=20, hang_seconds=5.0, faults=True)
+    summary, report, rows, _ = _crawl_and_audit(
+        tmp_path, spec, min_delay=0.2, max_body_bytes=1024 * 1024, max_calendar_pages=30,
+        circuit_failures=3, circuit_seconds=4.0,
+    )
+    print(summary)
+    print(report.summary())
+    assert summary.status == "drained"
+    assert report.violations == [], "\n".join(report.violations[:40])
+    states = {r["state"] for r in rows}
+    assert {"fetched", "failed", "dead_lettered", "filtered", "redirected"} <= states
+    assert summary.accepted == len(rows) == sum(summary.by_state.values())
