@@ -54,9 +54,9 @@ from pipeline.pages_table import dict_to_row, row_to_dict
 from pipeline.records import PageRow, PageState, RecordPointer
 from pipeline.segments import SegmentWriter
 from pipeline.transforms.bigtable import (
+    SharedBigtable,
     WritePagesToBigtable,
     WritePagesToBigtableFn,
-    SharedBigtable,
 )
 from pipeline.urls import host_key, normalize_url, url_hash
 
