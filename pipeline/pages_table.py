@@ -84,6 +84,8 @@ PAGES_COLUMNS: tuple[Column, ...] = (
            "For state duplicate: the URL whose identical text was stored first.", "STRING"),
     Column("simhash", pa.int64(), True, "64-bit simhash of the text (near-duplicates).",
            "INT64"),
+    Column("elapsed_ms", pa.int32(), True,
+           "Milliseconds from the request's start until its body was read.", "INT64"),
 )
 
 PAGES_SCHEMA: pa.Schema = pa.schema(
@@ -141,6 +143,7 @@ def row_to_dict(row: PageRow) -> dict[str, Any]:
         "links": row.links,
         "duplicate_of": row.duplicate_of,
         "simhash": row.simhash,
+        "elapsed_ms": row.elapsed_ms,
     }
 
 
@@ -169,6 +172,7 @@ def dict_to_row(d: dict[str, Any]) -> PageRow:
         links=int(d.get("links") or 0),
         duplicate_of=d.get("duplicate_of"),
         simhash=d.get("simhash"),
+        elapsed_ms=d.get("elapsed_ms"),
     )
 
 

@@ -193,3 +193,4 @@ class PageRow:
     links: int = 0
     duplicate_of: str | None = None
     simhash: int | None = None
+    elapsed_ms: int | None = None

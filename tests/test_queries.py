@@ -25,6 +25,7 @@ TESTED = {
     "hosts_with_most_failures",
     "duplicate_content_clusters",
     "fetch_spacing_percentiles",
+    "fetch_latency_percentiles",
     "crawl_progress_per_minute",
 }
 T0 = datetime(2024, 12, 2, 12, 0, tzinfo=UTC).timestamp() + 0.25
@@ -325,3 +326,23 @@ def check_queries_against_rows(out: Path, crawl_id: str) -> None:
         (m, per_minute[m], fetched_per_minute[m]) for m in sorted(per_minute)
     ]
     assert progress[-1][4:] == (sum(per_minute.values()), sum(fetched_per_minute.values()))
+
+
+def test_fetch_latency_percentiles(tmp_path: Path) -> None:
+    latencies = {"http://a.test/": [10, 20, 30, 40, 1000], "http://b.test/": [5, 7]}
+    with PagesTableWriter(str(tmp_path), "crawl-1", "w0") as writer:
+        for base, values in latencies.items():
+            for i, ms in enumerate(values):
+                url = f"{base}{i}"
+                writer.add(PageRow(crawl_id="crawl-1", url=url, url_hash=url_hash(url),
+                                   host=url.split("/")[2], depth=1, state="fetched",
+                                   http_status=200, fetched_at=T0 + i, attempts=1,
+                                   elapsed_ms=ms))
+        unanswered = "http://a.test/never"
+        writer.add(PageRow(crawl_id="crawl-1", url=unanswered, url_hash=url_hash(unanswered),
+                           host="a.test", depth=1, state="disallowed"))
+    # a.test: 5 fetches; p50 = 3rd (30), p90 = 5th (1000), p99 = 5th. b.test: p50 = 1st.
+    assert run(tmp_path, "fetch_latency_percentiles") == [
+        ("crawl-1", "a.test", 5, 30, 1000, 1000, 1000),
+        ("crawl-1", "b.test", 2, 5, 7, 7, 7),
+    ]
