@@ -120,3 +120,26 @@ def test_a_crawl_through_every_fault_ends_with_each_url_in_its_right_state(tmp_p
     states = {r["state"] for r in rows}
     assert {"fetched", "failed", "dead_lettered", "filtered", "redirected"} <= states
     assert summary.accepted == len(rows) == sum(summary.by_state.values())
+
+
+def test_the_global_page_budget_stops_the_crawl_exactly(tmp_path):
+    """--max-pages N: at most N pages are requested (the local budget is an exact counter, so
+    the documented overshoot is 0); every other accepted URL ends `over_budget`, and the
+    crawl ends by itself."""
+    _require_emulator()
+    budget = 60
+    with serve(WebSpec(hosts=20, pages_per_host=20, hang_seconds=5.0),
+               tmp_path / "requests.tsv") as web:
+        opts = CrawlOptions(seeds=tuple(web.seeds), out=str(tmp_path / "out"), min_delay=0.2,
+                            resolve=(web.resolve_arg,), fetch_timeout=2.0, max_pages=budget,
+                            user_agent=USER_AGENT, progress=False)
+        summary = run_local_crawl(opts)
+        requests = read_request_log(tmp_path / "requests.tsv")
+    rows = _rows(opts.out, opts.crawl_id)
+    pages_requested = {(r.host, r.path) for r in requests if not r.path.startswith("/robots")}
+    assert summary.status == "budget_spent"
+    assert len(pages_requested) <= budget
+    assert len(pages_requested) >= budget - 5  # the budget, not the web, ended the crawl
+    over = [r for r in rows if r["state"] == "over_budget"]
+    assert over and all(r["reason"] == "crawl page budget spent" for r in over)
+    assert len(rows) == summary.accepted == sum(summary.by_state.values())
