@@ -25,7 +25,13 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline import storage
-from pipeline.bigtable_store import BigtableConfig, create_crawl, open_tables, set_crawl_status
+from pipeline.bigtable_store import (
+    BigtableConfig,
+    CrawlExists,
+    create_crawl,
+    open_tables,
+    set_crawl_status,
+)
 from pipeline.budget import LocalPageBudget
 from pipeline.emulators import (
     RunningEmulator,
@@ -140,10 +146,14 @@ def run_local_crawl(
         events_topic = ensure_topic(opts.project, events_topic_name(opts.crawl_id))
         ensure_subscription(opts.project, events_topic, events_subscription_name(opts.crawl_id))
         tables = open_tables(bigtable, create=True)
-        if not opts.resume:
+        try:
             create_crawl(tables, opts.crawl_id, seeds=seeds, max_pages=opts.max_pages,
                          max_pages_per_host=opts.max_pages_per_host, max_depth=opts.max_depth,
                          min_delay=opts.min_delay, at=time.time())
+        except CrawlExists:
+            if not opts.resume:
+                raise ValueError(f"crawl {opts.crawl_id!r} already exists; pick another "
+                                 "--crawl-id or continue it with --resume") from None
         set_crawl_status(tables, opts.crawl_id, "running", time.time())
         budget = LocalPageBudget(opts.crawl_id, opts.max_pages)
         pipeline_options = PipelineOptions(
