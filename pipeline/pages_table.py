@@ -86,6 +86,7 @@ PAGES_COLUMNS: tuple[Column, ...] = (
            "INT64"),
     Column("elapsed_ms", pa.int32(), True,
            "Milliseconds from the request's start until its body was read.", "INT64"),
+    Column("body_bytes", pa.int64(), True, "Bytes of the (decoded) body received.", "INT64"),
 )
 
 PAGES_SCHEMA: pa.Schema = pa.schema(
@@ -144,6 +145,7 @@ def row_to_dict(row: PageRow) -> dict[str, Any]:
         "duplicate_of": row.duplicate_of,
         "simhash": row.simhash,
         "elapsed_ms": row.elapsed_ms,
+        "body_bytes": row.body_bytes,
     }
 
 
@@ -173,6 +175,7 @@ def dict_to_row(d: dict[str, Any]) -> PageRow:
         duplicate_of=d.get("duplicate_of"),
         simhash=d.get("simhash"),
         elapsed_ms=d.get("elapsed_ms"),
+        body_bytes=d.get("body_bytes"),
     )
 
 

@@ -194,3 +194,4 @@ class PageRow:
     duplicate_of: str | None = None
     simhash: int | None = None
     elapsed_ms: int | None = None
+    body_bytes: int | None = None

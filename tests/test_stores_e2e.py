@@ -75,6 +75,7 @@ def test_crawl_counters_equal_the_table(crawl):
     for state, n in by_state.items():
         assert counters[state] == n, state
     assert sum(counters[s] for s in by_state) == counters["accepted"]
+    assert counters["bytes"] == sum(r["body_bytes"] or 0 for r in crawl["rows"]) > 0
 
 
 def test_one_event_per_fetched_page_and_its_pointers_read(crawl):

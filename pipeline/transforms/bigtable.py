@@ -103,8 +103,7 @@ class WritePagesToBigtableFn(beam.DoFn):
     ) -> None:
         assert self._store is not None
         self._store.writer.add(row)
-        # PageRow carries no byte count; the bytes counter is fed where bodies are known.
-        self._store.counters.count_row(row)
+        self._store.counters.count_row(row, bytes_fetched=row.body_bytes or 0)
         self._written_rows.append((row, timestamp, window))
 
     def finish_bundle(self) -> Iterator[WindowedValue]:

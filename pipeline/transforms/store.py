@@ -91,7 +91,7 @@ def store_page(
         crawl_id=result.crawl_id, url=result.url, url_hash=result.url_hash, host=result.host,
         depth=result.depth, http_status=status, fetched_at=result.fetched_at,
         attempts=result.attempt + 1, content_type=content_type, warc=warc_ptr,
-        elapsed_ms=round(result.elapsed * 1000),
+        elapsed_ms=round(result.elapsed * 1000), body_bytes=len(result.body),
     )
     retried = f" after {result.attempt + 1} attempts" if result.attempt else ""
     truncated = (
