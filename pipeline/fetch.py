@@ -48,6 +48,7 @@ from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConn
 from urllib3.util.ssl_ import create_urllib3_context
 
 from pipeline.dns import DNSError, ResolveOverride, Resolver
+from pipeline.records import header_value
 
 # FetchResponse.error values: a short class a scheduler can branch on.
 ERROR_TIMEOUT = "timeout"  # the total deadline (or the connect timeout) passed
@@ -86,11 +87,7 @@ class FetchResponse:
 
     def header(self, name: str) -> str | None:
         """The first value of a header, matched case-insensitively."""
-        lname = name.lower()
-        for key, value in self.headers:
-            if key.lower() == lname:
-                return value
-        return None
+        return header_value(self.headers, name)
 
 
 @dataclass(frozen=True)

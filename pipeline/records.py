@@ -8,10 +8,20 @@ This module owns the shapes only; it does not decide anything about crawling.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 
 WIRE_VERSION = 1
+
+
+def header_value(headers: Iterable[tuple[str, str]], name: str) -> str | None:
+    """The first value of an HTTP header, matched case-insensitively."""
+    lname = name.lower()
+    for key, value in headers:
+        if key.lower() == lname:
+            return value
+    return None
 
 
 class PageState(StrEnum):
@@ -116,11 +126,7 @@ class FetchResult:
     redirect_hops: int = 0
 
     def header(self, name: str) -> str | None:
-        lname = name.lower()
-        for key, value in self.headers:
-            if key.lower() == lname:
-                return value
-        return None
+        return header_value(self.headers, name)
 
 
 @dataclass(frozen=True, slots=True)

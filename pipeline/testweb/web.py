@@ -50,7 +50,7 @@ from functools import lru_cache
 from html import escape
 from urllib.parse import urlsplit
 
-from pipeline.records import PageState
+from pipeline.records import PageState, header_value
 
 TEST_TLD = ".test"
 CALENDAR_START_YEAR = 2026
@@ -342,11 +342,7 @@ class Response:
     stall_seconds: float = 0.0
 
     def header(self, name: str) -> str | None:
-        lname = name.lower()
-        for key, value in self.headers:
-            if key.lower() == lname:
-                return value
-        return None
+        return header_value(self.headers, name)
 
 
 @dataclass(frozen=True)
