@@ -65,10 +65,22 @@ def _print_summary(summary) -> None:
     for message in summary.invalid_seeds:
         print(f"  skipped: {message}")
     print(f"  output          {summary.out_dir}/ (warc/, wet/, pages/*.parquet, summary.json)")
-    print("  try             duckdb -c \"SELECT state, count(*) FROM "
-          f"'{summary.out_dir}/pages/*.parquet' GROUP BY state\"")
-    print(f"   or             crawler query {summary.out_dir} \"SELECT host, count(*) AS n "
-          "FROM pages GROUP BY host ORDER BY n DESC LIMIT 5\"")
+    crawler = _crawler_command()
+    print(f"  try             {crawler} query {summary.out_dir} "
+          "\"SELECT state, count(*) AS n FROM pages GROUP BY state ORDER BY n DESC\"")
+    print(f"   and            {crawler} query {summary.out_dir} \"SELECT url, reason FROM "
+          "pages WHERE state = 'failed' LIMIT 5\"")
+
+
+def _crawler_command() -> str:
+    """How the user can call this command again: `crawler` if it is on PATH, else its path."""
+    import os
+    import shutil
+
+    script = os.path.join(os.path.dirname(sys.executable), "crawler")
+    if shutil.which("crawler") == script or not os.path.exists(script):
+        return "crawler"
+    return os.path.relpath(script) if script.startswith(os.getcwd()) else script
 
 
 def _testweb(args: argparse.Namespace) -> int:
