@@ -73,6 +73,8 @@ def fetched_row(i: int, crawl_id: str = "crawl-1") -> PageRow:
         if i % 3 else None,
         links=i * 3,
         simhash=MIN_HASH + 3 * i if i % 2 else None,
+        elapsed_ms=(37 * i) % 250 + 5,
+        body_bytes=1000 + 17 * i,
     )
 
 
