@@ -377,3 +377,17 @@ def test_slow_answers_lengthen_the_spacing():
     lease = state.next_action(1.0, policy).fetch.lease
     state.complete(lease.lease_id, FetchReport(status=200), 4.0, policy)  # took 3 s
     assert state.next_allowed == 4.0 + 6.0
+
+
+def test_host_state_stays_kilobytes():
+    """Invariant 6: a busy host's whole state (seen-set, queue, robots) pickles to kilobytes,
+    and its queue never grows past the cap."""
+    import pickle
+
+    policy = HostPolicy(user_agent="testbot", queue_cap=200, bloom_capacity=20_000)
+    state = ready_host(b"User-agent: *\nDisallow: /private/\n" * 20)
+    for batch in range(10):
+        state.offer(urls(*[f"articles/{batch}-{i}.html" for i in range(100)]), 1, policy)
+    assert len(state.queue) == policy.queue_cap
+    size = len(pickle.dumps(state))
+    assert size < 64 * 1024, size
