@@ -1,11 +1,12 @@
 # Two entry points for a fresh machine; both set up everything they need.
 #   make demo   serve the bundled synthetic web on loopback and crawl it (no internet needed)
 #   make test   run the whole test suite (unit, property, Beam and end-to-end crawls)
+#   make bench  benchmarks side by side with Scrapy (not tests: they print figures)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: demo test lint clean
+.PHONY: demo test bench lint clean
 
 $(BIN)/crawler: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +20,10 @@ demo: $(BIN)/crawler
 test: $(BIN)/crawler
 	$(BIN)/ruff check pipeline tests
 	$(BIN)/pytest -q -ra
+
+bench: $(BIN)/crawler
+	$(BIN)/pip install --quiet -e '.[test,bench]'
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 lint: $(BIN)/crawler
 	$(BIN)/ruff check pipeline tests

@@ -255,14 +255,15 @@ class RunningRealWeb:
 
 
 def serve_real_pages(data_dir: str | Path, log_path: str | Path, *, address: str = "127.0.0.1",
-                     port: int = 0) -> RunningRealWeb:
+                     port: int = 0, limit: int | None = None) -> RunningRealWeb:
     """Serve the benchmark pages under `{data_dir}/article-extraction-benchmark` on
     address:port (0: a free port) in the background; requests are appended to log_path.
+    limit: serve only the first `limit` pages in id order (all by default).
 
     Raises FileNotFoundError if the benchmark is not there (pipeline.quality.shared_data_dir()
     says where the shared data is expected).
     """
-    pages = load_benchmark(Path(data_dir))
+    pages = load_benchmark(Path(data_dir), limit=limit)
     log_path = Path(log_path)
     log = _RequestLog(log_path)
     try:

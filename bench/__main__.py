@@ -1,0 +1,63 @@
+"""`make bench`: end to end against Scrapy, then stages, then extraction quality.
+
+    .venv/bin/python -m bench            # 3 runs per crawler and case (about 20 minutes)
+    .venv/bin/python -m bench --quick    # small webs, 1 run each (a few minutes)
+
+Every table is printed at the end, and saved with the runs' logs and outputs under --work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench import e2e, quality, stages
+
+PARTS = ("e2e", "stages", "quality")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rich.console import Console
+
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    e2e.add_arguments(parser)
+    parser.add_argument("--only", default=",".join(PARTS),
+                        help="comma-separated parts to run (default: %(default)s)")
+    args = parser.parse_args(argv)
+    parts = [part.strip() for part in args.only.split(",") if part.strip()]
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        parser.error(f"unknown part(s) {sorted(unknown)}: pick from {', '.join(PARTS)}")
+    work = args.work or Path(tempfile.mkdtemp(prefix="crawler-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    tables = []
+    results_path: Path | None = None
+    if "e2e" in parts:
+        cases = e2e.select_cases(args.quick, args.cases)
+        results = e2e.run_cases(cases, args.runs or (1 if args.quick else 3), work)
+        tables.append(e2e.e2e_table(cases, results))
+        if any(case.web == "real" for case in cases):
+            results_path = work / "e2e-results.json"
+    if "stages" in parts:
+        print("stages ...", file=sys.stderr, flush=True)
+        table, _ = stages.run_stages(quick=args.quick, e2e_results=results_path)
+        tables.append(table)
+    if "quality" in parts:
+        print("extraction quality ...", file=sys.stderr, flush=True)
+        table, _ = quality.run_quality(results_path, quick=args.quick)
+        tables.append(table)
+    console = Console(width=150, record=True)
+    for table in tables:
+        console.print(table)
+    console.print(f"{time.monotonic() - started:,.0f} s in all; runs, logs and outputs: {work}")
+    console.save_text(str(work / "report.txt"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
