@@ -32,15 +32,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
-from types import TracebackType
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from pipeline.quality import BenchmarkPage, load_benchmark
 from pipeline.testweb.server import (
-    LoggedRequest,
+    ServedWeb,
     _RequestLog,
     _WebServer,
-    read_request_log,
 )
 from pipeline.testweb.web import Response
 
@@ -203,18 +201,10 @@ def _not_found(message: str) -> Response:
     return Response(404, (("Content-Type", "text/html; charset=utf-8"),), body)
 
 
-class RunningRealWeb:
-    """A served real web. Stop it with stop() or use it as a context manager."""
+class RunningRealWeb(ServedWeb):
+    """A served real web."""
 
-    def __init__(self, server: _WebServer, thread: threading.Thread, web: RealWeb,
-                 log_path: Path, address: str) -> None:
-        self._server = server
-        self._thread = thread
-        self._stopped = False
-        self.web = web
-        self.log_path = log_path
-        self.address = address
-        self.port = web.port
+    web: RealWeb
 
     @property
     def seeds(self) -> list[str]:
@@ -229,29 +219,6 @@ class RunningRealWeb:
     def resolve_args(self) -> tuple[str, ...]:
         """DNS overrides a crawler needs, curl style: one `HOST:*:ADDRESS` per host."""
         return tuple(f"{host}:*:{self.address}" for host in self.web.hosts())
-
-    def requests(self) -> list[LoggedRequest]:
-        """The request log so far."""
-        return read_request_log(self.log_path)
-
-    def stop(self) -> None:
-        """Stop serving and drop open connections."""
-        if self._stopped:
-            return
-        self._stopped = True
-        self._server.stopping.set()
-        self._server.shutdown()
-        self._server.drop_connections()
-        self._server.server_close()
-        self._thread.join(timeout=1.0)
-        self._server.log.close()
-
-    def __enter__(self) -> RunningRealWeb:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 traceback: TracebackType | None) -> None:
-        self.stop()
 
 
 def serve_real_pages(data_dir: str | Path, log_path: str | Path, *, address: str = "127.0.0.1",

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, Any, Self
 from urllib.parse import urlsplit
 
 from pipeline.testweb.web import SyntheticWeb, WebSpec
@@ -276,10 +276,11 @@ def _host_name(header: str) -> str:
     return host.rsplit(":", 1)[0] if ":" in host else host
 
 
-class RunningWeb:
-    """A served synthetic web. Stop it with stop() or use it as a context manager."""
+class ServedWeb:
+    """A web served in the background: its request log, and a clean stop. Stop it with stop()
+    or use it as a context manager. The synthetic and the real-pages web share this."""
 
-    def __init__(self, server: _WebServer, thread: threading.Thread, web: SyntheticWeb,
+    def __init__(self, server: _WebServer, thread: threading.Thread, web: Any,
                  log_path: Path, address: str) -> None:
         self._server = server
         self._thread = thread
@@ -288,11 +289,6 @@ class RunningWeb:
         self.log_path = log_path
         self.address = address
         self.port = web.port
-
-    @property
-    def resolve_arg(self) -> str:
-        """The DNS override a crawler needs, curl style: `*.test:PORT:127.0.0.1`."""
-        return f"*.test:{self.port}:{self.address}"
 
     @property
     def seeds(self) -> list[str]:
@@ -314,12 +310,23 @@ class RunningWeb:
         self._thread.join(timeout=1.0)
         self._server.log.close()
 
-    def __enter__(self) -> RunningWeb:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  traceback: TracebackType | None) -> None:
         self.stop()
+
+
+class RunningWeb(ServedWeb):
+    """A served synthetic web."""
+
+    web: SyntheticWeb
+
+    @property
+    def resolve_arg(self) -> str:
+        """The DNS override a crawler needs, curl style: `*.test:PORT:127.0.0.1`."""
+        return f"*.test:{self.port}:{self.address}"
 
 
 def serve(spec: WebSpec, log_path: str | Path, *, address: str = "127.0.0.1",
