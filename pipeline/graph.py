@@ -60,7 +60,8 @@ def build_crawl(
         schedule_config(opts), budget, clock, counters=bigtable
     )
     stored = scheduled.fetched | "StorePages" >> StorePages(
-        opts.out, opts.crawl_id, agent=opts.user_agent.split("/")[0]
+        opts.out, opts.crawl_id, agent=opts.user_agent.split("/")[0],
+        duplicates=opts.duplicate_policy(),
     )
     rows = (scheduled[ROWS], stored["rows"]) | "AllRows" >> beam.Flatten()
     rows | "WritePagesTable" >> WritePagesTable(opts.out, opts.crawl_id)

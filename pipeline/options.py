@@ -7,6 +7,7 @@ the value objects the transforms take. It does not run anything.
 from __future__ import annotations
 
 import argparse
+import re
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -14,9 +15,13 @@ from pathlib import Path
 
 from pipeline.dns import parse_resolve
 from pipeline.fetch import FetchConfig
+from pipeline.near_duplicates import DuplicatePolicy
 from pipeline.politeness import HostPolicy
 
 DEFAULT_USER_AGENT = "beam-crawler/0.1 (+https://github.com/beam-crawler)"
+# A crawl id names Pub/Sub topics, output directories and the last part of Bigtable row keys
+# (`reversed-host/url-hash/crawl-id`), so it may not hold '/' or anything a topic refuses.
+_CRAWL_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
 def new_crawl_id() -> str:
@@ -44,6 +49,8 @@ class CrawlOptions:
     max_calendar_pages: int | None = 100
     circuit_failures: int = 10
     circuit_seconds: float = 3600.0
+    near_duplicate_bits: int = 3
+    duplicate_slowdown: float = 4.0
     project: str = "local-crawler"
     bigtable_instance: str = "local"
     bigquery_table: str | None = None
@@ -66,6 +73,14 @@ class CrawlOptions:
             raise ValueError("--bloom-fp-rate must be between 0 and 1")
         for spec in self.resolve:
             parse_resolve(spec)  # raises ValueError naming the expected form
+        if not _CRAWL_ID.fullmatch(self.crawl_id):
+            raise ValueError(
+                f"--crawl-id {self.crawl_id!r}: use 1-64 letters, digits, '.', '_' or '-' "
+                "(it names topics, directories and Bigtable row keys)")
+        if not 0 <= self.near_duplicate_bits <= 16:
+            raise ValueError("--near-duplicate-bits must be between 0 and 16")
+        if self.duplicate_slowdown < 1:
+            raise ValueError("--duplicate-slowdown must be at least 1")
 
     def host_policy(self) -> HostPolicy:
         budget = self.max_pages_per_host or self.max_pages or 100_000
@@ -85,7 +100,11 @@ class CrawlOptions:
             # on link-dense sites; sizing it from the host budget keeps state kilobytes.
             bloom_capacity=min(4 * budget, 1_000_000),
             bloom_fp_rate=self.bloom_fp_rate,
+            duplicate_slowdown=self.duplicate_slowdown,
         )
+
+    def duplicate_policy(self) -> DuplicatePolicy:
+        return DuplicatePolicy(bits=self.near_duplicate_bits)
 
     def fetch_config(self) -> FetchConfig:
         return FetchConfig(
@@ -168,6 +187,15 @@ def add_crawl_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--circuit-seconds", type=_positive_float, default=3600.0,
                         help="how long a parked host waits before one probe request "
                              "(default: %(default)s)")
+    parser.add_argument("--near-duplicate-bits", type=int, default=3,
+                        help="a fetched page whose text's 64-bit simhash is within this many "
+                             "bits of an earlier page of its host gets `near_duplicate_of` "
+                             "(default: %(default)s)")
+    parser.add_argument("--duplicate-slowdown", type=_positive_float, default=4.0,
+                        help="a host whose recent pages are mostly duplicates (half of its "
+                             "last 20 pages with text) waits this many times its delay "
+                             "between requests until its pages are distinct again "
+                             "(default: %(default)s)")
     parser.add_argument("--project", default="local-crawler",
                         help="Google Cloud project of the Pub/Sub topics and Bigtable instance "
                              "(default: %(default)s, which the local emulators accept)")
@@ -218,6 +246,8 @@ def options_from_args(args: argparse.Namespace) -> CrawlOptions:
         max_calendar_pages=args.max_calendar_pages,
         circuit_failures=args.circuit_failures,
         circuit_seconds=args.circuit_seconds,
+        near_duplicate_bits=args.near_duplicate_bits,
+        duplicate_slowdown=args.duplicate_slowdown,
         progress=not args.no_progress,
         resume=args.resume,
         project=args.project,

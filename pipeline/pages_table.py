@@ -87,6 +87,9 @@ PAGES_COLUMNS: tuple[Column, ...] = (
     Column("elapsed_ms", pa.int32(), True,
            "Milliseconds from the request's start until its body was read.", "INT64"),
     Column("body_bytes", pa.int64(), True, "Bytes of the (decoded) body received.", "INT64"),
+    Column("near_duplicate_of", pa.string(), True,
+           "For a fetched page: an earlier page of its host whose text is within 3 simhash "
+           "bits of this one (a near-duplicate; both texts are stored).", "STRING"),
 )
 
 PAGES_SCHEMA: pa.Schema = pa.schema(
@@ -146,6 +149,7 @@ def row_to_dict(row: PageRow) -> dict[str, Any]:
         "simhash": row.simhash,
         "elapsed_ms": row.elapsed_ms,
         "body_bytes": row.body_bytes,
+        "near_duplicate_of": row.near_duplicate_of,
     }
 
 
@@ -176,6 +180,7 @@ def dict_to_row(d: dict[str, Any]) -> PageRow:
         simhash=d.get("simhash"),
         elapsed_ms=d.get("elapsed_ms"),
         body_bytes=d.get("body_bytes"),
+        near_duplicate_of=d.get("near_duplicate_of"),
     )
 
 

@@ -59,6 +59,8 @@ class HostPolicy:
     slow_factor: float = 2.0
     circuit_failures: int = 10
     circuit_seconds: float = 3600.0
+    duplicate_slowdown: float = 4.0  # a host whose recent pages are mostly duplicates waits
+    # this many times its delay between requests, until its pages are distinct again
     queue_cap: int = 2000
     bloom_capacity: int = 20_000
     bloom_fp_rate: float = 1e-4
@@ -72,6 +74,9 @@ class HostPolicy:
             raise ValueError("max_attempts must be at least 1")
         if self.queue_cap < 1:
             raise ValueError("queue_cap must be at least 1")
+        if self.duplicate_slowdown < 1:
+            raise ValueError(f"duplicate_slowdown must be at least 1, got "
+                             f"{self.duplicate_slowdown}")
 
     @property
     def lease_seconds(self) -> float:
@@ -185,6 +190,7 @@ class HostState:
     wake_at: float | None = None  # when the host's timer is set to fire
     last_elapsed: float = 0.0  # how long the last exchange took
     crawl_delay_capped_logged: bool = False
+    duplicate_heavy: bool = False  # most of its recent pages were duplicates: slowed down
 
     # ----------------------------------------------------------------------------- helpers
     def delay(self, policy: HostPolicy) -> float:
@@ -201,7 +207,8 @@ class HostState:
                     self.host, crawl_delay, policy.max_crawl_delay,
                 )
                 self.crawl_delay_capped_logged = True
-        return compute_delay(policy, crawl_delay)
+        delay = compute_delay(policy, crawl_delay)
+        return delay * policy.duplicate_slowdown if self.duplicate_heavy else delay
 
     def _bloom(self, policy: HostPolicy) -> BloomFilter:
         if self.seen:
@@ -271,6 +278,16 @@ class HostState:
         self.seen = bloom.to_bytes()
         if issued:
             self.pages_issued += len(urls)
+
+    def set_duplicate_heavy(self, heavy: bool, policy: HostPolicy) -> None:
+        """The store found most of the host's recent pages duplicates (or no longer): its
+        delay is multiplied by policy.duplicate_slowdown from the next request on, which only
+        ever widens the spacing while it holds (invariant 1 is unaffected)."""
+        if heavy != self.duplicate_heavy:
+            log.warning("host %s %s", self.host,
+                        f"serves mostly duplicates: slowed {policy.duplicate_slowdown:g}x"
+                        if heavy else "serves distinct pages again: normal speed")
+        self.duplicate_heavy = heavy
 
     def _filter_reason(self, entry: FrontierEntry, policy: HostPolicy) -> str | None:
         """Why a newly accepted URL is not to be fetched (depth, redirects, traps), or None."""

@@ -22,7 +22,7 @@ class CrawlCounters:
 
     seeds_published: int
     batches_received: int
-    batches_published: int  # links + spill
+    batches_published: int  # links + spill + host signals
     link_batches_emitted: int
     links_published: int
     urls_decoded: int
@@ -34,6 +34,8 @@ class CrawlCounters:
     hosts_active: int
     by_state: Mapping[str, int]
     bytes_fetched: int
+    host_signals_emitted: int = 0
+    host_signals_published: int = 0
 
     @classmethod
     def from_metrics(cls, counters: Mapping[str, int], seeds_published: int) -> CrawlCounters:
@@ -43,7 +45,8 @@ class CrawlCounters:
         return cls(
             seeds_published=seeds_published,
             batches_received=get("batches_received"),
-            batches_published=get("batches_published_links") + get("batches_published_spill"),
+            batches_published=get("batches_published_links") + get("batches_published_spill")
+            + get("batches_published_throttle") + get("batches_published_release"),
             link_batches_emitted=get("link_batches_emitted"),
             links_published=get("batches_published_links"),
             urls_decoded=get("urls_decoded"),
@@ -55,6 +58,9 @@ class CrawlCounters:
             hosts_active=get("hosts_activated") - get("hosts_idled"),
             by_state={s: get(f"rows_{s}") for s in TERMINAL_STATES if get(f"rows_{s}")},
             bytes_fetched=get("bytes_fetched"),
+            host_signals_emitted=get("host_signals_emitted"),
+            host_signals_published=get("batches_published_throttle")
+            + get("batches_published_release"),
         )
 
     @property
@@ -69,13 +75,14 @@ class CrawlCounters:
     def quiet(self) -> bool:
         """Nothing is anywhere in the loop: every message published was read, every URL read
         was offered to its host, every accepted URL has its row, every link batch a parse
-        produced was published, and the seeds arrived."""
+        produced was published (and every host signal), and the seeds arrived."""
         return (
             self.seeds_published > 0
             and self.batches_received == self.seeds_published + self.batches_published
             and self.urls_decoded == self.urls_offered
             and self.urls_accepted == self.rows_written
             and self.link_batches_emitted == self.links_published
+            and self.host_signals_emitted == self.host_signals_published
         )
 
 

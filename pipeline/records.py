@@ -46,12 +46,17 @@ class RecordPointer:
     length: int
 
 
+HOST_SIGNALS = ("throttle", "release")
+
+
 @dataclass(frozen=True, slots=True)
 class FrontierBatch:
     """One Pub/Sub frontier message: URLs discovered on one page (or seeds), all at one depth.
 
     kind: "seeds" | "links" | "spill" (URLs already accepted once, returned by a full host
-    queue; they skip the seen-check).
+    queue; they skip the seen-check) | "seen" / "seen_issued" (a resumed crawl's finished URLs)
+    | "throttle" / "release" (HOST_SIGNALS: the store found the host of `urls` serving mostly
+    duplicates, or distinct pages again; nothing is fetched for them).
     """
 
     crawl_id: str
@@ -201,3 +206,4 @@ class PageRow:
     simhash: int | None = None
     elapsed_ms: int | None = None
     body_bytes: int | None = None
+    near_duplicate_of: str | None = None

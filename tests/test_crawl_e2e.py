@@ -69,12 +69,13 @@ def _crawl_and_audit(tmp_path: Path, spec: WebSpec, *, min_delay: float,
             max_pages_per_host=budget_per_host, user_agent=USER_AGENT,
             read_response=read_response, read_text=read_text, **limits,
         )
-    return summary, report, rows, requests
+        near_pairs = {frozenset(pair) for pair in web.web.near_duplicate_pairs()}
+    return summary, report, rows, requests, near_pairs
 
 
 def test_crawl_of_200_hosts_is_polite_complete_and_exactly_once(tmp_path):
     spec = WebSpec(hosts=200, pages_per_host=30, hang_seconds=30.0)
-    summary, report, rows, requests = _crawl_and_audit(tmp_path, spec, min_delay=0.5)
+    summary, report, rows, requests, _ = _crawl_and_audit(tmp_path, spec, min_delay=0.5)
     print(summary)
     print(report.summary())
     assert summary.status == "drained"
@@ -89,7 +90,8 @@ def test_crawl_of_200_hosts_is_polite_complete_and_exactly_once(tmp_path):
 
 def test_pointers_read_back_to_the_page_and_its_text(tmp_path):
     spec = WebSpec(hosts=20, pages_per_host=20, hang_seconds=10.0)
-    summary, report, rows, _ = _crawl_and_audit(tmp_path, spec, min_delay=0.2, max_depth=3)
+    summary, report, rows, _, _ = _crawl_and_audit(tmp_path, spec, min_delay=0.2,
+                                                   max_depth=3)
     assert report.violations == [], "\n".join(report.violations[:40])
     filtered = [r for r in rows if r["state"] == "filtered"]
     assert filtered and all("depth" in r["reason"] for r in filtered)
@@ -109,7 +111,7 @@ def test_a_crawl_through_every_fault_ends_with_each_url_in_its_right_state(tmp_p
     chains, Retry-After dates, recovering and dead hosts, a poison page, session ids, traps:
     politeness holds, every URL gets its one right terminal row, the crawl ends by itself."""
     spec = WebSpec(hosts=20, pages_per_host=20, hang_seconds=5.0, faults=True)
-    summary, report, rows, _ = _crawl_and_audit(
+    summary, report, rows, _, near_pairs = _crawl_and_audit(
         tmp_path, spec, min_delay=0.2, max_body_bytes=1024 * 1024, max_calendar_pages=30,
         circuit_failures=3, circuit_seconds=4.0,
     )
@@ -120,6 +122,12 @@ def test_a_crawl_through_every_fault_ends_with_each_url_in_its_right_state(tmp_p
     states = {r["state"] for r in rows}
     assert {"fetched", "failed", "dead_lettered", "filtered", "redirected"} <= states
     assert summary.accepted == len(rows) == sum(summary.by_state.values())
+    # Near-duplicates: the labelled pairs (a story and its updated copy) are flagged, and
+    # nothing else is, among every page with text, look-alike stories included.
+    flagged = {frozenset((r["url"], r["near_duplicate_of"])) for r in rows
+               if r["near_duplicate_of"] is not None}
+    assert near_pairs and flagged == near_pairs
+    assert all(r["state"] == "fetched" for r in rows if r["near_duplicate_of"] is not None)
 
 
 def test_the_global_page_budget_stops_the_crawl_exactly(tmp_path):

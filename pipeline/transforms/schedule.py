@@ -36,7 +36,7 @@ from pipeline.politeness import (
     LeaseKind,
     Outcome,
 )
-from pipeline.records import FetchResult, FrontierBatch, FrontierEntry, PageRow
+from pipeline.records import HOST_SIGNALS, FetchResult, FrontierBatch, FrontierEntry, PageRow
 from pipeline.transforms.bigtable import SharedBigtable
 from pipeline.transforms.frontier import HostBatch
 
@@ -165,6 +165,7 @@ class HostSchedulerFn(beam.DoFn):
         self._hosts_activated = crawl_counter("hosts_activated")
         self._hosts_idled = crawl_counter("hosts_idled")
         self._leases_expired = crawl_counter("leases_expired")
+        self._hosts_throttled = crawl_counter("hosts_throttled_for_duplicates")
         self._due_lag = crawl_maximum("due_lag_ms")
 
     def setup(self) -> None:
@@ -188,6 +189,12 @@ class HostSchedulerFn(beam.DoFn):
         self._offered.inc(len(batch.entries))
         if batch.kind in ("seen", "seen_issued"):
             state.mark_seen(list(batch.entries), policy, issued=batch.kind == "seen_issued")
+            host_state.write(state)
+            return
+        if batch.kind in HOST_SIGNALS:
+            if state.duplicate_heavy != (batch.kind == "throttle"):
+                self._hosts_throttled.inc(1 if batch.kind == "throttle" else -1)
+            state.set_duplicate_heavy(batch.kind == "throttle", policy)
             host_state.write(state)
             return
         accepted, outcomes, spilled = state.offer(

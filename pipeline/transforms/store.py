@@ -26,6 +26,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from pipeline.fingerprints import content_hash, simhash
 from pipeline.metrics import CrawlCounter, crawl_counter
+from pipeline.near_duplicates import ContentVerdict, DuplicatePolicy, HostContent
 from pipeline.parse import ParsedPage, is_html, parse_page
 from pipeline.records import (
     DeadLetter,
@@ -319,14 +320,60 @@ class DedupContentFn(beam.DoFn):
         self._buffer = []
 
 
-class StorePages(beam.PTransform):
-    """FetchResult -> page rows (main), link batches ('links'), dead letters."""
+def judge_content(row: PageRow, content: HostContent, policy: DuplicatePolicy
+                  ) -> tuple[PageRow, FrontierBatch | None]:
+    """One page with text (or an exact duplicate) of a host: flag it if it nearly repeats an
+    earlier page of the host, and return the throttle or release signal for the host's
+    scheduler when the host's recent pages became mostly duplicates, or distinct again."""
+    verdict: ContentVerdict = content.observe(
+        row.url, row.simhash, policy, exact_duplicate=row.state == PageState.DUPLICATE
+    )
+    if verdict.near_duplicate_of is not None:
+        row = dataclasses.replace(row, near_duplicate_of=verdict.near_duplicate_of)
+    if verdict.throttle is None:
+        return row, None
+    kind = "throttle" if verdict.throttle else "release"
+    log.warning("host %s: %.0f%% of its last %d pages with text were duplicates: %s",
+                row.host, 100 * verdict.duplicate_share, len(content.recent), kind)
+    return row, FrontierBatch(row.crawl_id, row.depth, (row.url,), kind=kind)
 
-    def __init__(self, out: str, crawl_id: str, agent: str | None = None) -> None:
+
+class HostContentFn(beam.DoFn):
+    """Keyed by host: flags near-duplicate pages and tells the host's scheduler when the host
+    serves mostly duplicates (see pipeline.near_duplicates). State: one HostContent."""
+
+    CONTENT = ReadModifyWriteStateSpec("content", PickleCoder())
+
+    def __init__(self, policy: DuplicatePolicy) -> None:
+        self._policy = policy
+        self._near = crawl_counter("near_duplicates")
+        self._signals = crawl_counter("host_signals_emitted")
+
+    def process(self, element: tuple[str, PageRow],
+                content_state=beam.DoFn.StateParam(CONTENT)) -> Iterator[object]:
+        _, row = element
+        content: HostContent = content_state.read() or HostContent()
+        row, signal = judge_content(row, content, self._policy)
+        content_state.write(content)
+        if row.near_duplicate_of is not None:
+            self._near.inc()
+        yield row
+        if signal is not None:
+            self._signals.inc()
+            yield beam.pvalue.TaggedOutput(LINKS, signal)
+
+
+class StorePages(beam.PTransform):
+    """FetchResult -> page rows (main), link batches and host signals ('links'), dead letters.
+    """
+
+    def __init__(self, out: str, crawl_id: str, agent: str | None = None,
+                 duplicates: DuplicatePolicy | None = None) -> None:
         super().__init__()
         self._out = out
         self._crawl_id = crawl_id
         self._agent = agent
+        self._duplicates = duplicates or DuplicatePolicy()
 
     def expand(self, fetched):
         stored = (
@@ -342,8 +389,15 @@ class StorePages(beam.PTransform):
             .with_input_types(tuple[int, StoredPage])
             .with_outputs(LINKS, main="rows")
         )
+        judged = (
+            deduped.rows
+            | "KeyByHost" >> beam.Map(lambda row: (row.host, row))
+            .with_output_types(tuple[str, PageRow])
+            | "NearDuplicates" >> beam.ParDo(HostContentFn(self._duplicates))
+            .with_outputs(LINKS, main="rows")
+        )
         return {
-            "rows": (stored.rows, deduped.rows) | "Rows" >> beam.Flatten(),
-            LINKS: (stored[LINKS], deduped[LINKS]) | "Links" >> beam.Flatten(),
+            "rows": (stored.rows, judged.rows) | "Rows" >> beam.Flatten(),
+            LINKS: (stored[LINKS], deduped[LINKS], judged[LINKS]) | "Links" >> beam.Flatten(),
             DEAD_LETTERS: stored[DEAD_LETTERS],
         }

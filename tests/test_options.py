@@ -1,0 +1,31 @@
+"""Crawl options: validation gives clear errors before anything starts."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.options import CrawlOptions
+
+
+@pytest.mark.parametrize("crawl_id", ["", "a/b", "with space", "x" * 65, "é"])
+def test_a_crawl_id_that_cannot_name_topics_and_row_keys_is_refused(crawl_id):
+    with pytest.raises(ValueError, match="--crawl-id"):
+        CrawlOptions(seeds=("http://a.test/",), crawl_id=crawl_id)
+
+
+def test_the_generated_crawl_id_and_usual_ones_are_accepted():
+    assert CrawlOptions(seeds=("http://a.test/",)).crawl_id
+    for crawl_id in ("c1", "news-2026.12_02", "0start"):
+        assert CrawlOptions(seeds=("http://a.test/",), crawl_id=crawl_id).crawl_id == crawl_id
+
+
+@pytest.mark.parametrize("kwargs", [dict(near_duplicate_bits=17), dict(duplicate_slowdown=0.5)])
+def test_duplicate_knobs_out_of_range_are_refused(kwargs):
+    with pytest.raises(ValueError):
+        CrawlOptions(seeds=("http://a.test/",), **kwargs)
+
+
+def test_the_options_reach_the_policies():
+    opts = CrawlOptions(seeds=("http://a.test/",), near_duplicate_bits=5, duplicate_slowdown=2.5)
+    assert opts.duplicate_policy().bits == 5
+    assert opts.host_policy().duplicate_slowdown == 2.5
