@@ -149,6 +149,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_events_arguments(events)
     events.set_defaults(func=run_events)
 
+    from pipeline.redrive import add_redrive_arguments, run_redrive
+
+    redrive = sub.add_parser("redrive", help="send a crawl's dead letters back to be parsed "
+                                             "again after a fix")
+    add_redrive_arguments(redrive)
+    redrive.set_defaults(func=run_redrive)
+
     query = sub.add_parser("query", help="run SQL over a crawl's `pages` table (DuckDB)")
     query.add_argument("crawl_dir", help="OUT/CRAWL_ID directory of a finished crawl")
     query.add_argument("sql", help="SQL over the view `pages`")

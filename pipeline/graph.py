@@ -18,13 +18,14 @@ from pipeline.events import event_of
 from pipeline.options import CrawlOptions
 from pipeline.transforms.bigtable import WritePagesToBigtable
 from pipeline.transforms.frontier import (
+    REDRIVE,
     PublishDeadLetters,
     PublishFrontier,
     PublishPageEvents,
     ReadFrontier,
 )
 from pipeline.transforms.schedule import ROWS, SPILL, ScheduleConfig, ScheduleFetches
-from pipeline.transforms.store import DEAD_LETTERS, LINKS, StorePages
+from pipeline.transforms.store import DEAD_LETTERS, LINKS, ReplayDeadLetters, StorePages
 from pipeline.transforms.table import WritePagesTable
 
 
@@ -55,15 +56,18 @@ def build_crawl(
     pages no retry could parse to `dead_letter_topic`. Rows always go to the Parquet table;
     with `bigtable` also to Bigtable, after which each fetched page's event goes to
     `events_topic`; with `bigquery_table` also to BigQuery."""
-    host_batches = p | "ReadFrontier" >> ReadFrontier(subscription, opts.crawl_id)
-    scheduled = host_batches | "ScheduleFetches" >> ScheduleFetches(
+    frontier = p | "ReadFrontier" >> ReadFrontier(subscription, opts.crawl_id)
+    scheduled = frontier.batches | "ScheduleFetches" >> ScheduleFetches(
         schedule_config(opts), budget, clock, counters=bigtable
     )
-    stored = scheduled.fetched | "StorePages" >> StorePages(
+    # Dead letters sent back by `crawler redrive`: their stored responses are parsed again.
+    replayed = frontier[REDRIVE] | "ReplayDeadLetters" >> ReplayDeadLetters()
+    fetched = (scheduled.fetched, replayed.fetched) | "AllFetched" >> beam.Flatten()
+    stored = fetched | "StorePages" >> StorePages(
         opts.out, opts.crawl_id, agent=opts.user_agent.split("/")[0],
         duplicates=opts.duplicate_policy(),
     )
-    rows = (scheduled[ROWS], stored["rows"]) | "AllRows" >> beam.Flatten()
+    rows = (scheduled[ROWS], replayed[ROWS], stored["rows"]) | "AllRows" >> beam.Flatten()
     rows | "WritePagesTable" >> WritePagesTable(opts.out, opts.crawl_id)
     if bigtable is not None:
         durable = rows | "WritePagesToBigtable" >> WritePagesToBigtable(bigtable)

@@ -57,6 +57,7 @@ class CrawlOptions:
     frontier_topic: str | None = None
     progress: bool = True
     resume: bool = False
+    redrive: bool = False
 
     def __post_init__(self) -> None:
         if self.max_pages is not None and self.max_pages < 1:
@@ -210,6 +211,10 @@ def add_crawl_arguments(parser: argparse.ArgumentParser) -> None:
                         help="continue crawl --crawl-id under --out from what it stored "
                              "(after a crash or kill): done URLs are not fetched again, links "
                              "of stored pages are crawled; seeds default to the crawl's own")
+    parser.add_argument("--redrive", action="store_true",
+                        help="with --resume: first move the crawl's kept dead letters back "
+                             "onto its frontier, so their stored responses are parsed again "
+                             "by this (fixed) version; see `crawler redrive`")
     parser.add_argument("--no-progress", action="store_true",
                         help="do not draw the progress line (for logs and CI)")
 
@@ -226,6 +231,8 @@ def options_from_args(args: argparse.Namespace) -> CrawlOptions:
     kwargs = {}
     if args.resume and not args.crawl_id:
         raise ValueError("--resume needs --crawl-id (the directory name under --out)")
+    if args.redrive and not args.resume:
+        raise ValueError("--redrive goes with --resume (it continues an existing crawl)")
     if args.crawl_id:
         kwargs["crawl_id"] = args.crawl_id
     return CrawlOptions(
@@ -250,6 +257,7 @@ def options_from_args(args: argparse.Namespace) -> CrawlOptions:
         duplicate_slowdown=args.duplicate_slowdown,
         progress=not args.no_progress,
         resume=args.resume,
+        redrive=args.redrive,
         project=args.project,
         bigtable_instance=args.bigtable_instance,
         bigquery_table=args.bigquery_table,

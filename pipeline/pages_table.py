@@ -298,13 +298,31 @@ def query_pages(root: str, crawl_id: str, sql: str) -> list[tuple[Any, ...]]:
     return _query_local(root, crawl_id, sql)
 
 
+# Part files only grow, so a page that `crawler redrive` parsed again has two rows: its old
+# `dead_lettered` one and the new one. The view keeps the new one (and one `dead_lettered` row
+# of a URL that has nothing else). Dead letters are rare, so the anti-join costs one scan of
+# `url_hash`.
+_PAGES_VIEW = """
+CREATE VIEW pages AS
+SELECT * FROM page_rows WHERE state <> 'dead_lettered'
+UNION ALL BY NAME
+SELECT * EXCLUDE (keep) FROM (
+    SELECT *, row_number() OVER (PARTITION BY url_hash) AS keep
+    FROM page_rows
+    WHERE state = 'dead_lettered'
+      AND url_hash NOT IN (SELECT url_hash FROM page_rows WHERE state <> 'dead_lettered')
+) WHERE keep = 1
+"""
+
+
 def _query_local(root: str, crawl_id: str, sql: str) -> list[tuple[Any, ...]]:
     connection = duckdb.connect()
     try:
         if _has_parts(root, crawl_id):
             # union_by_name: part files written before a column was added still read.
             parts = connection.read_parquet(pages_glob(root, crawl_id), union_by_name=True)
-            parts.create_view("pages")
+            parts.create_view("page_rows")
+            connection.execute(_PAGES_VIEW)
         else:
             connection.register("pages", PAGES_SCHEMA.empty_table())
         return connection.execute(sql).fetchall()

@@ -36,9 +36,12 @@ class CrawlCounters:
     bytes_fetched: int
     host_signals_emitted: int = 0
     host_signals_published: int = 0
+    urls_redriven: int = 0  # dead letters read back from the frontier: each gets a new row
+    redrive_published: int = 0  # dead letters this run moved onto the frontier itself
 
     @classmethod
-    def from_metrics(cls, counters: Mapping[str, int], seeds_published: int) -> CrawlCounters:
+    def from_metrics(cls, counters: Mapping[str, int], seeds_published: int,
+                     redrive_published: int = 0) -> CrawlCounters:
         def get(name: str) -> int:
             return int(counters.get(name, 0))
 
@@ -61,12 +64,14 @@ class CrawlCounters:
             host_signals_emitted=get("host_signals_emitted"),
             host_signals_published=get("batches_published_throttle")
             + get("batches_published_release"),
+            urls_redriven=get("urls_redriven"),
+            redrive_published=redrive_published,
         )
 
     @property
     def in_progress(self) -> int:
         """Accepted URLs without a terminal row yet: the frontier's size as users see it."""
-        return self.urls_accepted - self.rows_written
+        return self.urls_accepted + self.urls_redriven - self.rows_written
 
     @property
     def fetched(self) -> int:
@@ -80,7 +85,8 @@ class CrawlCounters:
             self.seeds_published > 0
             and self.batches_received == self.seeds_published + self.batches_published
             and self.urls_decoded == self.urls_offered
-            and self.urls_accepted == self.rows_written
+            and self.urls_accepted + self.urls_redriven == self.rows_written
+            and self.urls_redriven >= self.redrive_published
             and self.link_batches_emitted == self.links_published
             and self.host_signals_emitted == self.host_signals_published
         )

@@ -11,6 +11,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from enum import StrEnum
+from typing import ClassVar
 
 WIRE_VERSION = 1
 
@@ -75,15 +76,13 @@ class FrontierBatch:
     @classmethod
     def from_bytes(cls, data: bytes) -> FrontierBatch:
         """Decode a frontier message; raises ValueError with the reason if it is malformed."""
-        try:
-            payload = json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"frontier message is not JSON: {exc}") from exc
-        if not isinstance(payload, dict):
-            raise ValueError("frontier message is not a JSON object")
-        version = payload.get("version")
-        if version != WIRE_VERSION:
-            raise ValueError(f"frontier message version {version!r} is not {WIRE_VERSION}")
+        message = frontier_message(data)
+        if not isinstance(message, FrontierBatch):
+            raise ValueError(f"frontier message is a {message.kind}, not a batch of URLs")
+        return message
+
+    @classmethod
+    def from_payload(cls, payload: dict) -> FrontierBatch:
         try:
             urls = payload["urls"]
             if not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
@@ -98,6 +97,24 @@ class FrontierBatch:
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"frontier message lacks a field: {exc}") from exc
+
+
+def frontier_message(data: bytes) -> FrontierBatch | DeadLetter:
+    """Decode what the frontier topic carries: a batch of URLs, or a dead letter that
+    `crawler redrive` sent back to be processed again. Raises ValueError saying what is wrong.
+    """
+    try:
+        payload = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"frontier message is not JSON: {exc}") from exc
+    if not isinstance(payload, dict):
+        raise ValueError("frontier message is not a JSON object")
+    version = payload.get("version")
+    if version != WIRE_VERSION:
+        raise ValueError(f"frontier message version {version!r} is not {WIRE_VERSION}")
+    if payload.get("kind") == DeadLetter.KIND:
+        return DeadLetter.from_payload(payload)
+    return FrontierBatch.from_payload(payload)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,11 +163,35 @@ class DeadLetter:
     attempts: int
     warc: RecordPointer | None = None  # the stored response, so a fix can re-parse it
     depth: int = 0
+    fetched_at: float | None = None  # when the stored response was fetched
     kind: str = "dead_letter"
     version: int = WIRE_VERSION
 
+    KIND: ClassVar[str] = "dead_letter"
+
     def to_bytes(self) -> bytes:
         return json.dumps(asdict(self), separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> DeadLetter:
+        message = frontier_message(data)
+        if not isinstance(message, DeadLetter):
+            raise ValueError("message is a batch of URLs, not a dead letter")
+        return message
+
+    @classmethod
+    def from_payload(cls, payload: dict) -> DeadLetter:
+        try:
+            warc = payload.get("warc")
+            return cls(
+                crawl_id=str(payload["crawl_id"]), stage=str(payload["stage"]),
+                url=str(payload["url"]), url_hash=int(payload["url_hash"]),
+                error=str(payload.get("error", "")), attempts=int(payload.get("attempts", 0)),
+                warc=RecordPointer(**warc) if warc else None,
+                depth=int(payload.get("depth", 0)), fetched_at=payload.get("fetched_at"),
+            )
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"dead letter lacks a field: {exc}") from exc
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipeline import storage
 from pipeline.bigtable_store import (
     BigtableConfig,
+    BigtableTables,
+    CrawlCounterBatch,
     CrawlExists,
     create_crawl,
     open_tables,
@@ -46,7 +48,13 @@ from pipeline.local_runner import install_direct_runner_speedups
 from pipeline.metrics import LocalTally
 from pipeline.options import CrawlOptions
 from pipeline.progress import CrawlCounters, drained, progress_line
-from pipeline.records import FrontierBatch
+from pipeline.records import DeadLetter, FrontierBatch
+from pipeline.redrive import (
+    dead_letter_topic_name,
+    frontier_topic_name,
+    redrive_subscription_name,
+    stored_dead_letters,
+)
 from pipeline.resume import ResumePlan, plan_resume, read_manifest, write_manifest
 from pipeline.transforms.bigtable import SharedBigtable
 from pipeline.transforms.frontier import close_shared_publisher
@@ -95,6 +103,16 @@ def _read_counters() -> dict[str, int]:
     return counts
 
 
+def _uncount_dead_letters(tables: BigtableTables | None, crawl_id: str, n: int) -> None:
+    """Redriven letters leave `dead_lettered` in the crawl record: each gets a new terminal
+    row (and is counted again under that row's state)."""
+    if tables is None:
+        return
+    counters = CrawlCounterBatch(tables)
+    counters.add(crawl_id, "dead_lettered", -n)
+    counters.flush()
+
+
 def run_local_crawl(
     opts: CrawlOptions,
     *,
@@ -136,13 +154,17 @@ def run_local_crawl(
     status = "failed"
     counters = CrawlCounters.from_metrics({}, 0)
     try:
-        topic = ensure_topic(opts.project, f"frontier-{opts.crawl_id}")
+        topic = ensure_topic(opts.project, frontier_topic_name(opts.crawl_id))
         subscription = ensure_subscription(
             opts.project, topic, f"frontier-{opts.crawl_id}-{uuid.uuid4().hex[:8]}"
         )
         install_direct_runner_speedups()
         LocalTally.reset()
-        dead_letter_topic = ensure_topic(opts.project, f"dead-letters-{opts.crawl_id}")
+        dead_letter_topic = ensure_topic(opts.project, dead_letter_topic_name(opts.crawl_id))
+        # Keeps every dead letter for `crawler redrive` (Pub/Sub drops messages a topic
+        # receives while it has no subscription).
+        ensure_subscription(opts.project, dead_letter_topic,
+                            redrive_subscription_name(opts.crawl_id))
         events_topic = ensure_topic(opts.project, events_topic_name(opts.crawl_id))
         ensure_subscription(opts.project, events_topic, events_subscription_name(opts.crawl_id))
         tables = open_tables(bigtable, create=True)
@@ -176,11 +198,21 @@ def run_local_crawl(
             ]
         result = p.run()
         seeds_published = _publish(topic, batches)
+        redrive_published = 0
+        if opts.redrive:
+            # From storage, not the dead-letter subscription: a local crawl's emulators (and
+            # the letters they kept) ended with it, its pages table did not.
+            letters = stored_dead_letters(opts.out, opts.crawl_id)
+            redrive_published = _publish(topic, letters)
+            _uncount_dead_letters(tables, opts.crawl_id, redrive_published)
+            log.warning("redrive: %d dead letters sent back to be parsed again",
+                        redrive_published)
         previous: CrawlCounters | None = None
         window: list[tuple[float, int]] = []
         while True:
             time.sleep(POLL_S)  # polling interval of the progress display, not a sync point
-            counters = CrawlCounters.from_metrics(_read_counters(), seeds_published)
+            counters = CrawlCounters.from_metrics(_read_counters(), seeds_published,
+                                                  redrive_published)
             now = time.monotonic()
             window = [(t, n) for t, n in window if now - t <= 60] + [(now, counters.fetched)]
             rate = _rate(window)
@@ -196,7 +228,7 @@ def run_local_crawl(
         if result is not None:
             with contextlib.suppress(Exception):  # else the summary keeps the last snapshot
                 counters = CrawlCounters.from_metrics(
-                    _read_counters(), counters.seeds_published
+                    _read_counters(), counters.seeds_published, counters.redrive_published
                 )
             result.cancel()
         # Clients kept per process point at this crawl's emulators: a next crawl in the same
@@ -276,7 +308,7 @@ def resume_batches(crawl_id: str, plan: ResumePlan) -> list[FrontierBatch]:
     return batches
 
 
-def _publish(topic: str, batches: list[FrontierBatch]) -> int:
+def _publish(topic: str, batches: list[FrontierBatch] | list[DeadLetter]) -> int:
     from google.cloud import pubsub_v1
 
     publisher = pubsub_v1.PublisherClient()

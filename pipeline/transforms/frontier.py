@@ -17,11 +17,12 @@ from dataclasses import dataclass
 import apache_beam as beam
 
 from pipeline.metrics import CrawlCounter, crawl_counter
-from pipeline.records import DeadLetter, FrontierBatch
+from pipeline.records import DeadLetter, FrontierBatch, frontier_message
 from pipeline.urls import MAX_URL_LENGTH, InvalidURL, host_key, normalize_url, url_hash
 
 log = logging.getLogger(__name__)
 
+REDRIVE = "redrive"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +67,8 @@ def split_by_host(batch: FrontierBatch) -> tuple[dict[str, HostBatch], int]:
 
 
 class DecodeFrontierFn(beam.DoFn):
-    """Pub/Sub payload -> (host, HostBatch). Malformed messages are counted and logged."""
+    """Pub/Sub payload -> (host, HostBatch), or a redriven DeadLetter ('redrive'). Malformed
+    messages are counted and logged."""
 
     def __init__(self, crawl_id: str) -> None:
         self._crawl_id = crawl_id
@@ -74,10 +76,11 @@ class DecodeFrontierFn(beam.DoFn):
         self._decoded = crawl_counter("urls_decoded")
         self._invalid = crawl_counter("urls_invalid")
         self._malformed = crawl_counter("batches_malformed")
+        self._redriven = crawl_counter("urls_redriven")
 
-    def process(self, payload: bytes) -> Iterator[tuple[str, HostBatch]]:
+    def process(self, payload: bytes) -> Iterator[object]:
         try:
-            batch = FrontierBatch.from_bytes(payload)
+            batch = frontier_message(payload)
         except ValueError as exc:
             self._malformed.inc()
             log.warning("dropping a malformed frontier message (%s): %.200r", exc, payload)
@@ -86,6 +89,10 @@ class DecodeFrontierFn(beam.DoFn):
             self._malformed.inc()
             log.warning("dropping a frontier batch of crawl %s (this is %s)",
                         batch.crawl_id, self._crawl_id)
+            return
+        if isinstance(batch, DeadLetter):
+            self._redriven.inc()
+            yield beam.pvalue.TaggedOutput(REDRIVE, batch)
             return
         self._received.inc()
         by_host, invalid = split_by_host(batch)
@@ -96,7 +103,8 @@ class DecodeFrontierFn(beam.DoFn):
 
 
 class ReadFrontier(beam.PTransform):
-    """Pub/Sub frontier subscription -> (host, HostBatch)."""
+    """Pub/Sub frontier subscription -> (host, HostBatch) ('batches'), redriven dead letters
+    ('redrive')."""
 
     def __init__(self, subscription: str, crawl_id: str) -> None:
         super().__init__()
@@ -107,13 +115,16 @@ class ReadFrontier(beam.PTransform):
         self._crawl_id = crawl_id
 
     def expand(self, pbegin):
-        return (
+        decoded = (
             pbegin
             | "ReadFromPubSub" >> beam.io.ReadFromPubSub(subscription=self._subscription)
             | "DecodeAndGroupByHost" >> beam.ParDo(DecodeFrontierFn(self._crawl_id))
             # A str key gets a deterministic coder: the host scheduler's state is keyed by it.
+            # (The hint applies to the main output.)
             .with_output_types(tuple[str, HostBatch])
+            .with_outputs(REDRIVE, main="batches")
         )
+        return decoded
 
 
 _publisher_lock = threading.Lock()

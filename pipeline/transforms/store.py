@@ -36,12 +36,14 @@ from pipeline.records import (
     PageState,
     RecordPointer,
 )
+from pipeline.redrive import replay_result
 from pipeline.segments import SegmentWriter
-from pipeline.urls import InvalidURL, normalize_url
+from pipeline.urls import InvalidURL, host_key, normalize_url
 
 log = logging.getLogger(__name__)
 
 LINKS = "links"
+ROWS = "rows"
 DEAD_LETTERS = "dead_letters"
 TEXTS = "texts"
 
@@ -123,7 +125,8 @@ def store_page(
         # stored response, and the crawl goes on.
         reason = f"parse failed after {attempts} attempts: {error}"
         letter = DeadLetter(result.crawl_id, "parse", result.url, result.url_hash, error,
-                            attempts, warc=warc_ptr, depth=result.depth)
+                            attempts, warc=warc_ptr, depth=result.depth,
+                            fetched_at=result.fetched_at)
         return StoredPage(PageRow(**row, state=PageState.DEAD_LETTERED, reason=reason), None,
                           letter)
     links = page_links(result.url, parsed.links)
@@ -318,6 +321,38 @@ class DedupContentFn(beam.DoFn):
         for stored in self._buffer:
             yield from _emit(stored, now, self._pages, self._link_batches)
         self._buffer = []
+
+
+class ReplayDeadLettersFn(beam.DoFn):
+    """A redriven dead letter -> the fetch result read back from its WARC record (main), so
+    the store parses the page again without a new request; a letter whose record cannot be
+    read ends as a `dead_lettered` row again ('rows'), saying why."""
+
+    def __init__(self) -> None:
+        self._replayed = crawl_counter("dead_letters_replayed")
+
+    def process(self, letter: DeadLetter) -> Iterator[object]:
+        try:
+            result = replay_result(letter)
+        except Exception as exc:  # noqa: BLE001 - any storage error costs this letter only
+            log.warning("cannot replay the dead letter for %s: %s", letter.url, exc)
+            yield beam.pvalue.TaggedOutput(ROWS, PageRow(
+                crawl_id=letter.crawl_id, url=letter.url, url_hash=letter.url_hash,
+                host=host_key(letter.url), depth=letter.depth, state=PageState.DEAD_LETTERED,
+                reason=f"redrive could not read the stored response: {exc}"[:500],
+                attempts=letter.attempts, fetched_at=letter.fetched_at, warc=letter.warc,
+            ))
+            return
+        self._replayed.inc()
+        yield result
+
+
+class ReplayDeadLetters(beam.PTransform):
+    """DeadLetter -> FetchResult (main), rows of letters that cannot be replayed ('rows')."""
+
+    def expand(self, letters):
+        return letters | "ReadStoredResponses" >> beam.ParDo(
+            ReplayDeadLettersFn()).with_outputs(ROWS, main="fetched")
 
 
 def judge_content(row: PageRow, content: HostContent, policy: DuplicatePolicy
