@@ -5,14 +5,24 @@ module owns the claim; it does not know about hosts or Beam.
 
 `LocalPageBudget` counts in the memory of the one process that runs a local crawl (Beam's
 DirectRunner runs every DoFn instance in that process), so it is exact: a crawl with
-`--max-pages N` requests at most N pages. A job spread over many workers needs a shared counter
-(a Bigtable read-modify-write increment per batch of claims); that implementation plugs in
-behind the same `try_claim`.
+`--max-pages N` requests at most N pages.
+
+`BlockPageBudget` is for a job spread over many worker processes: they share one atomic counter
+(the crawl record in Bigtable, `pipeline.transforms.budget`), which each process advances by a
+block of `block` pages at a time and then spends from memory. A block that crosses the limit is
+cut at it, so the bounds are:
+  - overshoot: 0. Every page granted has a place below N in the counter's sequence.
+  - undershoot: at most (block - 1) pages per worker process, claimed but not spent when the
+    crawl ends (or lost with a process that died). A crawl whose budget is spent requests
+    between N - P x (block - 1) and N pages, for P processes.
+  - cost: one read-modify-write per `block` pages per process (16 by default: 1,450 calls/s at
+    23,148 pages/s, well inside one Bigtable node).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Protocol
 
 
@@ -59,3 +69,56 @@ class LocalPageBudget:
     @property
     def spent(self) -> bool:
         return self.limit is not None and self.claimed >= self.limit
+
+
+class BlockPageBudget:
+    """A budget shared across processes through `advance(n) -> new total`, an atomic counter
+    (module docstring). Blocks are kept per process and crawl, like LocalPageBudget's count,
+    so the many copies Beam makes of a DoFn share one block instead of each wasting its own.
+
+    `advance` must be picklable (Beam pickles the DoFn holding the budget).
+    """
+
+    _lock = threading.Lock()
+    _blocks: dict[str, tuple[int, bool]] = {}  # crawl id -> (pages left in block, spent)
+
+    def __init__(self, crawl_id: str, limit: int | None, advance: Callable[[int], int],
+                 block: int = 16) -> None:
+        if limit is not None and limit < 0:
+            raise ValueError(f"page budget must be >= 0, got {limit}")
+        if block < 1:
+            raise ValueError(f"block must be at least 1, got {block}")
+        self.crawl_id = crawl_id
+        self.limit = limit
+        self.block = block
+        self._advance = advance
+
+    def try_claim(self) -> bool:
+        if self.limit is None:
+            return True
+        with self._lock:
+            left, spent = self._blocks.get(self.crawl_id, (0, False))
+            if left == 0 and not spent:
+                # The counter call holds the lock: one claim per process at a time, and the
+                # threads waiting on it are served from the block it brings.
+                total = self._advance(self.block)
+                left = max(0, min(self.block, self.limit - (total - self.block)))
+                spent = total >= self.limit
+            if left == 0:
+                self._blocks[self.crawl_id] = (0, True)
+                return False
+            self._blocks[self.crawl_id] = (left - 1, spent)
+            return True
+
+    @property
+    def spent(self) -> bool:
+        """True once this process has no page left and the shared counter reached the limit."""
+        with self._lock:
+            left, spent = self._blocks.get(self.crawl_id, (0, False))
+        return self.limit is not None and spent and left == 0
+
+    @classmethod
+    def forget(cls, crawl_id: str) -> None:
+        """Drop this process's block for a crawl (tests; a crawl run twice in one process)."""
+        with cls._lock:
+            cls._blocks.pop(crawl_id, None)

@@ -58,6 +58,7 @@ class CrawlOptions:
     progress: bool = True
     resume: bool = False
     redrive: bool = False
+    shared_budget: bool = False
 
     def __post_init__(self) -> None:
         if self.max_pages is not None and self.max_pages < 1:
@@ -82,6 +83,9 @@ class CrawlOptions:
             raise ValueError("--near-duplicate-bits must be between 0 and 16")
         if self.duplicate_slowdown < 1:
             raise ValueError("--duplicate-slowdown must be at least 1")
+        if self.shared_budget and self.resume:
+            raise ValueError("--shared-budget does not go with --resume: a resumed local crawl "
+                             "counts what it already requested in its own process")
 
     def host_policy(self) -> HostPolicy:
         budget = self.max_pages_per_host or self.max_pages or 100_000
@@ -215,6 +219,11 @@ def add_crawl_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --resume: first move the crawl's kept dead letters back "
                              "onto its frontier, so their stored responses are parsed again "
                              "by this (fixed) version; see `crawler redrive`")
+    parser.add_argument("--shared-budget", action="store_true",
+                        help="claim --max-pages from the crawl record in Bigtable in blocks of "
+                             "16, as a job with many workers does (overshoot 0, at most 15 "
+                             "pages unused per process); by default a local crawl counts in "
+                             "its one process, exactly")
     parser.add_argument("--no-progress", action="store_true",
                         help="do not draw the progress line (for logs and CI)")
 
@@ -258,6 +267,7 @@ def options_from_args(args: argparse.Namespace) -> CrawlOptions:
         progress=not args.no_progress,
         resume=args.resume,
         redrive=args.redrive,
+        shared_budget=args.shared_budget,
         project=args.project,
         bigtable_instance=args.bigtable_instance,
         bigquery_table=args.bigquery_table,

@@ -34,7 +34,7 @@ from pipeline.bigtable_store import (
     open_tables,
     set_crawl_status,
 )
-from pipeline.budget import LocalPageBudget
+from pipeline.budget import BlockPageBudget, LocalPageBudget
 from pipeline.emulators import (
     RunningEmulator,
     ensure_subscription,
@@ -57,6 +57,7 @@ from pipeline.redrive import (
 )
 from pipeline.resume import ResumePlan, plan_resume, read_manifest, write_manifest
 from pipeline.transforms.bigtable import SharedBigtable
+from pipeline.transforms.budget import shared_page_budget
 from pipeline.transforms.frontier import close_shared_publisher
 from pipeline.transforms.store import OpenSegments
 from pipeline.urls import InvalidURL, normalize_url
@@ -177,7 +178,12 @@ def run_local_crawl(
                 raise ValueError(f"crawl {opts.crawl_id!r} already exists; pick another "
                                  "--crawl-id or continue it with --resume") from None
         set_crawl_status(tables, opts.crawl_id, "running", time.time())
-        budget = LocalPageBudget(opts.crawl_id, opts.max_pages)
+        budget: LocalPageBudget | BlockPageBudget
+        if opts.shared_budget:
+            BlockPageBudget.forget(opts.crawl_id)
+            budget = shared_page_budget(bigtable, opts.crawl_id, opts.max_pages)
+        else:
+            budget = LocalPageBudget(opts.crawl_id, opts.max_pages)
         pipeline_options = PipelineOptions(
             flags=[], runner="DirectRunner", streaming=True, save_main_session=False
         )
@@ -187,6 +193,7 @@ def run_local_crawl(
                     events_topic=events_topic, bigquery_table=opts.bigquery_table)
         if opts.resume:
             plan = plan_resume(opts.out, opts.crawl_id, seeds)
+            assert isinstance(budget, LocalPageBudget)  # CrawlOptions refuses the other
             budget.preclaim(plan.pages_claimed)
             log.warning("resuming %s: %d URLs done, %d to do", opts.crawl_id,
                         sum(len(v) for v in plan.done.values()), len(plan.todo))

@@ -537,3 +537,24 @@ def test_page_and_status_commands(
     assert captured.err.count("\n") == 1
     assert f"cannot reach the Bigtable emulator at {nowhere}" in captured.err
     assert os.environ[_VARIABLE] != nowhere  # the command's emulator setting did not leak
+
+
+def test_the_shared_page_budget_grants_exactly_its_limit_across_processes(
+    tables: BigtableTables, config: BigtableConfig
+) -> None:
+    """Three 'processes' (separate block tables) and eight threads claim from one crawl
+    record: Bigtable's atomic increments make the pages granted exactly the limit."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pipeline.budget import BlockPageBudget
+    from pipeline.transforms.budget import BigtablePageClaims, shared_page_budget
+
+    crawl_id, limit = "c-budget", 250
+    processes = [type(f"Worker{i}", (BlockPageBudget,), {"_blocks": {}}) for i in range(3)]
+    claims = BigtablePageClaims(config, crawl_id)
+    budgets = [cls(crawl_id, limit, claims, 16) for cls in processes]
+    with ThreadPoolExecutor(8) as pool:
+        granted = sum(pool.map(lambda i: budgets[i % 3].try_claim(), range(1000)))
+    assert granted == limit
+    assert all(budget.spent for budget in budgets)
+    assert isinstance(shared_page_budget(config, crawl_id, 10), BlockPageBudget)

@@ -130,17 +130,18 @@ def test_a_crawl_through_every_fault_ends_with_each_url_in_its_right_state(tmp_p
     assert all(r["state"] == "fetched" for r in rows if r["near_duplicate_of"] is not None)
 
 
-def test_the_global_page_budget_stops_the_crawl_exactly(tmp_path):
-    """--max-pages N: at most N pages are requested (the local budget is an exact counter, so
-    the documented overshoot is 0); every other accepted URL ends `over_budget`, and the
-    crawl ends by itself."""
+@pytest.mark.parametrize("shared", [False, True], ids=["in-process", "shared-blocks"])
+def test_the_global_page_budget_stops_the_crawl_exactly(tmp_path, shared):
+    """--max-pages N: at most N pages are requested (documented overshoot 0, for the local
+    budget's exact counter and for blocks claimed from the crawl record alike); every other
+    accepted URL ends `over_budget`, and the crawl ends by itself."""
     _require_emulator()
     budget = 60
     with serve(WebSpec(hosts=20, pages_per_host=20, hang_seconds=5.0),
                tmp_path / "requests.tsv") as web:
         opts = CrawlOptions(seeds=tuple(web.seeds), out=str(tmp_path / "out"), min_delay=0.2,
                             resolve=(web.resolve_arg,), fetch_timeout=2.0, max_pages=budget,
-                            user_agent=USER_AGENT, progress=False)
+                            user_agent=USER_AGENT, progress=False, shared_budget=shared)
         summary = run_local_crawl(opts)
         requests = read_request_log(tmp_path / "requests.tsv")
     rows = _rows(opts.out, opts.crawl_id)

@@ -65,6 +65,15 @@ class SharedBigtable:
             return store
 
     @classmethod
+    def tables(cls, config: BigtableConfig) -> BigtableTables:
+        """The process's table handles for config (thread-safe to share)."""
+        with cls._lock:
+            tables = cls._tables.get(config)
+            if tables is None:
+                tables = cls._tables[config] = open_tables(config, create=False)
+            return tables
+
+    @classmethod
     def close_all(cls) -> None:
         with cls._lock:
             # Every bundle flushed what it wrote: nothing is pending here.

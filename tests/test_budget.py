@@ -1,0 +1,100 @@
+"""The crawl's global page budget: exact in one process, and shared across processes in blocks
+with overshoot 0 and a bounded undershoot."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.budget import BlockPageBudget, LocalPageBudget
+
+
+class Counter:
+    """An atomic counter, as Bigtable's ReadModifyWriteRow is."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, n: int) -> int:
+        with self._lock:
+            self.total += n
+            self.calls += 1
+            return self.total
+
+
+def _processes(count: int) -> list[type[BlockPageBudget]]:
+    """Budget classes that keep their blocks apart, as separate worker processes do."""
+    return [type(f"Process{i}", (BlockPageBudget,), {"_blocks": {}}) for i in range(count)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(limit=st.integers(0, 200), block=st.integers(1, 40),
+       schedule=st.lists(st.integers(0, 4), max_size=400), processes=st.integers(1, 5))
+def test_shared_blocks_never_overshoot_and_only_unspent_blocks_undershoot(
+    limit, block, schedule, processes
+):
+    counter = Counter()
+    budgets = [cls("c1", limit, counter, block) for cls in _processes(processes)]
+    granted = sum(budgets[i % processes].try_claim() for i in schedule)
+    assert granted <= limit
+    # Every process asked until refused: all blocks are spent, the budget exactly.
+    for budget in budgets:
+        while budget.try_claim():
+            granted += 1
+    assert granted == limit
+    assert all(budget.spent for budget in budgets)
+
+
+def test_a_process_that_stops_asking_leaves_at_most_a_block_unspent():
+    counter = Counter()
+    busy, idle = (cls("c1", 100, counter, 16) for cls in _processes(2))
+    assert idle.try_claim()  # takes a block of 16, spends 1, then has no more work
+    granted = 1
+    while busy.try_claim():
+        granted += 1
+    assert 100 - 15 <= granted <= 100
+    assert counter.calls <= 100 // 16 + 2  # one counter call per block, not per page
+
+
+def test_copies_in_one_process_share_one_block():
+    counter = Counter()
+    cls = _processes(1)[0]
+    copies = [cls("c1", 1000, counter, 16) for _ in range(10)]
+    for copy in copies:
+        assert copy.try_claim()
+    assert counter.calls == 1
+
+
+def test_threads_claiming_at_once_get_exactly_the_limit():
+    counter = Counter()
+    budget = _processes(1)[0]("c1", 500, counter, 7)
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda _: budget.try_claim(), range(2000)))
+    assert sum(results) == 500
+
+
+def test_no_limit_never_calls_the_counter():
+    counter = Counter()
+    budget = _processes(1)[0]("c1", None, counter)
+    assert all(budget.try_claim() for _ in range(100))
+    assert counter.calls == 0 and not budget.spent
+
+
+def test_local_budget_is_exact_and_counts_a_resumed_crawl():
+    budget = LocalPageBudget("c-local-test", 5)
+    budget.preclaim(3)
+    assert [budget.try_claim() for _ in range(4)] == [True, True, False, False]
+    assert budget.spent
+
+
+@pytest.mark.parametrize("kwargs", [dict(limit=-1), dict(block=0)])
+def test_bad_budgets_are_refused(kwargs):
+    args = dict(crawl_id="c1", limit=10, advance=Counter(), block=4) | kwargs
+    with pytest.raises(ValueError):
+        BlockPageBudget(**args)
