@@ -42,7 +42,7 @@ from pipeline.testweb.web import (
     COPIES_EXACT,
     COPIES_NEAR,
     RECOVERING_FAILURES,
-    RETRY_AFTER_503,
+    RETRY_AFTER_ERRORS_503,
     FaultHost,
     SyntheticWeb,
     WebSpec,
@@ -280,9 +280,9 @@ def test_a_server_error_once_is_retried_and_fetched(
     assert row["reason"] == "" and row["wet_file"]
     first, second = outcome.requests_for(path)
     assert (first.status, second.status) == (status, 200)
-    if status == 503:  # Retry-After: 1 (delta-seconds) holds the host back
+    if status == 503:  # Retry-After (delta-seconds) holds the whole host back
         later = [r for r in outcome.requests if r.arrival_ns > first.arrival_ns]
-        assert later and later[0].arrival_ns - first.arrival_ns >= RETRY_AFTER_503 * 1e9
+        assert later and later[0].arrival_ns - first.arrival_ns >= RETRY_AFTER_ERRORS_503 * 1e9
     _good_neighbours(outcome, *(f"/notes/{n}.html" for n in range(1, 6)))
 
 

@@ -69,6 +69,9 @@ DEFAULT_MAX_ATTEMPTS = 3
 TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 # The busy page's Retry-After is an HTTP-date this many seconds ahead of the server's clock.
 RETRY_AFTER_DATE_SECONDS = 3
+# The errors host's 503 asks for this many seconds (delta-seconds): longer than a crawler's
+# usual first backoff, so a crawler that ignores Retry-After comes back visibly too early.
+RETRY_AFTER_ERRORS_503 = 3
 # Page requests the recovering host answers 503 before it recovers.
 RECOVERING_FAILURES = 2
 # A path in which one segment occurs this often is a trap (/loop/x/x/x/).
@@ -1907,7 +1910,7 @@ class SyntheticWeb:
             answer = _html_response(page.error_status, _error_html(f"Error {page.error_status}"))
             if page.error_status == 503:  # unavailable, and says for how long (delta-seconds)
                 answer = replace(answer, headers=answer.headers + (
-                    ("Retry-After", str(RETRY_AFTER_503)),))
+                    ("Retry-After", str(RETRY_AFTER_ERRORS_503)),))
             return answer
         if fault is PageFault.RETRY_DATE and nth <= 1:
             clock = time.time() if now is None else now
