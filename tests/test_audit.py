@@ -337,7 +337,7 @@ def test_duplicate_of_names_the_other_copy(web: SyntheticWeb, budget: int,
                    and r is not original)
     fetched["duplicate_of"] = original["url"]
     report = crawl.audit(web, budget)
-    assert _violations(report, "table", copy_row["url"], "does not name the other copy")
+    assert _violations(report, "table", copy_row["url"], "does not name another copy")
     assert _violations(report, "table", fetched["url"], "duplicate_of", "on a fetched row")
 
 
@@ -462,6 +462,32 @@ def test_poison_page_must_be_dead_lettered(fault_web: SyntheticWeb, budget: int,
     row["state"] = str(PageState.FETCHED)
     report = audit_faults(fault_crawl, fault_web, budget)
     assert _violations(report, "table", poison, "state fetched", "expected dead_lettered")
+
+
+def test_one_of_ten_copies_is_fetched_and_the_others_name_a_copy(
+    fault_web: SyntheticWeb, budget: int, fault_crawl: Crawl,
+) -> None:
+    copies = fault_web.exact_copies()
+    original = fault_web.url(fault_web.fault_host(FaultHost.COPIES), "/wire/story.html")
+    group = sorted(url for url, of in copies.items() if of == original)
+    assert len(group) == 9
+    rows = {r["url"]: r for r in fault_crawl.rows}
+    for row in rows.values():
+        row["duplicate_of"] = None
+    # Content dedup kept the fifth copy it fetched; the original and the others name it.
+    kept = group[4]
+    for url in [original, *group]:
+        if url != kept:
+            rows[url].update(state=str(PageState.DUPLICATE), duplicate_of=kept)
+    assert audit_faults(fault_crawl, fault_web, budget).violations == []
+    rows[group[0]]["duplicate_of"] = rows[original]["url_hash"]  # any other copy will do
+    assert audit_faults(fault_crawl, fault_web, budget).violations == []
+    near = next(iter(fault_web.near_copies()))
+    rows[group[1]]["duplicate_of"] = near  # a near copy is not a copy
+    rows[kept].update(state=str(PageState.DUPLICATE), duplicate_of=original)
+    report = audit_faults(fault_crawl, fault_web, budget)
+    assert _violations(report, "table", group[1], "does not name another copy")
+    assert _violations(report, "table", "carry the same content but none of them is fetched")
 
 
 def test_traps_followed(fault_web: SyntheticWeb, budget: int, fault_crawl: Crawl) -> None:

@@ -20,6 +20,7 @@ from urllib.parse import urljoin
 import pytest
 import trafilatura
 
+from pipeline.fingerprints import content_hash, hamming, simhash
 from pipeline.parse import PageParseError, parse_page
 from pipeline.records import PageState
 from pipeline.testweb.cli import add_testweb_arguments, run_testweb
@@ -27,6 +28,9 @@ from pipeline.testweb.server import RunningWeb, read_request_log, serve
 from pipeline.testweb.web import (
     BAD_STATUS_LINE,
     CHAIN_LENGTH,
+    COPIES_DISTINCT,
+    COPIES_EXACT,
+    COPIES_NEAR,
     RETRY_AFTER_DATE_SECONDS,
     TRANSIENT_STATUSES,
     Expected,
@@ -103,9 +107,9 @@ def test_state_totals_the_faults_add(web: SyntheticWeb, truth: dict[str, Expecte
                                  user_agent=UA, **LIMITS)
     added = Counter(str(e.state) for e in truth.values())
     added.subtract(Counter(str(e.state) for e in plain_truth.values()))
-    # 11 fault hosts (45 pages fetched, 6 failed, 8 redirected, 2 trap URLs filtered, the poison
-    # page) and 4 story pages on each of 4 regular hosts.
-    assert +added == {"fetched": 45 + 16, "failed": 6, "redirected": 8, "filtered": 2,
+    # 12 fault hosts (47 pages fetched, 6 failed, 8 redirected, 2 trap URLs filtered, the poison
+    # page; the copies host's home and 24 articles) and 4 story pages on each of 4 regular hosts.
+    assert +added == {"fetched": 47 + 25 + 16, "failed": 6, "redirected": 8, "filtered": 2,
                       "dead_lettered": 1}
     assert set(plain_truth) < set(truth)
     assert all(truth[url] == entry for url, entry in plain_truth.items())
@@ -123,7 +127,7 @@ def test_transient_failures_cost_max_attempts(web: SyntheticWeb,
     dead = host_truth(truth, web.fault_host(FaultHost.DEAD))
     assert sorted(web.split_url(u)[1] for u in dead) == ["/", "/status.html"]
     assert {outcome(e) for e in dead.values()} == {(PageState.FAILED, 3, 503)}
-    for status in (408, 500, 502, 504):
+    for status in (408, 500, 502, 503, 504):
         url = on(web, FaultHost.ERRORS, f"/errors/{status}.html")
         assert outcome(truth[url]) == (PageState.FETCHED, 2, 200)
         assert web.first_status(url) == status and status in TRANSIENT_STATUSES
@@ -299,7 +303,7 @@ def test_links_written_on_fault_and_story_pages_resolve_to_the_ground_truth(
         found, _ = extract_links(url, body, charset)
         assert found == set(web.links(url)), url
         checked += 1
-    assert checked == 61
+    assert checked == 88
 
 
 def test_near_duplicate_labels(web: SyntheticWeb, truth: dict[str, Expected]) -> None:
@@ -599,6 +603,95 @@ def test_session_ids_are_served_and_vary(running: RunningWeb) -> None:
     listing = _get(running, sessions, "/shop/list?SessionID=1&page=2")[2]
     assert listing == web.body(web.url(sessions, "/shop/list?page=2"))
     assert _get(running, sessions, "/shop/list?page=3")[0] == 404
+
+
+def test_the_copies_host_serves_one_article_under_twenty_urls(running: RunningWeb) -> None:
+    web = running.web
+    host = web.fault_host(FaultHost.COPIES)
+    original = web.url(host, "/wire/story.html")
+    texts: dict[str, str] = {}
+    bodies: dict[str, bytes] = {}
+    for url in web.links(web.url(host, "/")):
+        if web.split_url(url)[0] != host or url == web.url(host, "/"):
+            continue
+        status, headers, body = _get(running, host, web.split_url(url)[1])
+        assert status == 200
+        page = parse_page(url, body, headers["Content-Type"])
+        assert page.text is not None and web.key_phrase(url) in " ".join(page.text.split())
+        texts[url], bodies[url] = page.text, body
+    exact, near = web.exact_copies(), web.near_copies()
+    assert len(texts) == 1 + COPIES_EXACT + COPIES_NEAR + COPIES_DISTINCT == 24
+    assert sorted(u for u, of in exact.items() if of == original) == sorted(
+        u for u in texts if "/wire/copy-" in u) and len(exact) > COPIES_EXACT  # + print pages
+    assert set(near) == {u for u in texts if "/wire/edit-" in u} and set(near.values()) == {
+        original}
+    distinct = [u for u in texts if "/wire/other-" in u]
+    assert len(distinct) == COPIES_DISTINCT
+    words = texts[original].split()
+    assert len(words) > 2000  # a long article: a word or two barely moves its simhash
+    fingerprint = simhash(texts[original])
+    for url in texts:
+        if exact.get(url) == original:
+            assert bodies[url] == bodies[original]
+            assert content_hash(texts[url]) == content_hash(texts[original])
+    for url in near:
+        changed = [(a, b) for a, b in zip(texts[url].split(), words, strict=True) if a != b]
+        number = int(url.rsplit("-", 1)[1].removesuffix(".html"))
+        assert len(changed) == (1 if number % 2 else 2), (url, changed)
+        assert content_hash(texts[url]) != content_hash(texts[original])
+        assert hamming(simhash(texts[url]), fingerprint) <= 3, url
+    others = [simhash(texts[u]) for u in distinct] + [fingerprint]
+    assert min(hamming(a, b) for i, a in enumerate(others) for b in others[i + 1:]) > 6
+
+
+def test_copies_ground_truth_stores_one_of_ten(web: SyntheticWeb,
+                                               truth: dict[str, Expected]) -> None:
+    host = web.fault_host(FaultHost.COPIES)
+    pages = host_truth(truth, host)
+    assert len(pages) == 25
+    assert {outcome(e) for e in pages.values()} == {(PageState.FETCHED, 1, 200)}
+    original = web.url(host, "/wire/story.html")
+    group = {url for url, entry in pages.items()
+             if entry.same_content_as is not None}
+    assert group == {original} | {u for u, of in web.exact_copies().items() if of == original}
+    assert {pages[u].same_content_as for u in group - {original}} == {original}
+    assert pages[original].same_content_as in group
+    assert not set(web.near_copies()) & group
+
+
+@pytest.mark.parametrize("kind", list(FaultHost))
+def test_a_web_of_one_fault_host_seeds_it_and_keeps_its_outcomes(
+    web: SyntheticWeb, truth: dict[str, Expected], kind: FaultHost,
+) -> None:
+    alone = SyntheticWeb(WebSpec(faults=True, only_faults=(kind,)), PORT)
+    host = alone.fault_host(kind)
+    assert alone.hosts() == alone.fault_hosts() == [host] and alone.parent_host(host) is None
+    paths = ["/", "/status.html"] if kind is FaultHost.DEAD else ["/"]
+    assert alone.seeds() == [alone.url(host, p) for p in paths]
+    alone_truth = alone.expected(alone.seeds(), max_depth=None, max_pages_per_host=BUDGET,
+                                 user_agent=UA, **LIMITS)
+    # The same URLs end the same way as when a seed host links the fault host, a level up.
+    linked = host_truth(truth, host)
+    assert set(alone_truth) == set(linked)
+    for url, entry in alone_truth.items():
+        assert outcome(entry) == outcome(linked[url]) and entry.reason == linked[url].reason
+        assert entry.depth == linked[url].depth - 1
+    # Its pages link nothing outside it.
+    assert {alone.split_url(u)[0] for e in alone_truth.values() for u in alone.links(e.url)} \
+        <= {host}
+
+
+def test_only_faults_needs_faults_and_distinct_kinds() -> None:
+    with pytest.raises(ValueError, match="needs faults=True"):
+        WebSpec(only_faults=(FaultHost.BUSY,))
+    with pytest.raises(ValueError, match="distinct FaultHost"):
+        WebSpec(faults=True, only_faults=(FaultHost.BUSY, FaultHost.BUSY))
+    with pytest.raises(ValueError, match="distinct FaultHost"):
+        WebSpec(faults=True, only_faults=("nonsense",))  # type: ignore[arg-type]
+    two = SyntheticWeb(WebSpec(faults=True, only_faults=(FaultHost.MAZE, FaultHost.BUSY)), PORT)
+    assert two.hosts() == [two.fault_host(FaultHost.BUSY), two.fault_host(FaultHost.MAZE)]
+    with pytest.raises(KeyError, match="only_faults"):
+        two.fault_host(FaultHost.DEAD)
 
 
 def test_testweb_command_serves_faults_on_request(capsys: pytest.CaptureFixture[str],

@@ -279,6 +279,7 @@ def _check_rows(expected: Mapping[str, Expected], rows: list[dict[str, Any]],
             report.violations.append(
                 f"table: {url}: {len(url_rows)} rows, expected exactly one "
                 f"(states {sorted(str(r.get('state')) for r in url_rows)})")
+    groups = _copy_groups(expected)
     content_groups: dict[frozenset[str], list[str]] = {}
     for url, entry in expected.items():
         row = first.get(url)
@@ -288,8 +289,7 @@ def _check_rows(expected: Mapping[str, Expected], rows: list[dict[str, Any]],
             continue
         state = str(row.get("state"))
         if entry.same_content_as is not None:
-            group = frozenset({url, entry.same_content_as})
-            content_groups.setdefault(group, []).append(state)
+            content_groups.setdefault(groups[url], []).append(state)
             # Content dedup may keep either copy and mark the other as its duplicate.
             if state == PageState.DUPLICATE and entry.state == PageState.FETCHED:
                 state = PageState.FETCHED
@@ -302,7 +302,7 @@ def _check_rows(expected: Mapping[str, Expected], rows: list[dict[str, Any]],
             report.violations.append(
                 f"table: {url}: reason {row.get('reason')!r} does not mention "
                 f"{entry.reason!r} (state {entry.state})")
-        _check_duplicate_of(url, entry, row, first, report)
+        _check_duplicate_of(url, groups.get(url), row, first, report)
         if _as_int(row.get("depth")) != entry.depth:
             report.violations.append(
                 f"table: {url}: depth {row.get('depth')}, expected {entry.depth}")
@@ -330,11 +330,30 @@ def _check_rows(expected: Mapping[str, Expected], rows: list[dict[str, Any]],
     return first
 
 
-def _check_duplicate_of(url: str, entry: Expected, row: Mapping[str, Any],
+def _copy_groups(expected: Mapping[str, Expected]) -> dict[str, frozenset[str]]:
+    """Each URL that shares its content with others -> all URLs carrying that content: the
+    groups `same_content_as` links together (a pair of print copies, a host's ten copies)."""
+    parent: dict[str, str] = {}
+
+    def root(url: str) -> str:
+        while parent.setdefault(url, url) != url:
+            url = parent[url]
+        return url
+
+    for url, entry in expected.items():
+        if entry.same_content_as is not None:
+            parent[root(url)] = root(entry.same_content_as)
+    members: dict[str, set[str]] = defaultdict(set)
+    for url in parent:
+        members[root(url)].add(url)
+    return {url: frozenset(members[root(url)]) for url in parent}
+
+
+def _check_duplicate_of(url: str, group: frozenset[str] | None, row: Mapping[str, Any],
                         rows_by_url: Mapping[str, Mapping[str, Any]],
                         report: AuditReport) -> None:
-    """A `duplicate_of` column, where the table has one, names the other copy (by URL or by
-    URL hash) on duplicate rows and nothing on other rows."""
+    """A `duplicate_of` column, where the table has one, names another copy of the same
+    content (by URL or by URL hash) on duplicate rows and nothing on other rows."""
     if "duplicate_of" not in row:
         return
     value = row.get("duplicate_of")
@@ -344,13 +363,14 @@ def _check_duplicate_of(url: str, entry: Expected, row: Mapping[str, Any],
             report.violations.append(
                 f"table: {url}: duplicate_of {value!r} on a {state} row")
         return
-    other = entry.same_content_as
-    if other is None:
+    if group is None:
         return  # a duplicate with no copy: the state check already reported it
-    other_hash = _as_int(rows_by_url.get(other, {}).get("url_hash"))
-    if value != other and (other_hash is None or _as_int(value) != other_hash):
+    others = group - {url}
+    other_hashes = {_as_int(rows_by_url.get(other, {}).get("url_hash")) for other in others}
+    if value not in others and _as_int(value) not in other_hashes - {None}:
         report.violations.append(
-            f"table: {url}: duplicate_of {value!r} does not name the other copy {other}")
+            f"table: {url}: duplicate_of {value!r} does not name another copy "
+            f"({', '.join(sorted(others))})")
 
 
 def _check_records(web: SyntheticWeb, expected: Mapping[str, Expected],

@@ -28,8 +28,10 @@ budget's cut deterministic too. Tests check both by crawling the model in random
 
 With `WebSpec(faults=True)` the web also has fault hosts (FaultHost: broken connections, dead
 and recovering servers, oversized bodies, bad charsets, a page the parser cannot read, redirect
-loops, path and session-id traps) and near-duplicate pages on regular hosts; without it, the
-web is byte for byte what it was before faults existed.
+loops, path and session-id traps, a host of copied articles) and near-duplicate pages on
+regular hosts; without it, the web is byte for byte what it was before faults existed. With
+`WebSpec(faults=True, only_faults=(...))` the web is just the named fault hosts, each its own
+seed: a crawl of one fault takes seconds instead of a whole web's crawl.
 """
 
 from __future__ import annotations
@@ -67,6 +69,9 @@ DEFAULT_MAX_ATTEMPTS = 3
 TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 # The busy page's Retry-After is an HTTP-date this many seconds ahead of the server's clock.
 RETRY_AFTER_DATE_SECONDS = 3
+# The errors host's 503 asks for this many seconds (delta-seconds): longer than a crawler's
+# usual first backoff, so a crawler that ignores Retry-After comes back visibly too early.
+RETRY_AFTER_ERRORS_503 = 3
 # Page requests the recovering host answers 503 before it recovers.
 RECOVERING_FAILURES = 2
 # A path in which one segment occurs this often is a trap (/loop/x/x/x/).
@@ -76,6 +81,15 @@ CHAIN_LENGTH = 8
 # The garbage a broken server sends instead of a status line.
 BAD_STATUS_LINE = b"HTTX/9 nonsense\r\nContent-Type: text/html\r\n\r\nnot an HTTP answer\n"
 _NEVER_RECOVERS = 1 << 30  # failing answers of a page that fails forever
+# The copies host: one wire article, COPIES_EXACT byte-identical copies of it, COPIES_NEAR
+# copies with one or two words changed, and COPIES_DISTINCT articles of their own.
+COPIES_EXACT = 9
+COPIES_NEAR = 10
+COPIES_DISTINCT = 4
+# Paragraphs of a wire article (~2,000 words): long enough that changing a word or two moves
+# few of its simhash's 64 bits.
+_WIRE_PARAGRAPHS = 36
+_WIRE_ORIGINAL = "/wire/story.html"
 
 _ADJECTIVES = (
     "quiet", "amber", "northern", "hollow", "silver", "patient", "crooked", "gentle", "bright",
@@ -144,9 +158,21 @@ class WebSpec:
     faults: bool = False
     big_body_bytes: int = 2 * 1024 * 1024  # the oversized page's body
     bomb_bytes: int = 64 * 1024 * 1024  # what the gzip bomb decodes to
+    # Non-empty: the web is only these fault hosts, each its own seed (the home page; both
+    # linked URLs of the dead host), with no regular hosts; `hosts` and `seed_hosts` do not
+    # shape it then.
+    only_faults: tuple[FaultHost, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.hosts < 1:
+        if self.only_faults:
+            if not self.faults:
+                raise ValueError(f"only_faults={self.only_faults} needs faults=True: fault "
+                                 f"hosts exist only on a web with faults")
+            unknown = [k for k in self.only_faults if k not in set(FaultHost)]
+            if unknown or len(set(self.only_faults)) != len(self.only_faults):
+                raise ValueError(f"only_faults={self.only_faults} must name distinct FaultHost "
+                                 f"members ({', '.join(FaultHost)})")
+        elif self.hosts < 1:
             raise ValueError(f"hosts={self.hosts}: a web needs at least one host")
         if self.pages_per_host < MIN_PAGES_PER_HOST:
             raise ValueError(
@@ -192,20 +218,24 @@ class HostRole(StrEnum):
 class FaultHost(StrEnum):
     """The fault hosts of a WebSpec(faults=True) web, named fault-<value>.test.
 
-    Each is linked from the home page of a seed host (the dead host: two of its URLs).
+    Each is linked from the home page of a seed host (the dead host: two of its URLs), or is
+    a seed itself with WebSpec.only_faults.
     """
 
     RESET = "reset"  # /broken/reset.html resets the connection on every request
     BAD_STATUS = "bad-status"  # /broken/status.html answers a garbage status line
     STALL = "stall"  # /broken/stall.html sends half its body, then nothing for hang_seconds
     HANG = "hang"  # /broken/hang.html answers 503 only after hang_seconds
-    ERRORS = "errors"  # /errors/{408,500,502,504}.html answer that status once, then 200
+    ERRORS = "errors"  # /errors/{408,500,502,503,504}.html answer that status once, then 200
     DEAD = "dead"  # robots.txt 404; every page answers 503, forever
     RECOVERING = "recovering"  # robots.txt 404; the first 2 page requests answer 503
     BUSY = "busy"  # /busy/report.html answers 429 with an HTTP-date Retry-After once
     BODIES = "bodies"  # an oversized body, a gzip bomb, wrong and missing charsets, a poison page
     MAZE = "maze"  # a redirect loop, a redirect chain too long, a repeated-segment path trap
     SESSIONS = "sessions"  # every link carries a session id (path parameter or query)
+    # One long article served under 20 URLs (half byte for byte, half a word or two apart),
+    # and 4 articles of its own: what duplicate and near-duplicate detection must tell apart.
+    COPIES = "copies"
 
 
 class PageFault(StrEnum):
@@ -241,7 +271,8 @@ _FAULT_PAGES: dict[FaultHost, tuple[str, ...]] = {
     FaultHost.STALL: ("/about.html", "/broken/stall.html", "/news.html"),
     FaultHost.HANG: ("/about.html", "/broken/hang.html", "/news.html"),
     FaultHost.ERRORS: ("/notes/1.html", "/errors/408.html", "/notes/2.html", "/errors/500.html",
-                       "/notes/3.html", "/errors/502.html", "/notes/4.html", "/errors/504.html"),
+                       "/notes/3.html", "/errors/502.html", "/notes/4.html", "/errors/504.html",
+                       "/notes/5.html", "/errors/503.html"),
     FaultHost.DEAD: ("/status.html",),
     FaultHost.RECOVERING: ("/recovered/1.html", "/recovered/2.html", "/recovered/3.html"),
     FaultHost.BUSY: ("/busy/report.html", "/busy/notes.html"),
@@ -250,6 +281,10 @@ _FAULT_PAGES: dict[FaultHost, tuple[str, ...]] = {
     FaultHost.MAZE: ("/about.html", "/loop/a", "/chain/1", "/loop/x/"),
     FaultHost.SESSIONS: ("/shop/", "/shop/item-1.html", "/shop/item-2.html",
                          "/shop/item-3.html", "/shop/item-4.html", "/shop/list?page=2"),
+    FaultHost.COPIES: (_WIRE_ORIGINAL,
+                       *(f"/wire/copy-{n}.html" for n in range(1, COPIES_EXACT + 1)),
+                       *(f"/wire/edit-{n}.html" for n in range(1, COPIES_NEAR + 1)),
+                       *(f"/wire/other-{n}.html" for n in range(1, COPIES_DISTINCT + 1))),
 }
 _PAGE_FAULTS: dict[str, PageFault] = {
     "/broken/reset.html": PageFault.RESET,
@@ -546,6 +581,9 @@ class _Page:
     error_status: int = 0  # PageFault.ERROR_ONCE: the status of the first answer
     prose_of: str | None = None  # the path whose prose (and native sentence) it shares
     dateline: str = ""  # stories: the date under the title
+    text_of: str | None = None  # a near copy of that path's article (and its key phrase)...
+    edits: int = 0  # ...with this many of its words changed
+    paragraphs: int = 0  # of the article (0: as many as its template draws)
 
     @property
     def is_html(self) -> bool:
@@ -631,15 +669,18 @@ class SyntheticWeb:
         self.spec = spec
         self.port = port
         self._profiles: dict[str, HostProfile] = {}
-        for index in range(spec.hosts):
+        for index in range(0 if spec.only_faults else spec.hosts):
             robots, role = _PROFILE_CYCLE[index % len(_PROFILE_CYCLE)]
             name = f"site-{index:04d}{TEST_TLD}"
             self._profiles[name] = HostProfile(index, name, robots, role)
         self._plans = {name: self._plan_host(profile) for name, profile in self._profiles.items()}
-        self._seeds = self._link_hosts()
-        if spec.faults:
-            self._add_fault_hosts()
-            self._plan_stories()
+        if spec.only_faults:
+            self._seeds = self._add_fault_hosts(tuple(FaultHost(k) for k in spec.only_faults))
+        else:
+            self._seeds = self._link_hosts()
+            if spec.faults:
+                self._add_fault_hosts(tuple(FaultHost))
+                self._plan_stories()
         for plan in self._plans.values():
             self._register_paths(plan)
         self._page = lru_cache(maxsize=16384)(self._materialise)
@@ -652,7 +693,11 @@ class SyntheticWeb:
         return list(self._profiles)
 
     def seeds(self) -> list[str]:
-        """A handful of home pages on plain hosts; every host is reachable from them."""
+        """A handful of home pages on plain hosts; every host is reachable from them. With
+        WebSpec.only_faults: the URLs a seed host's home would link on each fault host."""
+        if self.spec.only_faults:
+            return [self.url(host, path) for host in self._seeds
+                    for path in _linked_paths(self._profiles[host].fault)]
         return [self.url(host, "/") for host in self._seeds]
 
     def profile(self, host: str) -> HostProfile:
@@ -803,8 +848,34 @@ class SyntheticWeb:
     def fault_host(self, kind: FaultHost) -> str:
         name = f"fault-{kind}{TEST_TLD}"
         if name not in self._profiles:
-            raise KeyError(f"{name} is not on this web: build it with WebSpec(faults=True)")
+            raise KeyError(f"{name} is not on this web: build it with WebSpec(faults=True) "
+                           f"(and, with only_faults, name {kind!r} there)")
         return name
+
+    def exact_copies(self) -> dict[str, str]:
+        """Pages that serve another page's bytes, each mapped to that original (print pages
+        and the copies host's copies): content dedup stores one of each group."""
+        copies = {}
+        for host, plan in self._plans.items():
+            for path, kind in plan.paths.items():
+                if kind in ("print", "copies-copy"):
+                    page = self._lookup(host, path)
+                    assert page is not None and page.copy_of is not None
+                    copies[self.url(host, path)] = self.url(host, page.copy_of)
+        return copies
+
+    def near_copies(self) -> dict[str, str]:
+        """The copies host's near copies, each mapped to the article it repeats with one or
+        two words changed: a 64-bit simhash of their text is within 3 bits of the original's
+        (WebSpec.faults only)."""
+        copies = {}
+        for host, plan in self._plans.items():
+            if plan.profile.fault is FaultHost.COPIES:
+                for path in plan.paths:
+                    page = self._lookup(host, path)
+                    if page is not None and page.text_of is not None:
+                        copies[self.url(host, path)] = self.url(host, page.text_of)
+        return copies
 
     def near_duplicate_pairs(self) -> list[tuple[str, str]]:
         """Pairs of pages on regular hosts that carry the same story, a date line and a
@@ -1203,19 +1274,29 @@ class SyntheticWeb:
             for slug in (near, f"{near}-updated", first, second):
                 paths[f"/stories/{slug}.html"] = "story"
 
-    def _add_fault_hosts(self) -> None:
+    def _add_fault_hosts(self, kinds: tuple[FaultHost, ...]) -> list[str]:
         """Fault hosts hang off the seed hosts' home pages, outside the spanning tree: only
-        that page (and their own pages) link them, so their depths are deterministic."""
+        that page (and their own pages) link them, so their depths are deterministic. On a
+        web of only fault hosts (no regular seeds) they are the seeds; returns their names."""
+        names = []
         for number, kind in enumerate(FaultHost):
+            if kind not in kinds:
+                continue
             name = f"fault-{kind}{TEST_TLD}"
             robots = RobotsKind.NOT_FOUND if kind in (FaultHost.DEAD, FaultHost.RECOVERING) \
                 else RobotsKind.ALLOW_ALL
-            profile = HostProfile(self.spec.hosts + number, name, robots, HostRole.FAULT, kind)
-            parent = self._seeds[number % len(self._seeds)]
+            index = number if self.spec.only_faults else self.spec.hosts + number
+            profile = HostProfile(index, name, robots, HostRole.FAULT, kind)
             self._profiles[name] = profile
+            names.append(name)
+            if self.spec.only_faults:
+                self._plans[name] = _HostPlan(profile=profile)
+                continue
+            parent = self._seeds[number % len(self._seeds)]
             self._plans[name] = _HostPlan(profile=profile, parent=parent)
-            linked = ("/", "/status.html") if kind is FaultHost.DEAD else ("/",)
-            self._plans[parent].fault_links += tuple((name, path) for path in linked)
+            self._plans[parent].fault_links += tuple(
+                (name, path) for path in _linked_paths(kind))
+        return names
 
     def _plan_stories(self) -> None:
         """Stories (a near-duplicate pair and a look-alike pair) on a few regular hosts."""
@@ -1239,6 +1320,9 @@ class SyntheticWeb:
         for path in _FAULT_PAGES[kind]:
             paths[path] = "fault-trap" if path.startswith("/loop/x/") else \
                 "fault-redirect" if path in ("/loop/a", "/chain/1") else "fault-page"
+        if kind is FaultHost.COPIES:
+            for path in _FAULT_PAGES[kind]:
+                paths[path] = "copies-copy" if path.startswith("/wire/copy-") else "copies-story"
         if kind is FaultHost.MAZE:
             paths["/loop/b"] = "fault-redirect"
             for n in range(2, CHAIN_LENGTH):
@@ -1259,10 +1343,18 @@ class SyntheticWeb:
 
     def _content_owner(self, host: str, path: str) -> str:
         page = self._lookup(host, path)
-        return page.copy_of if page is not None and page.copy_of else path
+        if page is None:
+            return path
+        return page.copy_of or page.text_of or path
 
     def _same_content_as(self, host: str, path: str) -> str | None:
         plan = self._plans[host]
+        if plan.profile.fault is FaultHost.COPIES:
+            # One chain per copied article: the original names its first copy, every exact
+            # copy names the original (the auditor joins them into one group).
+            if path == _WIRE_ORIGINAL:
+                return self.url(host, "/wire/copy-1.html")
+            return self.url(host, _WIRE_ORIGINAL) if path.startswith("/wire/copy-") else None
         if plan.profile.role in (HostRole.CALENDAR, HostRole.FAULT):
             return None
         original = f"/articles/{plan.print_article}.html"
@@ -1658,6 +1750,34 @@ class SyntheticWeb:
         page = self._html_page(plan, path, "article", _fault_title(path), links)
         return self._with_fault(plan, page)
 
+    def _page_copies_story(self, plan: _HostPlan, path: str) -> _Page:
+        """The wire article, a near copy of it (/wire/edit-N: N odd, one word changed; even,
+        two), or an article of its own (/wire/other-N)."""
+        w = self._writer(plan, path)
+        links = [w.to(w.host, "/", "Home", area="nav"), *self._footer(w, plan)]
+        if path.startswith("/wire/other-"):
+            title = _fault_title(path) + " " + _title_from_slug(
+                "-".join(_rng(self.spec.seed, w.host, path, "title").sample(_NOUNS, 2)))
+            return self._html_page(plan, path, "article", title, links,
+                                   paragraphs=_WIRE_PARAGRAPHS)
+        title = "Wire: " + _title_from_slug(
+            "-".join(_rng(self.spec.seed, w.host, _WIRE_ORIGINAL, "title").sample(_NOUNS, 2)))
+        page = self._html_page(plan, path, "article", title, links, paragraphs=_WIRE_PARAGRAPHS,
+                               prose_of=_WIRE_ORIGINAL)
+        if path == _WIRE_ORIGINAL:
+            return page
+        number = int(path.removeprefix("/wire/edit-").removesuffix(".html"))
+        # Same charset as the original, hence the same non-ASCII sentence.
+        return replace(page, charset=self._charset_for(plan, _WIRE_ORIGINAL),
+                       text_of=_WIRE_ORIGINAL, edits=1 if number % 2 else 2)
+
+    def _page_copies_copy(self, plan: _HostPlan, path: str) -> _Page:
+        # Byte for byte the original: every copy sits in its directory, so relative links
+        # resolve alike, and its canonical link names the original.
+        original = self._materialise(plan.profile.name, _WIRE_ORIGINAL)
+        assert original is not None
+        return replace(original, path=path, copy_of=_WIRE_ORIGINAL)
+
     def _page_fault_redirect(self, plan: _HostPlan, path: str) -> _Page:
         host = plan.profile.name
         if path == "/loop/a":
@@ -1787,7 +1907,11 @@ class SyntheticWeb:
         if fault is PageFault.UNAVAILABLE:
             return _html_response(503, _error_html("Service unavailable"))
         if fault is PageFault.ERROR_ONCE and nth <= 1:
-            return _html_response(page.error_status, _error_html(f"Error {page.error_status}"))
+            answer = _html_response(page.error_status, _error_html(f"Error {page.error_status}"))
+            if page.error_status == 503:  # unavailable, and says for how long (delta-seconds)
+                answer = replace(answer, headers=answer.headers + (
+                    ("Retry-After", str(RETRY_AFTER_ERRORS_503)),))
+            return answer
         if fault is PageFault.RETRY_DATE and nth <= 1:
             clock = time.time() if now is None else now
             retry_at = email.utils.formatdate(clock + RETRY_AFTER_DATE_SECONDS, usegmt=True)
@@ -1860,7 +1984,8 @@ class SyntheticWeb:
         key = self.key_phrase(url)
         native = self.native_phrase(url) or ""
         house = _rng(self.spec.seed, host, "house") if page.template == "story" else None
-        main = _main_html(page, rng, key, native, house)
+        edits = _rng(self.spec.seed, host, path, "edits") if page.edits else None
+        main = _main_html(page, rng, key, native, house, edits)
         return _layout(page, host, main, rng).encode(page.charset)
 
 
@@ -1926,6 +2051,11 @@ def _relative_path(target: str, base_path: str) -> str:
     return relative or "./"
 
 
+def _linked_paths(kind: FaultHost | None) -> tuple[str, ...]:
+    """The URLs of a fault host that link into it from outside (both of the dead host's)."""
+    return ("/", "/status.html") if kind is FaultHost.DEAD else ("/",)
+
+
 def _month_path(k: int) -> str:
     year, month = divmod(k, 12)
     return f"/calendar/{CALENDAR_START_YEAR + year}/{month + 1:02d}"
@@ -1956,6 +2086,22 @@ def _paragraph(rng: random.Random, extra: str = "") -> str:
     return " ".join(sentences)
 
 
+def _change_words(paragraphs: list[str], count: int, rng: random.Random) -> None:
+    """Swap `count` plain words for other ones, away from the key phrase and the non-ASCII
+    sentence (paragraphs 0 and 1), which must survive in a near copy."""
+    changed: set[tuple[int, int]] = set()
+    while len(changed) < count:
+        number = rng.randrange(2, len(paragraphs))
+        words = paragraphs[number].split(" ")
+        position = rng.randrange(1, len(words) - 1)
+        word = words[position]
+        if (number, position) in changed or not (word.isalpha() and word.islower()):
+            continue
+        words[position] = rng.choice([w for w in _NOUNS + _ADJECTIVES if w != word])
+        paragraphs[number] = " ".join(words)
+        changed.add((number, position))
+
+
 def _person(rng: random.Random) -> str:
     return f"{rng.choice(_FIRST_NAMES)} {rng.choice(_LAST_NAMES)}"
 
@@ -1966,12 +2112,15 @@ def _a(link: Link) -> str:
 
 
 def _main_html(page: _Page, rng: random.Random, key: str, native: str,
-               house: random.Random | None = None) -> str:
+               house: random.Random | None = None, edits: random.Random | None = None) -> str:
     main_links = [link for link in page.links if link.area == "main"]
     story = page.template == "story"
-    paragraphs = [_paragraph(rng) for _ in range(rng.randint(6, 8) if story else rng.randint(3, 5))]
+    count = page.paragraphs or (rng.randint(6, 8) if story else rng.randint(3, 5))
+    paragraphs = [_paragraph(rng) for _ in range(count)]
     paragraphs[0] = _paragraph(rng, key)
     paragraphs[1] = _paragraph(rng, native)
+    if edits is not None:
+        _change_words(paragraphs, page.edits, edits)
     byline = f"By {_person(rng)}, {rng.randint(1, 28)} March 2026"
     out = [f"<h1>{escape(page.title)}</h1>"]
     if story:

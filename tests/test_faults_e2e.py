@@ -1,0 +1,494 @@
+"""End to end, one fault at a time: the real pipeline on Beam's DirectRunner crawls a web made
+of one fault host (WebSpec.only_faults), and each test checks what that fault must leave
+behind, on top of what every crawl must: it ends by itself, the auditor finds nothing wrong in
+the server's request log and the stored rows (politeness, Retry-After, parked-host probes,
+exactly-once, the right state and reason per URL), and the counters add up.
+
+The Pub/Sub and Bigtable emulators start once for the module; each crawl gets its own crawl
+id, topics and subscriptions. A fault host's crawl is shared by the tests of its faults (the
+bodies host carries five of them), so every test pays for its crawl at most once.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from email.utils import parsedate_to_datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.emulators import (
+    EmulatorFailed,
+    EmulatorMissing,
+    ensure_subscription,
+    ensure_topic,
+    start_bigtable_emulator,
+    start_pubsub_emulator,
+)
+from pipeline.fingerprints import hamming
+from pipeline.options import CrawlOptions
+from pipeline.pages_table import query_pages
+from pipeline.records import PageState, RecordPointer
+from pipeline.runtime import CrawlSummary, run_local_crawl
+from pipeline.segments import read_response, read_text
+from pipeline.testweb.audit import AuditReport, audit_crawl
+from pipeline.testweb.server import LoggedRequest, read_request_log, serve
+from pipeline.testweb.web import (
+    CHAIN_LENGTH,
+    COPIES_EXACT,
+    COPIES_NEAR,
+    RECOVERING_FAILURES,
+    RETRY_AFTER_ERRORS_503,
+    FaultHost,
+    SyntheticWeb,
+    WebSpec,
+)
+
+pytestmark = pytest.mark.slow
+
+USER_AGENT = "beam-crawler-test/1.0"
+MIN_DELAY = 0.2
+MAX_CRAWL_DELAY = 5.0
+FETCH_TIMEOUT = 1.0
+# Longer than the fetch timeout: a stalled body or a hanging answer is a timeout.
+HANG_SECONDS = 3.0
+MAX_BODY = 256 * 1024
+BUDGET = 40  # pages per host: above what any fault host needs
+CIRCUIT_SECONDS = 3.0
+MAX_CALENDAR_PAGES = 30
+MAX_REDIRECT_HOPS = 5
+SPEC = WebSpec(faults=True, hang_seconds=HANG_SECONDS, big_body_bytes=4 * MAX_BODY,
+               bomb_bytes=32 * MAX_BODY)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One crawl: which fault host, and the crawl parameters that make its fault quick."""
+
+    kind: FaultHost
+    max_attempts: int = 3
+    circuit_failures: int = 3
+    read_dead_letters: bool = False
+
+
+@dataclass(frozen=True)
+class FaultCrawl:
+    """What one crawl of one fault host left behind."""
+
+    setup: Setup
+    web: SyntheticWeb
+    summary: CrawlSummary
+    report: AuditReport
+    rows: list[dict[str, Any]]
+    requests: list[LoggedRequest]
+    dead_letters: list[dict[str, Any]]
+
+    @property
+    def host(self) -> str:
+        return self.web.fault_host(self.setup.kind)
+
+    def url(self, path: str) -> str:
+        return self.web.url(self.host, path)
+
+    def row(self, path: str) -> dict[str, Any]:
+        url = self.url(path)
+        found = [row for row in self.rows if row["url"] == url]
+        assert len(found) == 1, f"{len(found)} rows for {url}"
+        return found[0]
+
+    def requests_for(self, path: str) -> list[LoggedRequest]:
+        return [r for r in self.requests if r.host == self.host and r.path == path]
+
+    def assert_sound(self) -> None:
+        """What every crawl must leave behind, whatever its fault."""
+        assert self.summary.status == "drained", self.summary
+        assert self.report.violations == [], "\n".join(self.report.violations[:40])
+        assert self.summary.accepted == len(self.rows) == sum(self.summary.by_state.values())
+        assert len(self.rows) == self.report.stats["accepted_expected"] > 0
+
+
+@pytest.fixture(scope="module")
+def emulators(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Pub/Sub and Bigtable emulators for the whole module: run_local_crawl uses the ones
+    the environment names instead of starting its own."""
+    logs = tmp_path_factory.mktemp("emulators")
+    try:
+        pubsub = start_pubsub_emulator(log_path=str(logs / "pubsub.log"))
+    except (EmulatorMissing, EmulatorFailed) as exc:
+        pytest.skip(f"no Pub/Sub emulator: {exc}")
+    with pubsub:
+        try:
+            bigtable = start_bigtable_emulator(log_path=str(logs / "bigtable.log"))
+        except (EmulatorMissing, EmulatorFailed) as exc:
+            pytest.skip(f"no Bigtable emulator: {exc}")
+        with bigtable, pytest.MonkeyPatch.context() as patch:
+            patch.setenv("PUBSUB_EMULATOR_HOST", pubsub.host_port)
+            patch.setenv("BIGTABLE_EMULATOR_HOST", bigtable.host_port)
+            yield
+
+
+@pytest.fixture(scope="module")
+def crawl(emulators: None,
+          tmp_path_factory: pytest.TempPathFactory) -> Callable[[Setup], FaultCrawl]:
+    """Crawls a fault host the first time a test asks for it; later tests reuse the crawl."""
+    done: dict[Setup, FaultCrawl] = {}
+
+    def crawl_once(setup: Setup) -> FaultCrawl:
+        if setup not in done:
+            done[setup] = _crawl(setup, tmp_path_factory.mktemp(f"crawl-{setup.kind}"))
+        return done[setup]
+
+    return crawl_once
+
+
+def _crawl(setup: Setup, tmp: Path) -> FaultCrawl:
+    spec = replace(SPEC, only_faults=(setup.kind,))
+    crawl_id = f"fault-{setup.kind}-{uuid.uuid4().hex[:8]}"
+    project = CrawlOptions(seeds=()).project
+    letters = None
+    if setup.read_dead_letters:
+        # The runtime creates the dead-letter topic but no subscription to it, and Pub/Sub
+        # keeps messages only for subscriptions that exist when they are published.
+        topic = ensure_topic(project, f"dead-letters-{crawl_id}")
+        letters = ensure_subscription(project, topic, f"dead-letters-{crawl_id}-read-back")
+    log_path = tmp / "requests.tsv"
+    with serve(spec, log_path) as served:
+        opts = CrawlOptions(
+            seeds=tuple(served.seeds), out=str(tmp / "out"), crawl_id=crawl_id,
+            project=project, min_delay=MIN_DELAY, max_crawl_delay=MAX_CRAWL_DELAY,
+            user_agent=USER_AGENT, resolve=(served.resolve_arg,), fetch_timeout=FETCH_TIMEOUT,
+            max_pages=10_000, max_pages_per_host=BUDGET, max_body_bytes=MAX_BODY,
+            max_attempts=setup.max_attempts, max_calendar_pages=MAX_CALENDAR_PAGES,
+            circuit_failures=setup.circuit_failures, circuit_seconds=CIRCUIT_SECONDS,
+            progress=False,
+        )
+        summary = run_local_crawl(opts)
+        requests = read_request_log(log_path)
+        web = served.web
+        seeds = served.seeds
+    rows = _rows(opts.out, crawl_id)
+    report = audit_crawl(
+        web, requests, rows, seeds=seeds, min_delay=MIN_DELAY, max_crawl_delay=MAX_CRAWL_DELAY,
+        max_depth=None, max_pages_per_host=BUDGET, user_agent=USER_AGENT,
+        read_response=read_response, read_text=read_text, max_attempts=setup.max_attempts,
+        max_calendar_pages=MAX_CALENDAR_PAGES, max_redirect_hops=MAX_REDIRECT_HOPS,
+        max_body_bytes=MAX_BODY, circuit_failures=setup.circuit_failures,
+        circuit_seconds=CIRCUIT_SECONDS,
+    )
+    dead_letters = _read_back(letters) if letters is not None else []
+    return FaultCrawl(setup, web, summary, report, rows, requests, dead_letters)
+
+
+def _rows(out: str, crawl_id: str) -> list[dict[str, Any]]:
+    table = query_pages(out, crawl_id, "SELECT * FROM pages")
+    columns = [c[0] for c in query_pages(out, crawl_id, "DESCRIBE SELECT * FROM pages")]
+    return [dict(zip(columns, row, strict=True)) for row in table]
+
+
+def _read_back(subscription: str) -> list[dict[str, Any]]:
+    """The messages waiting on a subscription (published before the crawl ended)."""
+    from google.api_core.exceptions import DeadlineExceeded
+    from google.cloud import pubsub_v1
+
+    letters: list[dict[str, Any]] = []
+    with pubsub_v1.SubscriberClient() as subscriber:
+        while True:
+            try:
+                # Blocks only while the subscription is empty: once every letter is read.
+                answer = subscriber.pull(
+                    request={"subscription": subscription, "max_messages": 100},
+                    timeout=5.0 if not letters else 2.0)
+            except DeadlineExceeded:
+                break
+            if not answer.received_messages:
+                break
+            letters.extend(json.loads(m.message.data) for m in answer.received_messages)
+            subscriber.acknowledge(request={"subscription": subscription,
+                                            "ack_ids": [m.ack_id for m in
+                                                        answer.received_messages]})
+    return letters
+
+
+def _pointer(row: dict[str, Any], prefix: str) -> RecordPointer:
+    return RecordPointer(row[f"{prefix}_file"], row[f"{prefix}_offset"], row[f"{prefix}_length"])
+
+
+RESET = Setup(FaultHost.RESET)
+BAD_STATUS = Setup(FaultHost.BAD_STATUS)
+STALL = Setup(FaultHost.STALL)
+HANG = Setup(FaultHost.HANG)
+ERRORS = Setup(FaultHost.ERRORS)
+BUSY = Setup(FaultHost.BUSY)
+# Two failures park a host: the recovering host is parked before it recovers, and the dead
+# host (two URLs, two attempts each) is probed twice while parked, in seconds rather than the
+# minute that three attempts' doubling backoff would take.
+RECOVERING = Setup(FaultHost.RECOVERING, circuit_failures=2)
+DEAD = Setup(FaultHost.DEAD, max_attempts=2, circuit_failures=2)
+BODIES = Setup(FaultHost.BODIES, read_dead_letters=True)
+MAZE = Setup(FaultHost.MAZE)
+SESSIONS = Setup(FaultHost.SESSIONS)
+COPIES = Setup(FaultHost.COPIES)
+
+
+def _good_neighbours(outcome: FaultCrawl, *paths: str) -> None:
+    """The fault host's plain pages are fetched in one request each, despite the fault."""
+    for path in ("/", *paths):
+        row = outcome.row(path)
+        assert (row["state"], row["http_status"], row["attempts"]) == ("fetched", 200, 1), row
+        assert len(outcome.requests_for(path)) == 1
+
+
+# --- answers that never complete ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("setup, path, error, status", [
+    pytest.param(RESET, "/broken/reset.html", "connect_reset", 0, id="connection-reset"),
+    pytest.param(BAD_STATUS, "/broken/status.html", "protocol", 0, id="garbage-status-line"),
+    pytest.param(STALL, "/broken/stall.html", "timeout", 200, id="body-stalls-midway"),
+    pytest.param(HANG, "/broken/hang.html", "timeout", 503, id="answer-never-comes"),
+])
+def test_a_page_that_never_answers_fails_after_every_attempt(
+    crawl: Callable[[Setup], FaultCrawl], setup: Setup, path: str, error: str, status: int,
+) -> None:
+    outcome = crawl(setup)
+    outcome.assert_sound()
+    row = outcome.row(path)
+    assert row["state"] == PageState.FAILED
+    assert row["reason"] == f"{error} after 3 attempts"
+    assert row["http_status"] is None and row["warc_file"] is None
+    # Three requests, each one the server logged with what it (would have) answered.
+    assert [r.status for r in outcome.requests_for(path)] == [status] * 3
+    _good_neighbours(outcome, "/about.html", "/news.html")
+
+
+# --- HTTP errors and Retry-After ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [408, 500, 502, 503, 504])
+def test_a_server_error_once_is_retried_and_fetched(
+    crawl: Callable[[Setup], FaultCrawl], status: int,
+) -> None:
+    outcome = crawl(ERRORS)
+    outcome.assert_sound()
+    path = f"/errors/{status}.html"
+    row = outcome.row(path)
+    assert (row["state"], row["http_status"], row["attempts"]) == ("fetched", 200, 2)
+    assert row["reason"] == "" and row["wet_file"]
+    first, second = outcome.requests_for(path)
+    assert (first.status, second.status) == (status, 200)
+    if status == 503:  # Retry-After (delta-seconds) holds the whole host back
+        later = [r for r in outcome.requests if r.arrival_ns > first.arrival_ns]
+        assert later and later[0].arrival_ns - first.arrival_ns >= RETRY_AFTER_ERRORS_503 * 1e9
+    _good_neighbours(outcome, *(f"/notes/{n}.html" for n in range(1, 6)))
+
+
+def test_429_with_an_http_date_retry_after_is_waited_out(
+    crawl: Callable[[Setup], FaultCrawl],
+) -> None:
+    outcome = crawl(BUSY)
+    outcome.assert_sound()
+    row = outcome.row("/busy/report.html")
+    assert (row["state"], row["http_status"], row["attempts"]) == ("fetched", 200, 2)
+    assert row["reason"] == ""
+    first, second = outcome.requests_for("/busy/report.html")
+    assert (first.status, second.status) == (429, 200)
+    answer = outcome.web.render(outcome.host, "/busy/report.html", 1,
+                                now=first.arrival_ns / 1e9)
+    retry_at = parsedate_to_datetime(answer.header("Retry-After") or "").timestamp()
+    # No request of any kind to the host before the date the server named.
+    later = [r for r in outcome.requests if r.arrival_ns > first.arrival_ns]
+    assert later and min(r.arrival_ns for r in later) / 1e9 >= retry_at
+    _good_neighbours(outcome, "/busy/notes.html")
+
+
+# --- hosts that fail for a while, or for good ---------------------------------------------
+
+
+def test_a_recovering_host_is_parked_then_crawled_to_completion(
+    crawl: Callable[[Setup], FaultCrawl],
+) -> None:
+    outcome = crawl(RECOVERING)
+    outcome.assert_sound()
+    pages = [r for r in outcome.requests if r.path != "/robots.txt"]
+    assert [r.status for r in pages[:RECOVERING_FAILURES]] == [503] * RECOVERING_FAILURES
+    assert {r.status for r in pages[RECOVERING_FAILURES:]} == {200}
+    # Parked after its failures: the probe that found it back came a circuit period later.
+    gap = pages[RECOVERING_FAILURES].arrival_ns - pages[RECOVERING_FAILURES - 1].arrival_ns
+    assert gap >= CIRCUIT_SECONDS * 1e9
+    assert outcome.report.stats["circuit_probes"] >= 1
+    home = outcome.row("/")
+    assert (home["state"], home["http_status"], home["attempts"]) == ("fetched", 200, 3)
+    recovered = [r for r in outcome.rows if "/recovered/" in r["url"]]
+    assert len(recovered) == 3
+    assert {(r["state"], r["http_status"], r["attempts"]) for r in recovered} == {
+        ("fetched", 200, 1)}
+
+
+def test_a_dead_host_gets_one_probe_per_circuit_period_then_gives_up(
+    crawl: Callable[[Setup], FaultCrawl],
+) -> None:
+    outcome = crawl(DEAD)
+    outcome.assert_sound()
+    for path in ("/", "/status.html"):
+        row = outcome.row(path)
+        assert (row["state"], row["http_status"], row["attempts"]) == ("failed", 503, 2)
+        assert row["reason"] == "HTTP 503 after 2 attempts"
+    pages = [r for r in outcome.requests if r.path != "/robots.txt"]
+    assert [r.status for r in pages] == [503] * 4  # 2 URLs x 2 attempts, nothing more
+    parked_gaps = [(b.arrival_ns - a.arrival_ns) / 1e9
+                   for a, b in zip(pages[1:], pages[2:], strict=False)]
+    assert len(parked_gaps) == 2 and min(parked_gaps) >= CIRCUIT_SECONDS
+    assert outcome.report.stats["circuit_probes"] == 2
+
+
+# --- bodies ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path, decoded_size", [
+    pytest.param("/big/oversized.html", SPEC.big_body_bytes, id="body-over-the-limit"),
+    pytest.param("/big/bomb.html", SPEC.bomb_bytes, id="gzip-bomb"),
+])
+def test_a_body_over_the_limit_is_stored_cut(
+    crawl: Callable[[Setup], FaultCrawl], path: str, decoded_size: int,
+) -> None:
+    outcome = crawl(BODIES)
+    outcome.assert_sound()
+    row = outcome.row(path)
+    assert (row["state"], row["http_status"], row["attempts"]) == ("fetched", 200, 1)
+    assert f"truncated at {MAX_BODY:,} bytes" in row["reason"]
+    assert row["body_bytes"] == MAX_BODY < decoded_size
+    _, _, body = read_response(_pointer(row, "warc"))
+    assert body == outcome.web.decoded_body(row["url"], MAX_BODY)
+    # Its text comes before the cut, and is kept.
+    assert outcome.web.key_phrase(row["url"]) in " ".join(read_text(_pointer(row, "wet")).split())
+
+
+@pytest.mark.parametrize("path, charset", [
+    pytest.param("/charset/wrong.html", "windows-1252", id="wrong-charset"),
+    pytest.param("/charset/missing.html", "iso-8859-1", id="missing-charset"),
+])
+def test_a_page_with_a_wrong_or_missing_charset_is_read_in_its_own(
+    crawl: Callable[[Setup], FaultCrawl], path: str, charset: str,
+) -> None:
+    outcome = crawl(BODIES)
+    outcome.assert_sound()
+    row = outcome.row(path)
+    assert (row["state"], row["http_status"], row["reason"]) == ("fetched", 200, "")
+    assert outcome.web.charset(row["url"]) == charset
+    native = outcome.web.native_phrase(row["url"])
+    assert native and not native.isascii()
+    assert native in " ".join(read_text(_pointer(row, "wet")).split())
+
+
+def test_a_poison_page_is_dead_lettered_and_its_host_crawled(
+    crawl: Callable[[Setup], FaultCrawl],
+) -> None:
+    outcome = crawl(BODIES)
+    outcome.assert_sound()
+    row = outcome.row("/poison.html")
+    assert (row["state"], row["http_status"]) == ("dead_lettered", 200)
+    assert row["reason"].startswith("parse failed after ")
+    assert row["wet_file"] is None and row["links"] == 0
+    assert len(outcome.requests_for("/poison.html")) == 1  # parsing is retried, not fetching
+    letters = [letter for letter in outcome.dead_letters if letter["url"] == row["url"]]
+    assert len(letters) == 1 == len(outcome.dead_letters), outcome.dead_letters
+    letter = letters[0]
+    assert (letter["kind"], letter["stage"], letter["crawl_id"]) == (
+        "dead_letter", "parse", outcome.summary.crawl_id)
+    assert letter["url_hash"] == row["url_hash"] and letter["error"]
+    # The letter points at the stored response, so a fixed parser can read it again.
+    _, _, body = read_response(RecordPointer(**letter["warc"]))
+    assert body == outcome.web.body(row["url"])
+    assert outcome.summary.by_state.get("dead_lettered") == 1
+    _good_neighbours(outcome, "/about.html", "/charset/wrong.html", "/charset/missing.html",
+                     "/big/oversized.html", "/big/bomb.html")
+
+
+# --- redirects and traps ------------------------------------------------------------------
+
+
+def test_a_redirect_loop_ends_once_each_url_is_seen(
+    crawl: Callable[[Setup], FaultCrawl],
+) -> None:
+    outcome = crawl(MAZE)
+    outcome.assert_sound()
+    a, b = outcome.row("/loop/a"), outcome.row("/loop/b")
+    assert (a["state"], a["http_status"], a["reason"]) == (
+        "redirected", 301, f"HTTP 301 to {outcome.url('/loop/b')}")
+    assert (b["state"], b["http_status"], b["reason"]) == (
+        "redirected", 302, f"HTTP 302 to {outcome.url('/loop/a')}")
+    assert a["depth"] == b["depth"] == 1
+    assert len(outcome.requests_for("/loop/a")) == len(outcome.requests_for("/loop/b")) == 1
+
+
+def test_a_redirect_chain_too_long_is_cut(crawl: Callable[[Setup], FaultCrawl]) -> None:
+    outcome = crawl(MAZE)
+    outcome.assert_sound()
+    for hop in range(1, MAX_REDIRECT_HOPS + 2):
+        row = outcome.row(f"/chain/{hop}")
+        assert (row["state"], row["http_status"]) == ("redirected", 301)
+        assert len(outcome.requests_for(f"/chain/{hop}")) == 1
+    cut = outcome.row(f"/chain/{MAX_REDIRECT_HOPS + 2}")
+    assert (cut["state"], cut["http_status"]) == ("filtered", None)
+    assert cut["reason"] == (f"redirect chain longer than {MAX_REDIRECT_HOPS} hops "
+                             f"({MAX_REDIRECT_HOPS + 1})")
+    assert not outcome.requests_for(f"/chain/{MAX_REDIRECT_HOPS + 2}")
+    assert not [r for r in outcome.rows if r["url"] == outcome.url(f"/chain/{CHAIN_LENGTH}")]
+
+
+def test_a_path_trap_stops_at_a_repeated_segment(crawl: Callable[[Setup], FaultCrawl]) -> None:
+    outcome = crawl(MAZE)
+    outcome.assert_sound()
+    first, second = outcome.row("/loop/x/"), outcome.row("/loop/x/x/")
+    assert (first["state"], second["state"]) == ("fetched", "fetched")
+    assert second["depth"] == first["depth"] + 1
+    trap = outcome.row("/loop/x/x/x/")
+    assert (trap["state"], trap["reason"]) == (
+        "filtered", "trap: repeated path segment 'x' (3 times)")
+    assert not [r for r in outcome.requests if "x/x/x/" in r.path]
+
+
+def test_session_ids_are_dropped_so_each_page_is_fetched_once(
+    crawl: Callable[[Setup], FaultCrawl],
+) -> None:
+    outcome = crawl(SESSIONS)
+    outcome.assert_sound()
+    assert len(outcome.rows) == 7
+    for row in outcome.rows:
+        assert (row["state"], row["http_status"], row["attempts"]) == ("fetched", 200, 1)
+        assert "sid" not in row["url"].lower() and ";" not in row["url"]
+    pages = [r.path for r in outcome.requests if r.path != "/robots.txt"]
+    assert len(pages) == len(set(pages)) == 7
+    assert not [p for p in pages if "sid" in p.lower() or ";" in p]
+
+
+# --- copies -------------------------------------------------------------------------------
+
+
+def test_ten_copies_of_an_article_are_stored_once_and_near_copies_kept(
+    crawl: Callable[[Setup], FaultCrawl],
+) -> None:
+    outcome = crawl(COPIES)
+    outcome.assert_sound()
+    by_url = {row["url"]: row for row in outcome.rows}
+    original = outcome.url("/wire/story.html")
+    group = [original, *(u for u, of in outcome.web.exact_copies().items() if of == original)]
+    assert len(group) == COPIES_EXACT + 1
+    kept = [u for u in group if by_url[u]["state"] == "fetched"]
+    assert len(kept) == 1, [(u, by_url[u]["state"]) for u in group]
+    for url in group:
+        if url != kept[0]:
+            row = by_url[url]
+            assert (row["state"], row["duplicate_of"]) == ("duplicate", kept[0])
+            assert row["reason"] == f"same text as {kept[0]}"
+    near = outcome.web.near_copies()
+    assert len(near) == COPIES_NEAR
+    fingerprint = by_url[kept[0]]["simhash"]
+    for url in near:
+        row = by_url[url]
+        assert row["state"] == "fetched" and row["content_hash"] != by_url[kept[0]]["content_hash"]
+        assert hamming(row["simhash"], fingerprint) <= 3, url
