@@ -60,6 +60,10 @@ def _print_summary(summary) -> None:
     print(f"  pages fetched   {summary.pages_fetched:,} ({summary.pages_per_s:,.1f} pages/s, "
           f"{summary.requests:,} requests, {summary.bytes_fetched / 1e6:,.1f} MB)")
     print(f"  URLs accepted   {summary.accepted:,}: {states or 'none'}")
+    if summary.near_duplicates or summary.hosts_throttled or summary.redriven:
+        print(f"  content         {summary.near_duplicates:,} near-duplicate pages, "
+              f"{summary.hosts_throttled:,} hosts slowed for duplicates, "
+              f"{summary.redriven:,} dead letters parsed again")
     print(f"  CPU             {summary.cpu_s:,.1f}s in this process, "
           f"peak memory {summary.peak_rss_mb:,.0f} MB")
     for message in summary.invalid_seeds:

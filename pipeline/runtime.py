@@ -85,6 +85,9 @@ class CrawlSummary:
     cpu_s: float = 0.0
     peak_rss_mb: float = 0.0
     max_due_lag_ms: float = 0.0  # longest a host waited past its due time for its request
+    near_duplicates: int = 0  # fetched pages flagged near_duplicate_of
+    hosts_throttled: int = 0  # times a host was slowed down for serving mostly duplicates
+    redriven: int = 0  # dead letters parsed again (--redrive)
 
 
 def check_seeds(seeds: tuple[str, ...]) -> tuple[list[str], list[str]]:
@@ -267,6 +270,9 @@ def run_local_crawl(
         cpu_s=round(time.process_time() - cpu_started, 3),
         peak_rss_mb=round(_peak_rss_mb(), 1),
         max_due_lag_ms=round(LocalTally.snapshot()[1].get("due_lag_ms", 0.0), 1),
+        near_duplicates=_read_counters().get("near_duplicates", 0),
+        hosts_throttled=_read_counters().get("hosts_throttled_for_duplicates", 0),
+        redriven=counters.urls_redriven,
     )
     storage.write_file(storage.join(out_dir, "summary.json"),
                        (json.dumps(asdict(summary), indent=2) + "\n").encode())

@@ -24,8 +24,6 @@ import pytest
 from pipeline.emulators import (
     EmulatorFailed,
     EmulatorMissing,
-    ensure_subscription,
-    ensure_topic,
     start_bigtable_emulator,
     start_pubsub_emulator,
 )
@@ -33,6 +31,7 @@ from pipeline.fingerprints import hamming
 from pipeline.options import CrawlOptions
 from pipeline.pages_table import query_pages
 from pipeline.records import PageState, RecordPointer
+from pipeline.redrive import redrive_subscription_name
 from pipeline.runtime import CrawlSummary, run_local_crawl
 from pipeline.segments import read_response, read_text
 from pipeline.testweb.audit import AuditReport, audit_crawl
@@ -149,12 +148,10 @@ def _crawl(setup: Setup, tmp: Path) -> FaultCrawl:
     spec = replace(SPEC, only_faults=(setup.kind,))
     crawl_id = f"fault-{setup.kind}-{uuid.uuid4().hex[:8]}"
     project = CrawlOptions(seeds=()).project
-    letters = None
-    if setup.read_dead_letters:
-        # The runtime creates the dead-letter topic but no subscription to it, and Pub/Sub
-        # keeps messages only for subscriptions that exist when they are published.
-        topic = ensure_topic(project, f"dead-letters-{crawl_id}")
-        letters = ensure_subscription(project, topic, f"dead-letters-{crawl_id}-read-back")
+    # The crawl keeps its dead letters for `crawler redrive` in this subscription, created
+    # before anything can be published.
+    letters = (f"projects/{project}/subscriptions/{redrive_subscription_name(crawl_id)}"
+               if setup.read_dead_letters else None)
     log_path = tmp / "requests.tsv"
     with serve(spec, log_path) as served:
         opts = CrawlOptions(
@@ -492,3 +489,29 @@ def test_ten_copies_of_an_article_are_stored_once_and_near_copies_kept(
         row = by_url[url]
         assert row["state"] == "fetched" and row["content_hash"] != by_url[kept[0]]["content_hash"]
         assert hamming(row["simhash"], fingerprint) <= 3, url
+    # Flagged as near-duplicates of the first of them the crawl stored; nothing else is.
+    family = {kept[0], *near}
+    flagged = {row["url"]: row["near_duplicate_of"] for row in outcome.rows
+               if row["near_duplicate_of"] is not None}
+    assert len(flagged) == len(family) - 1 and set(flagged) <= family
+    assert len(set(flagged.values())) == 1 and (family - set(flagged)) == set(flagged.values())
+
+
+def test_a_host_serving_mostly_copies_is_slowed_down(
+    crawl: Callable[[Setup], FaultCrawl],
+) -> None:
+    """19 of its 24 articles are copies: once half of its last pages were duplicates, its
+    scheduler waits --duplicate-slowdown (4) times the delay between requests."""
+    outcome = crawl(COPIES)
+    outcome.assert_sound()
+    assert outcome.summary.hosts_throttled == 1
+    assert outcome.summary.near_duplicates == COPIES_NEAR
+    times = sorted(r.arrival_ns / 1e9 for r in outcome.requests
+                   if r.host == outcome.host and "robots" not in r.path)
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    slowed = 4 * MIN_DELAY
+    # Before the first ten pages with text nothing can be judged: normal spacing there.
+    assert min(gaps[:9]) < slowed
+    # Afterwards, once the signal has gone round the loop, the spacing is four times wider.
+    print("copies host gaps:", [round(g, 2) for g in gaps])
+    assert sum(gap >= slowed for gap in gaps[9:]) >= 5, gaps

@@ -192,8 +192,8 @@ class HostSchedulerFn(beam.DoFn):
             host_state.write(state)
             return
         if batch.kind in HOST_SIGNALS:
-            if state.duplicate_heavy != (batch.kind == "throttle"):
-                self._hosts_throttled.inc(1 if batch.kind == "throttle" else -1)
+            if batch.kind == "throttle" and not state.duplicate_heavy:
+                self._hosts_throttled.inc()  # times a host was slowed, not hosts slowed now
             state.set_duplicate_heavy(batch.kind == "throttle", policy)
             host_state.write(state)
             return
