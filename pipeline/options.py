@@ -49,6 +49,7 @@ class CrawlOptions:
     max_calendar_pages: int | None = 100
     circuit_failures: int = 10
     circuit_seconds: float = 3600.0
+    retry_base: float = 2.0
     near_duplicate_bits: int = 3
     duplicate_slowdown: float = 4.0
     project: str = "local-crawler"
@@ -106,6 +107,7 @@ class CrawlOptions:
             bloom_capacity=min(4 * budget, 1_000_000),
             bloom_fp_rate=self.bloom_fp_rate,
             duplicate_slowdown=self.duplicate_slowdown,
+            retry_base=self.retry_base,
         )
 
     def duplicate_policy(self) -> DuplicatePolicy:
@@ -192,6 +194,10 @@ def add_crawl_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--circuit-seconds", type=_positive_float, default=3600.0,
                         help="how long a parked host waits before one probe request "
                              "(default: %(default)s)")
+    parser.add_argument("--retry-base", type=_positive_float, default=2.0,
+                        help="seconds a host waits after its first transient failure; doubled "
+                             "per consecutive failure, jittered, capped at 600 s, never less "
+                             "than a Retry-After (default: %(default)s)")
     parser.add_argument("--near-duplicate-bits", type=int, default=3,
                         help="a fetched page whose text's 64-bit simhash is within this many "
                              "bits of an earlier page of its host gets `near_duplicate_of` "
@@ -262,6 +268,7 @@ def options_from_args(args: argparse.Namespace) -> CrawlOptions:
         max_calendar_pages=args.max_calendar_pages,
         circuit_failures=args.circuit_failures,
         circuit_seconds=args.circuit_seconds,
+        retry_base=args.retry_base,
         near_duplicate_bits=args.near_duplicate_bits,
         duplicate_slowdown=args.duplicate_slowdown,
         progress=not args.no_progress,

@@ -29,3 +29,7 @@ def test_the_options_reach_the_policies():
     opts = CrawlOptions(seeds=("http://a.test/",), near_duplicate_bits=5, duplicate_slowdown=2.5)
     assert opts.duplicate_policy().bits == 5
     assert opts.host_policy().duplicate_slowdown == 2.5
+
+
+def test_the_retry_base_reaches_the_host_policy():
+    assert CrawlOptions(seeds=("http://a.test/",), retry_base=0.5).host_policy().retry_base == 0.5

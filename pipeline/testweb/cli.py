@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 from pipeline.testweb.server import serve
-from pipeline.testweb.web import MIN_PAGES_PER_HOST, WebSpec
+from pipeline.testweb.web import MIN_PAGES_PER_HOST, FaultHost, WebSpec
 
 
 def add_testweb_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,13 +41,18 @@ def add_testweb_arguments(parser: argparse.ArgumentParser) -> None:
                              "and recovering servers, oversized bodies, bad charsets, a page "
                              "that cannot be parsed, redirect and path traps, session ids) and "
                              "near-duplicate pages")
+    parser.add_argument("--only-faults", default="", metavar="KIND,KIND",
+                        help="with --faults: serve only these fault hosts, each its own seed "
+                             f"({', '.join(kind.value for kind in FaultHost)})")
 
 
 def run_testweb(args: argparse.Namespace) -> int:
     try:
         spec = WebSpec(seed=args.seed, hosts=args.hosts, pages_per_host=args.pages_per_host,
                        hang_seconds=args.hang_seconds, slow_seconds=args.slow_seconds,
-                       faults=args.faults)
+                       faults=args.faults,
+                       only_faults=tuple(FaultHost(kind.strip())
+                                         for kind in args.only_faults.split(",") if kind.strip()))
     except ValueError as exc:
         print(f"crawler testweb: {exc}", file=sys.stderr)
         return 2
@@ -61,7 +66,9 @@ def run_testweb(args: argparse.Namespace) -> int:
         return 1
     with running:
         seeds = running.seeds
-        print(f"Synthetic web: {spec.hosts} hosts, seed {spec.seed}, serving on "
+        hosts = (f"{len(spec.only_faults)} fault hosts" if spec.only_faults
+                 else f"{spec.hosts} hosts")
+        print(f"Synthetic web: {hosts}, seed {spec.seed}, serving on "
               f"{args.address}:{running.port}")
         print(f"Request log: {log_path}")
         print(f"Resolve: {running.resolve_arg}")
