@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import pickle
+from collections import deque
 from dataclasses import dataclass, field
 
 from hypothesis import given, settings
@@ -391,3 +394,19 @@ def test_host_state_stays_kilobytes():
     assert len(state.queue) == policy.queue_cap
     size = len(pickle.dumps(state))
     assert size < 64 * 1024, size
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 9), st.integers(0, 3),
+                          st.integers(0, 5)), max_size=50))
+def test_a_host_state_survives_the_state_coder_unchanged(entries):
+    """The scheduler stores HostState with pickle; the queue travels in a compact form."""
+    policy = HostPolicy(user_agent="t")
+    state = HostState(host=HOST)
+    state.offer([(f"http://{HOST}/{n}", n, None) for n, _, _, _ in entries], 1, policy)
+    state.queue = deque(dataclasses.replace(e, depth=d, attempt=a, redirect_hops=h)
+                        for e, (_, d, a, h) in zip(state.queue, entries, strict=False))
+    state.next_allowed, state.consecutive_failures = 12.5, 2
+    copy = pickle.loads(pickle.dumps(state))
+    assert copy == state and isinstance(copy.queue, deque)
+    assert pickle.loads(pickle.dumps(copy)) == state  # and again, as each event does
