@@ -31,6 +31,11 @@ class PageBudget(Protocol):
         """Take one page from the budget; False once it is spent."""
         ...
 
+    @property
+    def spent(self) -> bool:
+        """True once try_claim is known to answer False (cheap: no claim is made)."""
+        ...
+
 
 class LocalPageBudget:
     """An exact in-process budget, shared by every copy of this object with the same crawl id.

@@ -329,11 +329,14 @@ class HostState:
         policy: HostPolicy,
         *,
         claim_page: Callable[[], bool] = lambda: True,
+        budget_spent: Callable[[], bool] = lambda: False,
     ) -> Decision:
         """The timer fired at `now`: start at most one request if the host is due.
 
         `claim_page` asks the crawl's global page budget for one more page; once it says no,
-        every queued URL ends `over_budget` at once, without a request.
+        every queued URL ends `over_budget` at once, without a request. `budget_spent` says
+        whether it is already known to say no: then the queue ends at once, without even the
+        robots.txt request a host that has none yet would make first.
         """
         if self.lease is not None:
             # A request is in flight: never start another (invariant 1). The caller collects
@@ -342,6 +345,9 @@ class HostState:
         outcomes: list[Outcome] = []
         if not self.queue:
             return Decision()
+        if budget_spent():
+            return Decision(outcomes=tuple(
+                self._drain_queue(PageState.OVER_BUDGET, "crawl page budget spent")))
         if now < self.next_allowed:
             return Decision(wake_at=self.next_allowed)
         if self.robots is None or now >= self.robots.expires_at:

@@ -273,7 +273,8 @@ class HostSchedulerFn(beam.DoFn):
                 yield from self._carry_out(host, decision, response)
         # The host is due once it has work and its delay has passed.
         due = max(state.next_allowed, state.busy_since or 0.0)
-        decision = state.next_action(now, policy, claim_page=self._budget.try_claim)
+        decision = state.next_action(now, policy, claim_page=self._budget.try_claim,
+                                     budget_spent=lambda: self._budget.spent)
         yield from self._carry_out(host, decision, None)
         if decision.fetch is not None:
             # How long the host waited past the moment it became due (runner latency).
