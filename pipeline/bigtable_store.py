@@ -61,6 +61,7 @@ from pipeline.urls import host_key, normalize_url, url_hash
 # Family names are stored with every cell: one letter each.
 PAGES_FAMILY = "p"
 CRAWLS_FAMILY = "c"
+FRONTIER_FAMILY = "q"  # table `frontier`: URLs a full host queue keeps out of host state
 
 CRAWL_STATUSES: tuple[str, ...] = (
     "created", "running", "drained", "budget_spent", "interrupted", "failed",
@@ -129,6 +130,7 @@ class BigtableConfig:
     instance: str
     pages_table: str = "pages"
     crawls_table: str = "crawls"
+    frontier_table: str = "frontier"
     timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
@@ -140,12 +142,13 @@ class BigtableConfig:
 
 @dataclass(frozen=True, eq=False)
 class BigtableTables:
-    """Open handles on both tables (one data client). close() releases the client."""
+    """Open handles on the tables (one data client). close() releases the client."""
 
     config: BigtableConfig
     client: BigtableDataClient
     pages: DataTable
     crawls: DataTable
+    frontier: DataTable
 
     def close(self) -> None:
         self.client.close()
@@ -177,6 +180,7 @@ def open_tables(config: BigtableConfig, *, create: bool) -> BigtableTables:
         client,
         client.get_table(config.instance, config.pages_table, **timeouts),
         client.get_table(config.instance, config.crawls_table, **timeouts),
+        client.get_table(config.instance, config.frontier_table, **timeouts),
     )
 
 
@@ -205,6 +209,7 @@ def _create_tables(config: BigtableConfig) -> None:
         for table_id, family in (
             (config.pages_table, PAGES_FAMILY),
             (config.crawls_table, CRAWLS_FAMILY),
+            (config.frontier_table, FRONTIER_FAMILY),
         ):
             name = f"{instance_path}/tables/{table_id}"
             try:

@@ -79,6 +79,12 @@ class HostPolicy:
                              f"{self.duplicate_slowdown}")
 
     @property
+    def overflow_chunk(self) -> int:
+        """URLs per stored overflow chunk: a quarter of the queue, at most 100, so a refill
+        of whole chunks never takes the queue past its cap."""
+        return max(1, min(100, self.queue_cap // 4))
+
+    @property
     def lease_seconds(self) -> float:
         # The fetch client enforces `fetch_timeout` as a total deadline, so once the lease has
         # run this long the request it covered is certainly over.
@@ -191,6 +197,13 @@ class HostState:
     last_elapsed: float = 0.0  # how long the last exchange took
     crawl_delay_capped_logged: bool = False
     duplicate_heavy: bool = False  # most of its recent pages were duplicates: slowed down
+    # Overflow: URLs offered to a full queue wait in numbered chunks outside the state (the
+    # scheduler stores them; see overflow()). Chunks [overflow_read, overflow_written) wait,
+    # [overflow_deleted, overflow_read) were read back but are not deleted yet.
+    overflow_written: int = 0
+    overflow_read: int = 0
+    overflow_deleted: int = 0
+    overflow_urls: int = 0  # URLs in chunks not read back yet
 
     # ------------------------------------------------------------------------- pickling
     # The scheduler stores a HostState per event (PickleCoder). Pickling 2,000 queued
@@ -233,8 +246,55 @@ class HostState:
 
     @property
     def busy(self) -> bool:
-        """True while the host has work: queued URLs or a request in flight."""
-        return bool(self.queue) or self.lease is not None
+        """True while the host has work: queued or stored URLs, or a request in flight."""
+        return bool(self.queue) or self.lease is not None or self.has_overflow
+
+    @property
+    def has_overflow(self) -> bool:
+        """Chunks of URLs wait in overflow storage."""
+        return self.overflow_read < self.overflow_written
+
+    # ---------------------------------------------------------------------------- overflow
+    def overflow(self, entries: list[FrontierEntry], policy: HostPolicy
+                 ) -> list[tuple[int, tuple[FrontierEntry, ...]]]:
+        """Number the URLs offer() spilled into chunks for overflow storage; from now on they
+        count as the host's work. The caller stores every chunk before the state is stored:
+        a chunk written twice (a retried bundle) is the same row, overwritten."""
+        size = policy.overflow_chunk
+        chunks = []
+        for start in range(0, len(entries), size):
+            chunks.append((self.overflow_written, tuple(entries[start:start + size])))
+            self.overflow_written += 1
+        self.overflow_urls += len(entries)
+        return chunks
+
+    def refill_wanted(self, policy: HostPolicy) -> range:
+        """Chunk numbers to read back now: as many whole chunks as the queue has room for,
+        oldest first."""
+        room = (policy.queue_cap - len(self.queue)) // policy.overflow_chunk
+        return range(self.overflow_read, min(self.overflow_written, self.overflow_read + room))
+
+    def refilled(self, wanted: range, chunks: dict[int, tuple[FrontierEntry, ...]]) -> int:
+        """Append the chunks read back for `wanted` to the queue, in order. Returns how many
+        URLs a missing chunk took with it (0 unless the storage lost a row)."""
+        lost = 0
+        for number in wanted:
+            chunk = chunks.get(number)
+            if chunk is None:
+                log.error("host %s: overflow chunk %d is missing from storage", self.host, number)
+                continue
+            self.queue.extend(chunk)
+            self.overflow_urls -= len(chunk)
+        self.overflow_read = max(self.overflow_read, wanted.stop)
+        if not self.has_overflow and self.overflow_urls:
+            lost, self.overflow_urls = self.overflow_urls, 0
+        return lost
+
+    def deletable(self) -> range:
+        """Chunks read back whose rows may go. Only call this with the state as an earlier
+        bundle committed it: a chunk read in this bundle must stay until its reading is
+        durable, or a retry of the bundle would find it gone."""
+        return range(self.overflow_deleted, self.overflow_read)
 
     def _robots_url(self) -> str:
         return f"{self.scheme}://{self.host}/robots.txt"
@@ -275,7 +335,8 @@ class HostState:
             )
             if filtered:
                 outcomes.append(Outcome(entry, PageState.FILTERED, filtered))
-            elif len(self.queue) >= policy.queue_cap:
+            elif len(self.queue) >= policy.queue_cap or self.has_overflow:
+                # Behind stored overflow too: URLs keep their arrival order.
                 spilled.append(entry)
             else:
                 self.queue.append(entry)

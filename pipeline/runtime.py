@@ -88,6 +88,7 @@ class CrawlSummary:
     near_duplicates: int = 0  # fetched pages flagged near_duplicate_of
     hosts_throttled: int = 0  # times a host was slowed down for serving mostly duplicates
     redriven: int = 0  # dead letters parsed again (--redrive)
+    urls_overflowed: int = 0  # URLs full host queues kept in overflow storage for a while
 
 
 def check_seeds(seeds: tuple[str, ...]) -> tuple[list[str], list[str]]:
@@ -273,6 +274,7 @@ def run_local_crawl(
         near_duplicates=_read_counters().get("near_duplicates", 0),
         hosts_throttled=_read_counters().get("hosts_throttled_for_duplicates", 0),
         redriven=counters.urls_redriven,
+        urls_overflowed=_read_counters().get("urls_overflowed", 0),
     )
     storage.write_file(storage.join(out_dir, "summary.json"),
                        (json.dumps(asdict(summary), indent=2) + "\n").encode())

@@ -558,3 +558,23 @@ def test_the_shared_page_budget_grants_exactly_its_limit_across_processes(
     assert granted == limit
     assert all(budget.spent for budget in budgets)
     assert isinstance(shared_page_budget(config, crawl_id, 10), BlockPageBudget)
+
+
+def test_overflow_chunks_round_trip_in_order_and_are_deleted(tables: BigtableTables) -> None:
+    from pipeline.host_overflow import HostOverflow
+    from pipeline.records import FrontierEntry
+
+    overflow = HostOverflow(tables.frontier, "c-overflow")
+    other = HostOverflow(tables.frontier, "c-other")
+    chunks = [(n, tuple(FrontierEntry(f"http://a.test/{n}/{i}", n * 10 + i, 2, i % 2, 1)
+                        for i in range(3))) for n in range(12)]
+    overflow.write("a.test", chunks)
+    overflow.write("a.test", chunks[:2])  # a retried bundle writes the same rows again
+    other.write("a.test", chunks[:1])
+    overflow.write("b.test:8080", chunks[:1])
+    assert overflow.read("a.test", range(2, 11)) == dict(chunks[2:11])
+    assert overflow.read("a.test", range(0, 0)) == {}
+    overflow.delete("a.test", range(0, 11))
+    assert overflow.read("a.test", range(0, 12)) == dict(chunks[11:])
+    assert other.read("a.test", range(0, 12)) == dict(chunks[:1])
+    assert overflow.read("b.test:8080", range(0, 1)) == dict(chunks[:1])

@@ -67,7 +67,8 @@ def _crawl_and_audit(tmp_path: Path, spec: WebSpec, *, min_delay: float,
             web.web, requests, rows,
             seeds=web.seeds, min_delay=min_delay, max_crawl_delay=5.0, max_depth=max_depth,
             max_pages_per_host=budget_per_host, user_agent=USER_AGENT,
-            read_response=read_response, read_text=read_text, **limits,
+            read_response=read_response, read_text=read_text,
+            **{k: v for k, v in limits.items() if k != "host_queue_cap"},
         )
         near_pairs = {frozenset(pair) for pair in web.web.near_duplicate_pairs()}
     return summary, report, rows, requests, near_pairs
@@ -104,6 +105,20 @@ def test_pointers_read_back_to_the_page_and_its_text(tmp_path):
         text = read_text(RecordPointer(row["wet_file"], row["wet_offset"], row["wet_length"]))
         assert text.strip()
         assert os.path.exists(row["warc_file"])
+
+
+def test_full_host_queues_overflow_to_storage_and_every_url_still_ends_once(tmp_path):
+    """A queue of 4 URLs per host: the rest of each host's URLs wait in Bigtable in chunks and
+    come back in order; politeness, exactly-once and the crawl's end are unchanged."""
+    spec = WebSpec(hosts=10, pages_per_host=20, hang_seconds=5.0)
+    summary, report, rows, _, _ = _crawl_and_audit(tmp_path, spec, min_delay=0.2,
+                                                    host_queue_cap=4)
+    print(summary)
+    assert summary.status == "drained"
+    assert report.violations == [], "\n".join(report.violations[:40])
+    assert summary.urls_overflowed > 50
+    assert summary.accepted == len(rows) == sum(summary.by_state.values())
+    assert sum(r["state"] == "fetched" for r in rows) > 150
 
 
 def test_a_crawl_through_every_fault_ends_with_each_url_in_its_right_state(tmp_path):

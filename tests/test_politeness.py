@@ -419,3 +419,40 @@ def test_a_host_state_survives_the_state_coder_unchanged(entries):
     copy = pickle.loads(pickle.dumps(state))
     assert copy == state and isinstance(copy.queue, deque)
     assert pickle.loads(pickle.dumps(copy)) == state  # and again, as each event does
+
+
+# ------------------------------------------------------------------ overflow of a full queue
+def test_a_full_queue_overflows_in_order_and_refills_as_it_empties():
+    policy = HostPolicy(user_agent="t", min_delay=1.0, queue_cap=8)  # chunks of 2
+    state = ready_host()  # /a queued
+    accepted, _, spilled = state.offer(urls(*"bcdefghijkl"), 1, policy)
+    assert len(accepted) == 11 and [e.url[-1] for e in state.queue] == list("abcdefgh")
+    chunks = state.overflow(spilled, policy)
+    assert [n for n, _ in chunks] == [0, 1] and state.overflow_urls == 4
+    # Later URLs go behind the stored ones even though the queue has room again.
+    state.queue.popleft()
+    _, _, later = state.offer(urls("m"), 1, policy)
+    assert [e.url[-1] for e in later] == ["m"] and len(state.queue) == 7
+    chunks += state.overflow(later, policy)
+    assert state.refill_wanted(policy) == range(0, 0)  # no room for a whole chunk yet
+    for _ in range(5):
+        state.queue.popleft()
+    wanted = state.refill_wanted(policy)
+    assert wanted == range(0, 3)
+    assert state.refilled(wanted, dict(chunks)) == 0
+    assert [e.url[-1] for e in state.queue] == list("ghijklm")
+    assert not state.has_overflow and state.overflow_urls == 0
+    assert state.deletable() == range(0, 3)
+
+
+def test_a_host_with_stored_overflow_stays_busy_and_a_missing_chunk_is_reported():
+    policy = HostPolicy(user_agent="t", queue_cap=4)  # chunks of 1
+    state = HostState(host=HOST)
+    _, _, spilled = state.offer(urls(*"abcdef"), 0, policy)
+    chunks = dict(state.overflow(spilled, policy))
+    state.queue.clear()
+    assert state.busy and state.has_overflow
+    wanted = state.refill_wanted(policy)
+    del chunks[wanted.start]
+    assert state.refilled(wanted, chunks) == 1
+    assert [e.url[-1] for e in state.queue] == ["f"] and not state.has_overflow

@@ -26,6 +26,7 @@ from pipeline.bigtable_store import BigtableConfig
 from pipeline.budget import PageBudget
 from pipeline.dns import parse_resolve
 from pipeline.fetch import FetchClient, FetchConfig, FetchResponse, fetch_pool, shared_client
+from pipeline.host_overflow import HostOverflow
 from pipeline.metrics import crawl_counter, crawl_maximum
 from pipeline.politeness import (
     Decision,
@@ -166,6 +167,9 @@ class HostSchedulerFn(beam.DoFn):
         self._hosts_idled = crawl_counter("hosts_idled")
         self._leases_expired = crawl_counter("leases_expired")
         self._hosts_throttled = crawl_counter("hosts_throttled_for_duplicates")
+        self._overflowed = crawl_counter("urls_overflowed")
+        self._overflow_lost = crawl_counter("overflow_urls_lost")
+        self._refilled_in_bundle: set[str] = set()
         self._due_lag = crawl_maximum("due_lag_ms")
 
     def setup(self) -> None:
@@ -206,10 +210,16 @@ class HostSchedulerFn(beam.DoFn):
         for outcome in outcomes:
             yield beam.pvalue.TaggedOutput(ROWS, outcome_row(self._config.crawl_id, host, outcome))
         if spilled:
-            yield beam.pvalue.TaggedOutput(SPILL, FrontierBatch(
-                crawl_id=self._config.crawl_id, depth=batch.depth,
-                urls=tuple(e.url for e in spilled), kind="spill",
-            ))
+            overflow = self._host_overflow()
+            if overflow is not None:
+                # Stored before the state that counts them: a retry rewrites the same rows.
+                overflow.write(host, state.overflow(spilled, policy))
+                self._overflowed.inc(len(spilled))
+            else:  # no Bigtable (tests of the DoFn alone): round the frontier again
+                yield beam.pvalue.TaggedOutput(SPILL, FrontierBatch(
+                    crawl_id=self._config.crawl_id, depth=batch.depth,
+                    urls=tuple(e.url for e in spilled), kind="spill",
+                ))
         now = self._clock()
         if state.busy and not was_busy:
             state.busy_since = now
@@ -219,6 +229,32 @@ class HostSchedulerFn(beam.DoFn):
 
     def start_bundle(self) -> None:
         self._accepted_in_bundle = 0
+        self._refilled_in_bundle = set()
+
+    def _host_overflow(self) -> HostOverflow | None:
+        if self._counters is None:
+            return None
+        # Not kept on the DoFn, which Beam pickles: the table handle is per process.
+        return HostOverflow(SharedBigtable.tables(self._counters).frontier,
+                            self._config.crawl_id)
+
+    def _tend_overflow(self, host: str, state: HostState) -> None:
+        """Delete the host's overflow chunks read back in an earlier bundle, then read back
+        as many as its queue has room for."""
+        overflow = self._host_overflow()
+        if overflow is None:
+            return
+        done = state.deletable()
+        if done and host not in self._refilled_in_bundle:
+            overflow.delete(host, done)
+            state.overflow_deleted = done.stop
+        wanted = state.refill_wanted(self._config.policy)
+        if wanted:
+            lost = state.refilled(wanted, overflow.read(host, wanted))
+            self._refilled_in_bundle.add(host)
+            if lost:
+                log.error("host %s: %d URLs lost with missing overflow chunks", host, lost)
+                self._overflow_lost.inc(lost)
 
     def finish_bundle(self) -> None:
         if self._counters is not None and self._accepted_in_bundle:
@@ -271,6 +307,7 @@ class HostSchedulerFn(beam.DoFn):
                 response = future.result()
                 decision = state.complete(lease.lease_id, _report(response, lease), now, policy)
                 yield from self._carry_out(host, decision, response)
+        self._tend_overflow(host, state)
         # The host is due once it has work and its delay has passed.
         due = max(state.next_allowed, state.busy_since or 0.0)
         decision = state.next_action(now, policy, claim_page=self._budget.try_claim,
