@@ -11,6 +11,17 @@ import pytest
 
 GCS_BUCKET = "crawl-output"
 
+
+@pytest.fixture
+def pubsub_emulator_installed() -> None:
+    """Skips the test, saying how to install it, where the Pub/Sub emulator is missing."""
+    from pipeline.emulators import find_sdk_root
+
+    root = find_sdk_root()
+    if root is None or not (root / "platform" / "pubsub-emulator").exists():
+        pytest.skip("the Pub/Sub emulator is not installed (gcloud components install "
+                    "pubsub-emulator)")
+
 # Runs in the emulator's own process: binds port 0 and reports the port it got, so parallel
 # test runs never collide; stops when the test process closes its stdin.
 _LAUNCH_GCS_EMULATOR = """

@@ -11,7 +11,6 @@ import pytest
 from pipeline.emulators import (
     ensure_subscription,
     ensure_topic,
-    find_sdk_root,
     start_bigtable_emulator,
     start_pubsub_emulator,
 )
@@ -32,13 +31,6 @@ from pipeline.transforms import store
 
 AGENT = "beam-crawler-test/1.0"
 PROJECT = "local-crawler"
-
-
-def _require_emulator() -> None:
-    root = find_sdk_root()
-    if root is None or not (root / "platform" / "pubsub-emulator").exists():
-        pytest.skip("the Pub/Sub emulator is not installed (gcloud components install "
-                    "pubsub-emulator)")
 
 
 def test_dead_letters_and_batches_share_the_frontier_and_decode_apart():
@@ -62,8 +54,9 @@ def test_redrive_without_an_emulator_explains_what_to_do(monkeypatch, capsys):
 
 
 @pytest.mark.slow
-def test_redrive_moves_kept_letters_to_the_frontier_and_acknowledges_them(monkeypatch):
-    _require_emulator()
+def test_redrive_moves_kept_letters_to_the_frontier_and_acknowledges_them(
+    monkeypatch, pubsub_emulator_installed
+):
     crawl_id = "c-moves"
     with start_pubsub_emulator() as emulator:
         monkeypatch.setenv("PUBSUB_EMULATOR_HOST", emulator.host_port)
@@ -98,12 +91,11 @@ def test_redrive_moves_kept_letters_to_the_frontier_and_acknowledges_them(monkey
 
 @pytest.mark.slow
 def test_a_fixed_parser_turns_dead_letters_into_pages_without_fetching_them_again(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, pubsub_emulator_installed
 ):
     """A parser bug dead-letters some pages; after the fix, `crawl --resume --redrive` parses
     their stored responses again: each gets its fetched row with text in place of its
     dead_lettered one, no page is requested twice, and the crawl record's counters match."""
-    _require_emulator()
     from pipeline.bigtable_store import BigtableConfig
     from pipeline.lookup import crawl_status
 
@@ -141,15 +133,18 @@ def test_a_fixed_parser_turns_dead_letters_into_pages_without_fetching_them_agai
                                 now=0.0)["counters"]
     assert first.status == second.status == "drained"
     assert dead and dead == broken
-    rows = query_pages(out, crawl_id, "SELECT url, state, wet_file FROM pages")
-    per_url = Counter(url for url, _, _ in rows)
+    rows = query_pages(out, crawl_id, "SELECT url, state, reason, wet_file FROM pages")
+    per_url = Counter(url for url, _, _, _ in rows)
     assert [url for url, n in per_url.items() if n > 1] == []
-    states = {url: (state, wet) for url, state, wet in rows}
-    assert all(states[url][0] in ("fetched", "duplicate") and states[url][1] for url in dead)
+    final = {url: (state, reason, wet) for url, state, reason, wet in rows}
+    for url in dead:  # parsed now: text stored, or the reason there is none
+        state, reason, wet = final[url]
+        assert state in ("fetched", "duplicate"), (url, state, reason)
+        assert wet or reason in ("no main text found", "meta robots noindex: text not stored")
     assert second.by_state.get("dead_lettered", 0) == 0
     # Parsed again from storage: not one of them was requested again.
     again = {f"http://{r.host}:{port}{r.path}" for r in requests[requests_before:]}
     assert dead.isdisjoint(again)
-    by_state = Counter(state for _, state, _ in rows)
+    by_state = Counter(state for _, state, _, _ in rows)
     assert counters.get("dead_lettered", 0) == 0
     assert {state: counters.get(state, 0) for state in by_state} == dict(by_state)
