@@ -65,7 +65,7 @@ def build_crawl(
     fetched = (scheduled.fetched, replayed.fetched) | "AllFetched" >> beam.Flatten()
     stored = fetched | "StorePages" >> StorePages(
         opts.out, opts.crawl_id, agent=opts.user_agent.split("/")[0],
-        duplicates=opts.duplicate_policy(),
+        duplicates=opts.duplicate_policy(), fast=opts.extractor == "trafilatura-fast",
     )
     rows = (scheduled[ROWS], replayed[ROWS], stored["rows"]) | "AllRows" >> beam.Flatten()
     rows | "WritePagesTable" >> WritePagesTable(opts.out, opts.crawl_id)

@@ -33,3 +33,15 @@ def test_the_options_reach_the_policies():
 
 def test_the_retry_base_reaches_the_host_policy():
     assert CrawlOptions(seeds=("http://a.test/",), retry_base=0.5).host_policy().retry_base == 0.5
+
+
+def test_the_extractor_is_checked_and_the_help_says_what_each_scores():
+    import argparse
+
+    from pipeline.options import add_crawl_arguments
+
+    with pytest.raises(ValueError, match="--extractor"):
+        CrawlOptions(seeds=("http://a.test/",), extractor="rs-trafilatura")
+    parser = argparse.ArgumentParser()
+    add_crawl_arguments(parser)
+    assert "F1 0.965" in parser.format_help()

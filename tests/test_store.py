@@ -82,3 +82,19 @@ def test_a_page_that_crashes_the_parser_is_dead_lettered(tmp_path, monkeypatch):
 def test_page_links_are_normalised_and_deduplicated_within_the_page():
     hrefs = ("/x?b=2&a=1", "/x?a=1&b=2#frag", "HTTP://A.TEST/x?a=1&b=2", "mailto:a@b", "/")
     assert page_links("http://a.test/", hrefs) == ("http://a.test/x?a=1&b=2",)
+
+
+def test_the_fast_extractor_is_passed_to_the_parser(tmp_path, monkeypatch):
+    from pipeline.transforms import store
+
+    seen = []
+    real = store.parse_page
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("fast"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "parse_page", spy)
+    warc, _ = writers(tmp_path)
+    fast = store_page(result(), warc, fast=True)
+    assert seen == [True] and fast.row.state == PageState.FETCHED and "harbour master" in fast.text

@@ -75,7 +75,7 @@ def page_links(page_url: str, hrefs: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def store_page(
-    result: FetchResult, warc: SegmentWriter, *, agent: str | None = None
+    result: FetchResult, warc: SegmentWriter, *, agent: str | None = None, fast: bool = False
 ) -> StoredPage:
     """Write one response's WARC record and decide its row: the heart of StorePages.
 
@@ -119,7 +119,7 @@ def store_page(
         kind = (content_type or "no content type").split(";")[0].strip()
         reason = "; ".join(filter(None, (f"not HTML ({kind}): not parsed", truncated)))
         return StoredPage(PageRow(**row, state=PageState.FETCHED, reason=reason), None)
-    parsed, error, attempts = _parse_with_retries(result, content_type, agent)
+    parsed, error, attempts = _parse_with_retries(result, content_type, agent, fast)
     if parsed is None:
         # Poison: the page crashes the parser every time. It is dead-lettered with its
         # stored response, and the crawl goes on.
@@ -171,7 +171,7 @@ def dedup_text(
 
 
 def _parse_with_retries(
-    result: FetchResult, content_type: str | None, agent: str | None
+    result: FetchResult, content_type: str | None, agent: str | None, fast: bool = False
 ) -> tuple[ParsedPage | None, str, int]:
     """parse_page, tried PARSE_ATTEMPTS times: (page, "", attempts) or (None, error, attempts).
 
@@ -180,7 +180,8 @@ def _parse_with_retries(
     error = ""
     for attempt in range(1, PARSE_ATTEMPTS + 1):
         try:
-            return parse_page(result.url, result.body, content_type, agent=agent), "", attempt
+            page = parse_page(result.url, result.body, content_type, agent=agent, fast=fast)
+            return page, "", attempt
         except Exception as exc:  # noqa: BLE001 - see docstring
             error = f"{type(exc).__name__}: {exc}"[:500]
             log.warning("parsing %s failed (attempt %d): %s", result.url, attempt, error)
@@ -225,10 +226,11 @@ atexit.register(OpenSegments.close_all)
 
 
 class StorePagesFn(beam.DoFn):
-    def __init__(self, out: str, crawl_id: str, agent: str | None) -> None:
+    def __init__(self, out: str, crawl_id: str, agent: str | None, fast: bool = False) -> None:
         self._out = out
         self._crawl_id = crawl_id
         self._agent = agent
+        self._fast = fast
         self._warc: SegmentWriter | None = None
         self._wet: SegmentWriter | None = None
         self._buffer: list[StoredPage] = []
@@ -243,7 +245,7 @@ class StorePagesFn(beam.DoFn):
 
     def process(self, result: FetchResult) -> None:
         assert self._warc is not None
-        self._buffer.append(store_page(result, self._warc, agent=self._agent))
+        self._buffer.append(store_page(result, self._warc, agent=self._agent, fast=self._fast))
         self._bytes.inc(len(result.body))
 
     def finish_bundle(self) -> Iterator[WindowedValue]:
@@ -403,8 +405,9 @@ class StorePages(beam.PTransform):
     """
 
     def __init__(self, out: str, crawl_id: str, agent: str | None = None,
-                 duplicates: DuplicatePolicy | None = None) -> None:
+                 duplicates: DuplicatePolicy | None = None, fast: bool = False) -> None:
         super().__init__()
+        self._fast = fast
         self._out = out
         self._crawl_id = crawl_id
         self._agent = agent
@@ -415,7 +418,7 @@ class StorePages(beam.PTransform):
             fetched
             | "Reshuffle" >> beam.Reshuffle()
             | "WriteRecordsAndParse" >> beam.ParDo(
-                StorePagesFn(self._out, self._crawl_id, self._agent)
+                StorePagesFn(self._out, self._crawl_id, self._agent, self._fast)
             ).with_outputs(LINKS, DEAD_LETTERS, TEXTS, main="rows")
         )
         deduped = (
