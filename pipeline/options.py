@@ -205,6 +205,10 @@ def add_crawl_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds a host waits after its first transient failure; doubled "
                              "per consecutive failure, jittered, capped at 600 s, never less "
                              "than a Retry-After (default: %(default)s)")
+    parser.add_argument("--host-queue-cap", type=_positive_int, default=2000,
+                        help="URLs a host's state holds; more wait in overflow chunks in "
+                             "Bigtable and come back in order as the queue empties "
+                             "(default: %(default)s)")
     parser.add_argument("--extractor", choices=EXTRACTORS, default="trafilatura",
                         help="main-text extractor: trafilatura (F1 0.965 on the real-pages "
                              "benchmark) or trafilatura-fast (no fallback extractors: F1 0.961, "
@@ -281,6 +285,7 @@ def options_from_args(args: argparse.Namespace) -> CrawlOptions:
         circuit_seconds=args.circuit_seconds,
         retry_base=args.retry_base,
         extractor=args.extractor,
+        host_queue_cap=args.host_queue_cap,
         near_duplicate_bits=args.near_duplicate_bits,
         duplicate_slowdown=args.duplicate_slowdown,
         progress=not args.no_progress,
