@@ -368,14 +368,14 @@ class PageRowEntry(RowMutationEntry):
         # RowMutationEntry.__init__ is not called: it wants mutation objects, which are what
         # this class avoids building. The client reads row_key and len(mutations).
         self.row_key = row_key
-        self._entry = bigtable_types.MutateRowsRequest.Entry.wrap(entry_pb)
+        self._entry_pb = entry_pb
         self.mutations = entry_pb.mutations
 
     def _to_pb(self) -> bigtable_types.MutateRowsRequest.Entry:
-        return self._entry
+        return bigtable_types.MutateRowsRequest.Entry.wrap(self._entry_pb)
 
     def _to_dict(self) -> dict[str, Any]:
-        return bigtable_types.MutateRowsRequest.Entry.to_dict(self._entry)
+        return bigtable_types.MutateRowsRequest.Entry.to_dict(self._to_pb())
 
     def is_idempotent(self) -> bool:
         return True

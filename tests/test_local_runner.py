@@ -59,3 +59,46 @@ def test_specs_are_beams_and_inspected_once_per_shape() -> None:
     holder.helper = stateful.process
     assert userstate.get_dofn_specs(holder) == ({STATE}, set())
     assert userstate.get_dofn_specs(CountedDirFn()) == (set(), set())
+
+
+def test_timer_scan_skips_keys_without_timers_and_finds_every_due_timer() -> None:
+    from apache_beam import TimeDomain
+    from apache_beam.runners.direct.clock import TestClock
+    from apache_beam.runners.direct.watermark_manager import _TransformWatermarks
+    from apache_beam.transforms.trigger import InMemoryUnmergedState
+    from apache_beam.transforms.window import GlobalWindow
+    from apache_beam.utils.timestamp import Timestamp
+
+    assert install_direct_runner_speedups()
+    window = GlobalWindow()
+    due, later, empty, cleared = (InMemoryUnmergedState() for _ in range(4))
+    due.set_timer(window, "wake", TimeDomain.REAL_TIME, Timestamp(10))
+    later.set_timer(window, "wake", TimeDomain.REAL_TIME, Timestamp(99))
+    cleared.set_timer(window, "wake", TimeDomain.REAL_TIME, Timestamp(5))
+    cleared.clear_timer(window, "wake", TimeDomain.REAL_TIME)
+    states = {b"due": due, b"later": later, b"empty": empty, b"cleared": cleared}
+    watermarks = _TransformWatermarks(TestClock(Timestamp(50)), states, "step")
+
+    fired, has_realtime = watermarks.extract_transform_timers()
+    assert [(f.encoded_key, f.name, f.timestamp) for f in fired] == [
+        (b"due", "wake", Timestamp(10))
+    ]
+    assert has_realtime  # `later` still waits
+
+    only_empty = _TransformWatermarks(TestClock(Timestamp(50)), {b"e": empty}, "step")
+    assert only_empty.extract_transform_timers() == ([], False)
+
+
+def test_option_views_are_made_once_and_share_values() -> None:
+    from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
+
+    from pipeline.local_runner import _CachedViews
+
+    options = PipelineOptions(flags=[], project="p1")
+    cached = _CachedViews(options)
+    view = cached.view_as(GoogleCloudOptions)
+    assert view is cached.view_as(GoogleCloudOptions)
+    assert view.project == "p1"
+    view.project = "p2"  # a view writes through to the options it came from
+    assert options.view_as(GoogleCloudOptions).project == "p2"
+    assert cached.get_all_options()["project"] == "p2"
