@@ -102,3 +102,42 @@ def test_option_views_are_made_once_and_share_values() -> None:
     view.project = "p2"  # a view writes through to the options it came from
     assert options.view_as(GoogleCloudOptions).project == "p2"
     assert cached.get_all_options()["project"] == "p2"
+
+
+def test_indexed_scan_sees_timers_stored_with_a_state_and_rescans_for_the_rest() -> None:
+    from apache_beam import TimeDomain
+    from apache_beam.runners.direct.clock import TestClock
+    from apache_beam.runners.direct.watermark_manager import _TransformWatermarks
+    from apache_beam.transforms.trigger import InMemoryUnmergedState
+    from apache_beam.transforms.window import GlobalWindow
+    from apache_beam.utils.timestamp import Timestamp
+
+    from pipeline.local_runner import _TimerIndexedStates
+
+    assert install_direct_runner_speedups()
+    window = GlobalWindow()
+    states = _TimerIndexedStates({f"k{i}".encode(): InMemoryUnmergedState() for i in range(50)})
+    watermarks = _TransformWatermarks(TestClock(Timestamp(50)), states, "step")
+    assert watermarks.extract_transform_timers() == ([], False)  # the first scan is full
+    assert states.keys_with_timers == set()
+
+    # The runner's way: a copy of the key's state gets the timer and is stored back.
+    copy = states[b"k7"].copy()
+    copy.set_timer(window, "wake", TimeDomain.REAL_TIME, Timestamp(10))
+    states[b"k7"] = copy
+    assert states.keys_with_timers == {b"k7"}
+    fired, has_realtime = watermarks.extract_transform_timers()
+    assert [f.encoded_key for f in fired] == [b"k7"] and has_realtime
+
+    # A timer set in place, behind the index's back, is found by the next full scan.
+    states[b"k9"].set_timer(window, "wake", TimeDomain.REAL_TIME, Timestamp(20))
+    assert [f.encoded_key for f in watermarks.extract_transform_timers()[0]] == [b"k7"]
+    states.last_full_scan = float("-inf")
+    fired, _ = watermarks.extract_transform_timers()
+    assert sorted(f.encoded_key for f in fired) == [b"k7", b"k9"]
+    assert states.keys_with_timers == {b"k7", b"k9"}
+
+    cleared = states[b"k7"].copy()
+    cleared.clear_timer(window, "wake", TimeDomain.REAL_TIME)
+    states[b"k7"] = cleared
+    assert states.keys_with_timers == {b"k9"}
