@@ -28,6 +28,7 @@ import logging
 import threading
 import time
 import types
+import weakref
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,31 @@ _lock = threading.Lock()
 
 PULL_DEADLINE_S = 0.5
 PULL_MAX_MESSAGES = 100
+# After an empty pull, the runner's only thread waits this long at most before its next
+# loop, unless other work is queued or a timer falls due sooner (then it waits until then).
+# The emulator answers an empty pull in 5-25 ms, so without a pause an idle crawl loops
+# 40-200 times a second, each loop a pull, a bundle and a timer scan: 0.7 of a core and as
+# much emulator CPU while a politeness-bound crawl waits for its hosts.
+IDLE_PAUSE_MAX_S = 0.05
+
+
+class _Idleness:
+    """What an empty pull needs to know to pause: the runner's task queue and, per step, the
+    earliest real-time timer not yet due (recorded by the timer scan)."""
+
+    executor: Any = None  # weakref to the runner's _ExecutorService
+    next_timer: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+
+    @classmethod
+    def pause_s(cls, now: float) -> float:
+        service = cls.executor() if cls.executor is not None else None
+        tasks = getattr(service, "queue", None)
+        # The runner's monitor task is always queued while a bundle runs; anything more is
+        # work that must not wait.
+        if tasks is None or tasks.qsize() > 1:
+            return 0.0
+        due = min(cls.next_timer.values(), default=float("inf"))
+        return max(0.0, min(IDLE_PAUSE_MAX_S, due - now))
 
 
 class _ShortPulls:
@@ -51,17 +77,37 @@ class _ShortPulls:
         from google.pubsub_v1.types import PullResponse
 
         try:
-            return self._client.pull(
+            response = self._client.pull(
                 subscription=subscription,
                 max_messages=max(max_messages, PULL_MAX_MESSAGES),
                 timeout=min(timeout or PULL_DEADLINE_S, PULL_DEADLINE_S),
                 **kwargs,
             )
         except DeadlineExceeded:
-            return PullResponse()
+            response = PullResponse()
+        if not response.received_messages:
+            pause = _Idleness.pause_s(time.time())
+            if pause > 0:
+                time.sleep(pause)  # an idle wait, bounded by the next timer; not a sync point
+        return response
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
+
+
+def _install_idle_pauses(executor: Any) -> bool:
+    service = getattr(executor, "_ExecutorService", None)
+    original = getattr(service, "__init__", None)
+    if original is None:
+        return False
+
+    @functools.wraps(original)
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        _Idleness.executor = weakref.ref(self)
+
+    service.__init__ = init
+    return True
 
 
 def _install_short_pulls(transform_evaluator: Any) -> bool:
@@ -155,6 +201,29 @@ def _has_timers(state: Any) -> bool:
     return bool(getattr(state, "timers", True))
 
 
+def _next_real_time_timer(state: Any, now_s: float) -> float:
+    """Epoch seconds of the state's earliest real-time timer still to come (inf: none).
+
+    Never raises: it runs inside the runner's monitor, whose death stalls the pipeline. A
+    timer it cannot read counts as due now (no pause).
+    """
+    from apache_beam import TimeDomain
+
+    earliest = float("inf")
+    try:
+        for timers in state.timers.values():
+            for (_, time_domain, _), timestamp in timers.items():
+                if time_domain == TimeDomain.REAL_TIME:
+                    # A Timestamp, or epoch seconds as a number (both occur).
+                    micros = getattr(timestamp, "micros", None)
+                    at = micros / 1e6 if micros is not None else float(timestamp)
+                    if now_s < at < earliest:
+                        earliest = at
+    except Exception:  # noqa: BLE001 - see docstring
+        return now_s
+    return earliest
+
+
 def _install_cheaper_timer_scan(evaluation_context: Any, watermark_manager: Any) -> bool:
     """Visit only keys with timers when the runner looks for timers that are due.
 
@@ -191,6 +260,9 @@ def _install_cheaper_timer_scan(evaluation_context: Any, watermark_manager: Any)
                     states.last_full_scan = now
             fired_timers = []
             has_realtime_timer = False
+            clock_now = self._clock.time()  # epoch seconds; a Timestamp under a test clock
+            now_s = float(getattr(clock_now, "micros", clock_now * 1e6)) / 1e6
+            next_timer = float("inf")
             for encoded_key in keys:
                 state = states.get(encoded_key)
                 if state is None or not _has_timers(state):
@@ -199,6 +271,7 @@ def _install_cheaper_timer_scan(evaluation_context: Any, watermark_manager: Any)
                     continue
                 if index is not None:
                     index.add(encoded_key)
+                next_timer = min(next_timer, _next_real_time_timer(state, now_s))
                 timers, had_realtime_timer = state.get_timers(
                     watermark=self._input_watermark, processing_time=self._clock.time()
                 )
@@ -209,6 +282,7 @@ def _install_cheaper_timer_scan(evaluation_context: Any, watermark_manager: Any)
                         dynamic_timer_tag=dynamic_timer_tag,
                     ))
             self._fired_timers.update(fired_timers)
+            _Idleness.next_timer[self] = next_timer
             return fired_timers, has_realtime_timer
 
     context._initialize_keyed_states = initialize_keyed_states
@@ -225,6 +299,7 @@ def install_direct_runner_speedups() -> bool:
         try:
             from apache_beam.runners.direct import (
                 evaluation_context,
+                executor,
                 transform_evaluator,
                 watermark_manager,
             )
@@ -296,6 +371,7 @@ def install_direct_runner_speedups() -> bool:
         if evaluator_init.__defaults__ == (True,):
             evaluator_init.__defaults__ = (False,)
         _install_short_pulls(transform_evaluator)
+        _install_idle_pauses(executor)
         _install_cached_option_views(transform_evaluator)
         _install_cheaper_timer_scan(evaluation_context, watermark_manager)
         core.get_function_args_defaults = cached_args

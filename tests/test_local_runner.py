@@ -141,3 +141,49 @@ def test_indexed_scan_sees_timers_stored_with_a_state_and_rescans_for_the_rest()
     cleared.clear_timer(window, "wake", TimeDomain.REAL_TIME)
     states[b"k7"] = cleared
     assert states.keys_with_timers == {b"k9"}
+
+
+def test_an_empty_pull_pauses_only_when_idle_and_never_past_the_next_timer() -> None:
+    import queue
+    import weakref
+
+    from apache_beam import TimeDomain
+    from apache_beam.runners.direct.clock import TestClock
+    from apache_beam.runners.direct.watermark_manager import _TransformWatermarks
+    from apache_beam.transforms.trigger import InMemoryUnmergedState
+    from apache_beam.transforms.window import GlobalWindow
+    from apache_beam.utils.timestamp import Timestamp
+
+    from pipeline.local_runner import IDLE_PAUSE_MAX_S, _Idleness, _TimerIndexedStates
+
+    assert install_direct_runner_speedups()
+
+    class Service:
+        def __init__(self) -> None:
+            self.queue: queue.Queue[str] = queue.Queue()
+
+    service = Service()
+    previous = _Idleness.executor
+    _Idleness.executor = weakref.ref(service)
+    try:
+        state = InMemoryUnmergedState()
+        state.set_timer(GlobalWindow(), "wake", TimeDomain.REAL_TIME, Timestamp(100.02))
+        states = _TimerIndexedStates({b"host": state})
+        watermarks = _TransformWatermarks(TestClock(Timestamp(100)), states, "step")
+        assert watermarks.extract_transform_timers() == ([], True)
+
+        service.queue.put("monitor")
+        assert abs(_Idleness.pause_s(100.0) - 0.02) < 1e-6  # until the timer, not longer
+        assert _Idleness.pause_s(99.0) == IDLE_PAUSE_MAX_S  # capped
+        assert _Idleness.pause_s(100.5) == 0.0  # the timer is due: no pause
+        # Timers set as plain epoch seconds count too.
+        other = InMemoryUnmergedState()
+        other.set_timer(GlobalWindow(), "wake", TimeDomain.REAL_TIME, 100.01)
+        states[b"other"] = other
+        watermarks.extract_transform_timers()
+        assert abs(_Idleness.pause_s(100.0) - 0.01) < 1e-6
+        service.queue.put("a bundle")
+        assert _Idleness.pause_s(99.0) == 0.0  # other work is queued: no pause
+    finally:
+        _Idleness.executor = previous
+        _Idleness.next_timer.clear()
