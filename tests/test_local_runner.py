@@ -56,7 +56,7 @@ def test_specs_are_beams_and_inspected_once_per_shape() -> None:
     # An instance holding a bound method of a stateful DoFn has that method's specs: the
     # cache must not hand it the specs of its class.
     holder = CountedDirFn()
-    holder.helper = stateful.process
+    holder.on_page = stateful.process
     assert userstate.get_dofn_specs(holder) == ({STATE}, set())
     assert userstate.get_dofn_specs(CountedDirFn()) == (set(), set())
 
