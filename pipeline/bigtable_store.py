@@ -53,6 +53,8 @@ from google.cloud.bigtable.data.row_filters import (
     RowFilterChain,
     RowKeyRegexFilter,
 )
+from google.cloud.bigtable_v2.types import bigtable as bigtable_types
+from google.cloud.bigtable_v2.types import data as data_types
 
 from pipeline.pages_table import PAGES_COLUMNS, Column, dict_to_row, row_to_dict
 from pipeline.records import PageRow, PageState
@@ -339,7 +341,53 @@ def _decode(kind: str, data: bytes) -> Any:
     return _EPOCH + timedelta(microseconds=_INT64.unpack(data)[0])
 
 
-def page_mutation(row: PageRow) -> RowMutationEntry:
+# The raw protobuf classes behind the client's proto-plus types. The client turns every
+# SetCell and DeleteRangeFromColumn object into a proto-plus message one by one, at ~20 us per
+# cell; a page row has 21 cells and a crawl writes a row for every URL it accepts (40 per
+# fetched page at depth 1 on real pages), which made row writes 22 % of a real-pages crawl's
+# CPU. Built straight as protobuf, the same entry costs a quarter of that (110-130 us against
+# 430-500 us a row, two thirds of them `filtered` rows, on the shared 2-core machine).
+_ENTRY_PB = bigtable_types.MutateRowsRequest.Entry.pb()
+_MUTATION_PB = data_types.Mutation.pb()
+_SET_CELL_PB = data_types.Mutation.SetCell.pb()
+# What the client sends for DeleteRangeFromColumn(family, qualifier): an empty time range,
+# i.e. every version. Built once per column; a repeated field copies what it is given.
+_DELETE_COLUMN: dict[str, Any] = {
+    name: _MUTATION_PB(delete_from_column=data_types.Mutation.DeleteFromColumn.pb()(
+        family_name=PAGES_FAMILY, column_qualifier=name.encode(),
+        time_range=data_types.TimestampRange.pb()(),
+    ))
+    for name in _PAGE_KINDS
+}
+_QUALIFIERS: dict[str, bytes] = {name: name.encode() for name in _PAGE_KINDS}
+
+
+class PageRowEntry(RowMutationEntry):
+    """A MutateRows entry for one page row, built as protobuf rather than from the client's
+    mutation objects; the client sends it as it is (`_to_pb`).
+
+    Every mutation of a page row is idempotent (cells at an explicit timestamp, deletes), so
+    the client may retry it.
+    """
+
+    def __init__(self, row_key: bytes, entry_pb: Any) -> None:
+        # RowMutationEntry.__init__ is not called: it wants mutation objects, which are what
+        # this class avoids building. The client reads row_key and len(mutations).
+        self.row_key = row_key
+        self._entry_pb = entry_pb
+        self.mutations = entry_pb.mutations
+
+    def _to_pb(self) -> bigtable_types.MutateRowsRequest.Entry:
+        return bigtable_types.MutateRowsRequest.Entry.wrap(self._entry_pb)
+
+    def _to_dict(self) -> dict[str, Any]:
+        return bigtable_types.MutateRowsRequest.Entry.to_dict(self._to_pb())
+
+    def is_idempotent(self) -> bool:
+        return True
+
+
+def page_mutation(row: PageRow) -> PageRowEntry:
     """The MutateRows entry that makes a page's row equal to `row`: every present column
     set, every absent (None) column deleted, so the stored row never mixes two writes."""
     values = row_to_dict(row)
@@ -350,12 +398,14 @@ def page_mutation(row: PageRow) -> RowMutationEntry:
     for name, kind in _PAGE_KINDS.items():
         value = values[name]
         if value is None:
-            mutations.append(DeleteRangeFromColumn(PAGES_FAMILY, name.encode()))
+            mutations.append(_DELETE_COLUMN[name])
         else:
-            mutations.append(
-                SetCell(PAGES_FAMILY, name.encode(), _encode(kind, value), _PAGE_CELL_MICROS)
-            )
-    return RowMutationEntry(page_key(row), mutations)
+            mutations.append(_MUTATION_PB(set_cell=_SET_CELL_PB(
+                family_name=PAGES_FAMILY, column_qualifier=_QUALIFIERS[name],
+                timestamp_micros=_PAGE_CELL_MICROS, value=_encode(kind, value),
+            )))
+    key = page_key(row)
+    return PageRowEntry(key, _ENTRY_PB(row_key=key, mutations=mutations))
 
 
 def _page_of(stored: Row) -> PageRow:

@@ -1,0 +1,189 @@
+"""The local runner's speedups: cached DoFn state/timer specs must be what Beam computes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.coders import PickleCoder
+from apache_beam.transforms import userstate
+from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
+
+from pipeline.local_runner import install_direct_runner_speedups
+
+STATE = ReadModifyWriteStateSpec("s", PickleCoder())
+
+
+class StatefulFn(beam.DoFn):
+    def process(self, element: Any, state=beam.DoFn.StateParam(STATE)) -> None:
+        pass
+
+
+class CountedDirFn(beam.DoFn):
+    """Counts how often get_dofn_specs really inspects it (it starts with dir())."""
+
+    dir_calls = 0
+
+    def __dir__(self) -> list[str]:
+        CountedDirFn.dir_calls += 1
+        return list(super().__dir__())
+
+    def process(self, element: Any) -> None:
+        pass
+
+
+def test_specs_are_beams_and_inspected_once_per_shape() -> None:
+    assert install_direct_runner_speedups()
+    stateful = StatefulFn()
+    assert userstate.get_dofn_specs(stateful) == ({STATE}, set())
+    assert userstate.is_stateful_dofn(stateful)
+
+    # Map wraps a plain function in an instance attribute `process`: stateless, and cached
+    # like any other DoFn (it used to be inspected on every call).
+    wrapped = beam.Map(lambda x: x).dofn
+    assert userstate.get_dofn_specs(wrapped) == (set(), set())
+    assert not userstate.is_stateful_dofn(wrapped)
+
+    plain = CountedDirFn()
+    for _ in range(3):
+        assert userstate.get_dofn_specs(plain) == (set(), set())
+    shadowed = CountedDirFn()
+    shadowed.process = lambda element: None  # a plain function: get_dofn_specs skips it
+    for _ in range(3):
+        assert userstate.get_dofn_specs(shadowed) == (set(), set())
+    assert CountedDirFn.dir_calls == 2  # once per shape, not once per call
+
+    # An instance holding a bound method of a stateful DoFn has that method's specs: the
+    # cache must not hand it the specs of its class.
+    holder = CountedDirFn()
+    holder.on_page = stateful.process
+    assert userstate.get_dofn_specs(holder) == ({STATE}, set())
+    assert userstate.get_dofn_specs(CountedDirFn()) == (set(), set())
+
+
+def test_timer_scan_skips_keys_without_timers_and_finds_every_due_timer() -> None:
+    from apache_beam import TimeDomain
+    from apache_beam.runners.direct.clock import TestClock
+    from apache_beam.runners.direct.watermark_manager import _TransformWatermarks
+    from apache_beam.transforms.trigger import InMemoryUnmergedState
+    from apache_beam.transforms.window import GlobalWindow
+    from apache_beam.utils.timestamp import Timestamp
+
+    assert install_direct_runner_speedups()
+    window = GlobalWindow()
+    due, later, empty, cleared = (InMemoryUnmergedState() for _ in range(4))
+    due.set_timer(window, "wake", TimeDomain.REAL_TIME, Timestamp(10))
+    later.set_timer(window, "wake", TimeDomain.REAL_TIME, Timestamp(99))
+    cleared.set_timer(window, "wake", TimeDomain.REAL_TIME, Timestamp(5))
+    cleared.clear_timer(window, "wake", TimeDomain.REAL_TIME)
+    states = {b"due": due, b"later": later, b"empty": empty, b"cleared": cleared}
+    watermarks = _TransformWatermarks(TestClock(Timestamp(50)), states, "step")
+
+    fired, has_realtime = watermarks.extract_transform_timers()
+    assert [(f.encoded_key, f.name, f.timestamp) for f in fired] == [
+        (b"due", "wake", Timestamp(10))
+    ]
+    assert has_realtime  # `later` still waits
+
+    only_empty = _TransformWatermarks(TestClock(Timestamp(50)), {b"e": empty}, "step")
+    assert only_empty.extract_transform_timers() == ([], False)
+
+
+def test_option_views_are_made_once_and_share_values() -> None:
+    from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
+
+    from pipeline.local_runner import _CachedViews
+
+    options = PipelineOptions(flags=[], project="p1")
+    cached = _CachedViews(options)
+    view = cached.view_as(GoogleCloudOptions)
+    assert view is cached.view_as(GoogleCloudOptions)
+    assert view.project == "p1"
+    view.project = "p2"  # a view writes through to the options it came from
+    assert options.view_as(GoogleCloudOptions).project == "p2"
+    assert cached.get_all_options()["project"] == "p2"
+
+
+def test_indexed_scan_sees_timers_stored_with_a_state_and_rescans_for_the_rest() -> None:
+    from apache_beam import TimeDomain
+    from apache_beam.runners.direct.clock import TestClock
+    from apache_beam.runners.direct.watermark_manager import _TransformWatermarks
+    from apache_beam.transforms.trigger import InMemoryUnmergedState
+    from apache_beam.transforms.window import GlobalWindow
+    from apache_beam.utils.timestamp import Timestamp
+
+    from pipeline.local_runner import _TimerIndexedStates
+
+    assert install_direct_runner_speedups()
+    window = GlobalWindow()
+    states = _TimerIndexedStates({f"k{i}".encode(): InMemoryUnmergedState() for i in range(50)})
+    watermarks = _TransformWatermarks(TestClock(Timestamp(50)), states, "step")
+    assert watermarks.extract_transform_timers() == ([], False)  # the first scan is full
+    assert states.keys_with_timers == set()
+
+    # The runner's way: a copy of the key's state gets the timer and is stored back.
+    copy = states[b"k7"].copy()
+    copy.set_timer(window, "wake", TimeDomain.REAL_TIME, Timestamp(10))
+    states[b"k7"] = copy
+    assert states.keys_with_timers == {b"k7"}
+    fired, has_realtime = watermarks.extract_transform_timers()
+    assert [f.encoded_key for f in fired] == [b"k7"] and has_realtime
+
+    # A timer set in place, behind the index's back, is found by the next full scan.
+    states[b"k9"].set_timer(window, "wake", TimeDomain.REAL_TIME, Timestamp(20))
+    assert [f.encoded_key for f in watermarks.extract_transform_timers()[0]] == [b"k7"]
+    states.last_full_scan = float("-inf")
+    fired, _ = watermarks.extract_transform_timers()
+    assert sorted(f.encoded_key for f in fired) == [b"k7", b"k9"]
+    assert states.keys_with_timers == {b"k7", b"k9"}
+
+    cleared = states[b"k7"].copy()
+    cleared.clear_timer(window, "wake", TimeDomain.REAL_TIME)
+    states[b"k7"] = cleared
+    assert states.keys_with_timers == {b"k9"}
+
+
+def test_an_empty_pull_pauses_only_when_idle_and_never_past_the_next_timer() -> None:
+    import queue
+    import weakref
+
+    from apache_beam import TimeDomain
+    from apache_beam.runners.direct.clock import TestClock
+    from apache_beam.runners.direct.watermark_manager import _TransformWatermarks
+    from apache_beam.transforms.trigger import InMemoryUnmergedState
+    from apache_beam.transforms.window import GlobalWindow
+    from apache_beam.utils.timestamp import Timestamp
+
+    from pipeline.local_runner import IDLE_PAUSE_MAX_S, _Idleness, _TimerIndexedStates
+
+    assert install_direct_runner_speedups()
+
+    class Service:
+        def __init__(self) -> None:
+            self.queue: queue.Queue[str] = queue.Queue()
+
+    service = Service()
+    previous = _Idleness.executor
+    _Idleness.executor = weakref.ref(service)
+    try:
+        state = InMemoryUnmergedState()
+        state.set_timer(GlobalWindow(), "wake", TimeDomain.REAL_TIME, Timestamp(100.02))
+        states = _TimerIndexedStates({b"host": state})
+        watermarks = _TransformWatermarks(TestClock(Timestamp(100)), states, "step")
+        assert watermarks.extract_transform_timers() == ([], True)
+
+        service.queue.put("monitor")
+        assert abs(_Idleness.pause_s(100.0) - 0.02) < 1e-6  # until the timer, not longer
+        assert _Idleness.pause_s(99.0) == IDLE_PAUSE_MAX_S  # capped
+        assert _Idleness.pause_s(100.5) == 0.0  # the timer is due: no pause
+        # Timers set as plain epoch seconds count too.
+        other = InMemoryUnmergedState()
+        other.set_timer(GlobalWindow(), "wake", TimeDomain.REAL_TIME, 100.01)
+        states[b"other"] = other
+        watermarks.extract_transform_timers()
+        assert abs(_Idleness.pause_s(100.0) - 0.01) < 1e-6
+        service.queue.put("a bundle")
+        assert _Idleness.pause_s(99.0) == 0.0  # other work is queued: no pause
+    finally:
+        _Idleness.executor = previous
+        _Idleness.next_timer.clear()
