@@ -439,28 +439,15 @@ def start_emulators(work: Path) -> list[Any]:
     """The Pub/Sub and Bigtable emulators every crawler run shares, started here so that
     their CPU is measured on its own rather than inside the crawler's (a crawl started
     without them starts its own as children, which os.wait4 would add to the crawler)."""
-    from pipeline.emulators import start_bigtable_emulator, start_pubsub_emulator
+    from pipeline.emulators import start_missing_emulators
 
-    started = []
-    try:
-        for variable, start, name in (
-            ("PUBSUB_EMULATOR_HOST", start_pubsub_emulator, "pubsub"),
-            ("BIGTABLE_EMULATOR_HOST", start_bigtable_emulator, "bigtable"),
-        ):
-            if not os.environ.get(variable):
-                emulator = start(log_path=str(work / f"{name}-emulator.log"))
-                os.environ[variable] = emulator.host_port
-                started.append((variable, emulator))
-    except BaseException:
-        stop_emulators(started)
-        raise
-    return started
+    return start_missing_emulators(work)
 
 
 def stop_emulators(started: Sequence[Any]) -> None:
-    for variable, emulator in started:
-        emulator.stop()
-        os.environ.pop(variable, None)
+    from pipeline.emulators import stop_emulators as stop
+
+    stop(list(started))
 
 
 def emulators_cpu_s(pgids: Sequence[int]) -> float:

@@ -169,6 +169,32 @@ def start_bigtable_emulator(
     )
 
 
+def start_missing_emulators(log_dir: Path) -> list[tuple[str, RunningEmulator]]:
+    """Start the Pub/Sub and Bigtable emulators that no environment variable names, and set
+    the variables to them. Returns (variable, emulator) pairs for stop_emulators()."""
+    started: list[tuple[str, RunningEmulator]] = []
+    try:
+        for variable, start, name in (
+            ("PUBSUB_EMULATOR_HOST", start_pubsub_emulator, "pubsub"),
+            ("BIGTABLE_EMULATOR_HOST", start_bigtable_emulator, "bigtable"),
+        ):
+            if not os.environ.get(variable):
+                emulator = start(log_path=str(log_dir / f"{name}-emulator.log"))
+                os.environ[variable] = emulator.host_port
+                started.append((variable, emulator))
+    except BaseException:
+        stop_emulators(started)
+        raise
+    return started
+
+
+def stop_emulators(started: list[tuple[str, RunningEmulator]]) -> None:
+    """Stop what start_missing_emulators() started and unset its variables."""
+    for variable, emulator in started:
+        emulator.stop()
+        os.environ.pop(variable, None)
+
+
 def ensure_topic(project: str, topic: str) -> str:
     """Create the topic unless it exists; returns its full path. Uses PUBSUB_EMULATOR_HOST
     when set, Google Cloud otherwise."""

@@ -24,10 +24,14 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pipeline.records import DeadLetter, FetchResult, RecordPointer
 from pipeline.segments import read_response
 from pipeline.urls import host_key
+
+if TYPE_CHECKING:
+    from pipeline.bigtable_store import BigtableTables
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +145,16 @@ def redrive(project: str, crawl_id: str, *, limit: int | None = None,
     return RedriveReport(moved=moved, skipped=skipped)
 
 
+def uncount_dead_letters(tables: BigtableTables, crawl_id: str, n: int) -> None:
+    """Lower the crawl record's `dead_lettered` counter by the n letters sent back: each will
+    get a new terminal row, counted again under that row's state."""
+    from pipeline.bigtable_store import CrawlCounterBatch
+
+    counters = CrawlCounterBatch(tables)
+    counters.add(crawl_id, "dead_lettered", -n)
+    counters.flush()
+
+
 def add_redrive_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("crawl_id", help="crawl whose dead letters to send back")
     parser.add_argument("--project", default="local-crawler",
@@ -156,7 +170,7 @@ def run_redrive(args: argparse.Namespace) -> int:
     """`crawler redrive`: for a running crawl (on Dataflow, or a local crawl whose emulators
     were started outside it). A local crawl that has ended continues with
     `crawler crawl --resume --redrive`, which does the same before it starts fetching."""
-    from pipeline.bigtable_store import BigtableConfig, CrawlCounterBatch, open_tables
+    from pipeline.bigtable_store import BigtableConfig, open_tables
 
     if "PUBSUB_EMULATOR_HOST" not in os.environ and args.project == "local-crawler":
         print("crawler redrive: PUBSUB_EMULATOR_HOST is not set, and a local crawl's "
@@ -168,12 +182,8 @@ def run_redrive(args: argparse.Namespace) -> int:
         tables = open_tables(BigtableConfig(project=args.project,
                                             instance=args.bigtable_instance), create=False)
 
-        def uncount(n: int) -> None:
-            counters = CrawlCounterBatch(tables)
-            counters.add(args.crawl_id, "dead_lettered", -n)
-            counters.flush()
-
-        report = redrive(args.project, args.crawl_id, limit=args.max, on_moved=uncount)
+        report = redrive(args.project, args.crawl_id, limit=args.max,
+                         on_moved=lambda n: uncount_dead_letters(tables, args.crawl_id, n))
     except Exception as exc:  # a missing emulator or subscription: one line, not a trace
         print(f"crawler redrive: cannot redrive crawl {args.crawl_id}: "
               f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",

@@ -13,7 +13,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import os
 import tempfile
 import time
 import uuid
@@ -27,8 +26,6 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipeline import storage
 from pipeline.bigtable_store import (
     BigtableConfig,
-    BigtableTables,
-    CrawlCounterBatch,
     CrawlExists,
     create_crawl,
     open_tables,
@@ -36,11 +33,10 @@ from pipeline.bigtable_store import (
 )
 from pipeline.budget import BlockPageBudget, LocalPageBudget
 from pipeline.emulators import (
-    RunningEmulator,
     ensure_subscription,
     ensure_topic,
-    start_bigtable_emulator,
-    start_pubsub_emulator,
+    start_missing_emulators,
+    stop_emulators,
 )
 from pipeline.events import events_subscription_name, events_topic_name
 from pipeline.graph import build_crawl
@@ -54,6 +50,7 @@ from pipeline.redrive import (
     frontier_topic_name,
     redrive_subscription_name,
     stored_dead_letters,
+    uncount_dead_letters,
 )
 from pipeline.resume import ResumePlan, plan_resume, read_manifest, write_manifest
 from pipeline.transforms.bigtable import SharedBigtable
@@ -108,16 +105,6 @@ def _read_counters() -> dict[str, int]:
     return counts
 
 
-def _uncount_dead_letters(tables: BigtableTables | None, crawl_id: str, n: int) -> None:
-    """Redriven letters leave `dead_lettered` in the crawl record: each gets a new terminal
-    row (and is counted again under that row's state)."""
-    if tables is None:
-        return
-    counters = CrawlCounterBatch(tables)
-    counters.add(crawl_id, "dead_lettered", -n)
-    counters.flush()
-
-
 def run_local_crawl(
     opts: CrawlOptions,
     *,
@@ -150,7 +137,7 @@ def run_local_crawl(
             "max_depth": opts.max_depth, "min_delay": opts.min_delay,
             "user_agent": opts.user_agent, "created_at": time.time(),
         })
-    emulators = _start_missing_emulators(log_dir)
+    emulators = start_missing_emulators(log_dir)
     bigtable = BigtableConfig(project=opts.project, instance=opts.bigtable_instance)
     tables = None
     result = None
@@ -215,7 +202,8 @@ def run_local_crawl(
             # the letters they kept) ended with it, its pages table did not.
             letters = stored_dead_letters(opts.out, opts.crawl_id)
             redrive_published = _publish(topic, letters)
-            _uncount_dead_letters(tables, opts.crawl_id, redrive_published)
+            if tables is not None:
+                uncount_dead_letters(tables, opts.crawl_id, redrive_published)
             log.warning("redrive: %d dead letters sent back to be parsed again",
                         redrive_published)
         previous: CrawlCounters | None = None
@@ -251,10 +239,9 @@ def run_local_crawl(
             with contextlib.suppress(Exception):  # best effort once the crawl has ended
                 set_crawl_status(tables, opts.crawl_id, status, time.time())
             tables.close()
-        for variable, emulator in emulators:
-            emulator.stop()
-            os.environ.pop(variable, None)
+        stop_emulators(emulators)
     elapsed = time.monotonic() - started
+    tally = _read_counters()
     summary = CrawlSummary(
         crawl_id=opts.crawl_id,
         out_dir=out_dir,
@@ -271,34 +258,14 @@ def run_local_crawl(
         cpu_s=round(time.process_time() - cpu_started, 3),
         peak_rss_mb=round(_peak_rss_mb(), 1),
         max_due_lag_ms=round(LocalTally.snapshot()[1].get("due_lag_ms", 0.0), 1),
-        near_duplicates=_read_counters().get("near_duplicates", 0),
-        hosts_throttled=_read_counters().get("hosts_throttled_for_duplicates", 0),
+        near_duplicates=tally.get("near_duplicates", 0),
+        hosts_throttled=tally.get("hosts_throttled_for_duplicates", 0),
         redriven=counters.urls_redriven,
-        urls_overflowed=_read_counters().get("urls_overflowed", 0),
+        urls_overflowed=tally.get("urls_overflowed", 0),
     )
     storage.write_file(storage.join(out_dir, "summary.json"),
                        (json.dumps(asdict(summary), indent=2) + "\n").encode())
     return summary
-
-
-def _start_missing_emulators(log_dir: Path) -> list[tuple[str, RunningEmulator]]:
-    """Start the Pub/Sub and Bigtable emulators this crawl needs and nobody configured."""
-    started: list[tuple[str, RunningEmulator]] = []
-    try:
-        for variable, start, name in (
-            ("PUBSUB_EMULATOR_HOST", start_pubsub_emulator, "pubsub"),
-            ("BIGTABLE_EMULATOR_HOST", start_bigtable_emulator, "bigtable"),
-        ):
-            if not os.environ.get(variable):
-                emulator = start(log_path=str(log_dir / f"{name}-emulator.log"))
-                os.environ[variable] = emulator.host_port
-                started.append((variable, emulator))
-    except BaseException:
-        for variable, emulator in started:
-            emulator.stop()
-            os.environ.pop(variable, None)
-        raise
-    return started
 
 
 def resume_batches(crawl_id: str, plan: ResumePlan) -> list[FrontierBatch]:

@@ -241,6 +241,8 @@ class HostSchedulerFn(beam.DoFn):
     def _tend_overflow(self, host: str, state: HostState) -> None:
         """Delete the host's overflow chunks read back in an earlier bundle, then read back
         as many as its queue has room for."""
+        if not (state.has_overflow or state.overflow_deleted < state.overflow_read):
+            return  # the common case, on every timer firing: nothing stored for this host
         overflow = self._host_overflow()
         if overflow is None:
             return
