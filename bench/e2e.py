@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.options import DEFAULT_USER_AGENT
-from pipeline.testweb.server import read_request_log
+from testweb.server import read_request_log
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -439,13 +439,13 @@ def start_emulators(work: Path) -> list[Any]:
     """The Pub/Sub and Bigtable emulators every crawler run shares, started here so that
     their CPU is measured on its own rather than inside the crawler's (a crawl started
     without them starts its own as children, which os.wait4 would add to the crawler)."""
-    from pipeline.emulators import start_missing_emulators
+    from pipeline.local.emulators import start_missing_emulators
 
     return start_missing_emulators(work)
 
 
 def stop_emulators(started: Sequence[Any]) -> None:
-    from pipeline.emulators import stop_emulators as stop
+    from pipeline.local.emulators import stop_emulators as stop
 
     stop(list(started))
 

@@ -4,9 +4,10 @@ pairs.
     .venv/bin/python -m bench.near_duplicates [--bits 3]
 
 Every HTML page of the hosts that carry labelled pairs is extracted as the crawler extracts it
-(pipeline.parse.parse_page), fingerprinted (pipeline.fingerprints.simhash), and every pair of
-those pages within `bits` is predicted a near-duplicate. Truth: web.near_duplicate_pairs();
-everything else (including the look-alike pairs built to fool a detector) is a negative.
+(pipeline.core.parse.parse_page), fingerprinted (pipeline.core.fingerprints.simhash), and
+every pair of those pages within `bits` is predicted a near-duplicate. Truth:
+web.near_duplicate_pairs(); everything else (including the look-alike pairs built to fool a
+detector) is a negative.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from __future__ import annotations
 import argparse
 from itertools import combinations
 
-from pipeline.fingerprints import hamming, simhash
-from pipeline.parse import is_html, parse_page
-from pipeline.testweb.web import SyntheticWeb, WebSpec
+from pipeline.core.fingerprints import hamming, simhash
+from pipeline.core.parse import is_html, parse_page
+from testweb.web import SyntheticWeb, WebSpec
 
 
 def measure(bits: int) -> dict[str, float]:

@@ -5,7 +5,7 @@ This module owns the side-by-side comparison of: trafilatura standalone (the cra
 settings, and its defaults), trafilatura with fast=True, rs-trafilatura when it is
 installed, the text the crawler stored (read back from the WET records its pages table
 points at, after a crawl of the real pages served on loopback) and the text the Scrapy
-spider wrote. Scoring is pipeline.quality.token_f1; pages whose meta robots says noindex are
+spider wrote. Scoring is testweb.quality.token_f1; pages whose meta robots says noindex are
 left out for every extractor (the crawler deliberately keeps no text for them).
 
     .venv/bin/python -m bench.quality [--e2e-results WORK/e2e-results.json]
@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.pages_table import query_pages
-from pipeline.parse import TRAFILATURA_FAST_SETTINGS, TRAFILATURA_SETTINGS, parse_page
-from pipeline.quality import BenchmarkPage, load_benchmark, shared_data_dir, token_f1
-from pipeline.records import RecordPointer
-from pipeline.segments import read_text
-from pipeline.testweb.realweb import RealWeb
+from pipeline.core.parse import TRAFILATURA_FAST_SETTINGS, TRAFILATURA_SETTINGS, parse_page
+from pipeline.core.records import RecordPointer
+from pipeline.io.pages_table import query_pages
+from pipeline.io.segments import read_text
+from testweb.quality import BenchmarkPage, load_benchmark, shared_data_dir, token_f1
+from testweb.realweb import RealWeb
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ sizing it derives for a target rate.
 
 This module owns the measurements that the other benchmarks do not make: page, link and record
 sizes of the real pages, the size and (de)serialisation cost of one host's scheduler state
-(pipeline.politeness.HostState) and of its Bloom seen-set, and the arithmetic from them to
+(pipeline.core.politeness.HostState) and of its Bloom seen-set, and the arithmetic from them to
 vCPUs, workers, messages, rows and bytes per second. CPU per page of the parse and store stages
 and of the whole crawler are the figures docs/benchmarks.md records (bench.stages, bench.e2e);
 `--remeasure-cpu` measures the per-page stages again on this machine. It runs no crawl.
@@ -25,14 +25,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.bloom import BloomFilter
-from pipeline.parse import parse_page
-from pipeline.politeness import FetchReport, HostPolicy, HostState
-from pipeline.quality import BenchmarkPage, load_benchmark, shared_data_dir
-from pipeline.records import FetchResult, FrontierBatch, RecordPointer
-from pipeline.segments import SegmentWriter
+from pipeline.core.bloom import BloomFilter
+from pipeline.core.parse import parse_page
+from pipeline.core.politeness import FetchReport, HostPolicy, HostState
+from pipeline.core.records import FetchResult, FrontierBatch, RecordPointer
+from pipeline.core.urls import InvalidURL, host_key, normalize_url, url_hash
+from pipeline.io.segments import SegmentWriter
 from pipeline.transforms.store import page_links
-from pipeline.urls import InvalidURL, host_key, normalize_url, url_hash
+from testweb.quality import BenchmarkPage, load_benchmark, shared_data_dir
 
 TARGET_RATE = 10_000_000_000 / 432_000  # 10^10 pages in 5 days (DESIGN.md)
 

@@ -4,7 +4,7 @@ This module owns the Scrapy configuration that makes the comparison fair: robots
 (with RFC 9309's status rules and Crawl-delay, which Scrapy alone does not apply), one request
 in flight and a fixed delay per host, the crawler's per-host page budget, every link
 followed except nofollow ones (a, area and rel=canonical, normalised with the crawler's own
-pipeline.urls.normalize_url so both crawlers ask for the same URLs), trafilatura text with
+pipeline.core.urls.normalize_url so both crawlers ask for the same URLs), trafilatura text with
 the crawler's settings written as JSON lines, and DNS answered from a fixed table on
 loopback. bench.e2e runs it as
 
@@ -35,11 +35,11 @@ from twisted.internet.error import DNSLookupError
 from twisted.internet.interfaces import IResolverSimple
 from zope.interface import implementer
 
-from pipeline.parse import TRAFILATURA_SETTINGS
-from pipeline.urls import InvalidURL, normalize_url
+from pipeline.core.parse import TRAFILATURA_SETTINGS
+from pipeline.core.urls import InvalidURL, normalize_url
 
 LOOPBACK = "127.0.0.1"
-# What the crawler does on the same answers (pipeline.robots, RFC 9309 2.3.1): 5xx and 429
+# What the crawler does on the same answers (pipeline.core.robots, RFC 9309 2.3.1): 5xx and 429
 # mean "disallow all", other 4xx mean "allow all". Scrapy alone parses whatever body came.
 _DISALLOW_ALL = b"User-agent: *\nDisallow: /\n"
 

@@ -22,14 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.bloom import BloomFilter
+from pipeline.core.bloom import BloomFilter
+from pipeline.core.parse import TRAFILATURA_SETTINGS, parse_page
+from pipeline.core.robots import RobotsPolicy
+from pipeline.core.urls import InvalidURL, normalize_url, url_hash
+from pipeline.io.segments import SegmentWriter, record_id
 from pipeline.options import DEFAULT_USER_AGENT
-from pipeline.parse import TRAFILATURA_SETTINGS, parse_page
-from pipeline.quality import BenchmarkPage, load_benchmark, shared_data_dir
-from pipeline.robots import RobotsPolicy
-from pipeline.segments import SegmentWriter, record_id
-from pipeline.testweb.realweb import RealWeb
-from pipeline.urls import InvalidURL, normalize_url, url_hash
+from testweb.quality import BenchmarkPage, load_benchmark, shared_data_dir
+from testweb.realweb import RealWeb
 
 # A robots.txt shaped like a large news site's: many groups and prefix rules, wildcards, '$'.
 NEWS_SITE_ROBOTS = "\n".join([

@@ -5,7 +5,7 @@
 
 Prints one JSON line (port, seeds, resolve arguments, hosts and their robots.txt
 Crawl-delay) and serves until its standard input is closed or it is terminated. This module
-owns that process contract; the webs are pipeline.testweb's.
+owns that process contract; the webs are testweb's.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.options import DEFAULT_USER_AGENT
-from pipeline.quality import shared_data_dir
-from pipeline.testweb.realweb import serve_real_pages
-from pipeline.testweb.server import serve
-from pipeline.testweb.web import WebSpec
+from testweb.quality import shared_data_dir
+from testweb.realweb import serve_real_pages
+from testweb.server import serve
+from testweb.web import WebSpec
 
 
 def _describe_synthetic(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:

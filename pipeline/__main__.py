@@ -1,5 +1,5 @@
 """`python -m pipeline` is the `crawler` command."""
 
-from pipeline.cli import main
+from pipeline.cli.main import main
 
 main()

@@ -12,9 +12,9 @@ from collections.abc import Callable
 
 import apache_beam as beam
 
-from pipeline.bigtable_store import BigtableConfig
-from pipeline.budget import PageBudget
-from pipeline.events import event_of
+from pipeline.core.budget import PageBudget
+from pipeline.io.bigtable import BigtableConfig
+from pipeline.io.events import event_of
 from pipeline.options import CrawlOptions
 from pipeline.transforms.bigtable import WritePagesToBigtable
 from pipeline.transforms.frontier import (

@@ -5,7 +5,7 @@ Every stage counts through `crawl_counter(name)`. On Dataflow the Beam metrics a
 the first bundle's updates of each step (measured: a timer-driven counter stayed at its first
 value while the DoFn fired 200 more times), so the local runtime reads the tally instead, which
 the same calls keep in this process's memory. This module does not interpret the numbers
-(pipeline.progress does).
+(pipeline.local.progress does).
 """
 
 from __future__ import annotations

@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.dns import parse_resolve
-from pipeline.fetch import FetchConfig
-from pipeline.near_duplicates import DuplicatePolicy
-from pipeline.politeness import HostPolicy
+from pipeline.core.near_duplicates import DuplicatePolicy
+from pipeline.core.politeness import HostPolicy
+from pipeline.io.dns import parse_resolve
+from pipeline.io.fetch import FetchConfig
 
 DEFAULT_USER_AGENT = "beam-crawler/0.1 (+https://github.com/beam-crawler)"
 # A crawl id names Pub/Sub topics, output directories and the last part of Bigtable row keys

@@ -15,7 +15,7 @@ GCS_BUCKET = "crawl-output"
 @pytest.fixture
 def pubsub_emulator_installed() -> None:
     """Skips the test, saying how to install it, where the Pub/Sub emulator is missing."""
-    from pipeline.emulators import find_sdk_root
+    from pipeline.local.emulators import find_sdk_root
 
     root = find_sdk_root()
     if root is None or not (root / "platform" / "pubsub-emulator").exists():

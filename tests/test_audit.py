@@ -18,10 +18,12 @@ import pytest
 import requests
 from protego import Protego
 
-from pipeline.records import PageState, RecordPointer
-from pipeline.testweb.audit import AuditReport, audit_crawl
-from pipeline.testweb.server import LoggedRequest, RunningWeb, read_request_log, serve
-from pipeline.testweb.web import (
+from pipeline.core.records import PageState, RecordPointer
+from pipeline.core.urls import host_key
+from tests.test_testweb import extract_links, normalise_url
+from testweb.audit import AuditReport, audit_crawl
+from testweb.server import LoggedRequest, RunningWeb, read_request_log, serve
+from testweb.web import (
     TRANSIENT_STATUSES,
     FaultHost,
     HostRole,
@@ -31,8 +33,6 @@ from pipeline.testweb.web import (
     SyntheticWeb,
     WebSpec,
 )
-from pipeline.urls import host_key
-from tests.test_testweb import extract_links, normalise_url
 
 UA = "BeamCrawler/0.1"
 MIN_DELAY = 0.25

@@ -29,8 +29,9 @@ from apitools.base.py.exceptions import HttpError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline import bigquery
-from pipeline.bigquery import (
+from pipeline.core.records import PageRow, PageState, RecordPointer
+from pipeline.io import bigquery
+from pipeline.io.bigquery import (
     TableSpec,
     bigquery_schema,
     clustering,
@@ -40,14 +41,13 @@ from pipeline.bigquery import (
     table_parameters,
     time_partitioning,
 )
-from pipeline.pages_table import (
+from pipeline.io.pages_table import (
     PAGES_COLUMNS,
     PAGES_SCHEMA,
     Column,
     PagesTableWriter,
     row_to_dict,
 )
-from pipeline.records import PageRow, PageState, RecordPointer
 from pipeline.transforms.bigquery import EndpointClient, WritePagesToBigQuery
 
 QUERIES = Path(__file__).resolve().parent.parent / "docs" / "queries"

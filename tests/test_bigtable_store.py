@@ -22,7 +22,9 @@ from google.cloud.bigtable.data.row_filters import PassAllFilter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.bigtable_store import (
+from pipeline.core.records import PageRow, PageState, RecordPointer
+from pipeline.core.urls import host_key, normalize_url, url_hash
+from pipeline.io.bigtable import (
     COUNTERS,
     PAGES_FAMILY,
     BigtableConfig,
@@ -43,8 +45,7 @@ from pipeline.bigtable_store import (
     reversed_host,
     set_crawl_status,
 )
-from pipeline.emulators import EmulatorMissing, start_bigtable_emulator
-from pipeline.lookup import (
+from pipeline.io.lookup import (
     add_page_arguments,
     add_status_arguments,
     crawl_status,
@@ -52,15 +53,14 @@ from pipeline.lookup import (
     run_page,
     run_status,
 )
-from pipeline.pages_table import dict_to_row, row_to_dict
-from pipeline.records import PageRow, PageState, RecordPointer
-from pipeline.segments import SegmentWriter
+from pipeline.io.pages_table import dict_to_row, row_to_dict
+from pipeline.io.segments import SegmentWriter
+from pipeline.local.emulators import EmulatorMissing, start_bigtable_emulator
 from pipeline.transforms.bigtable import (
     SharedBigtable,
     WritePagesToBigtable,
     WritePagesToBigtableFn,
 )
-from pipeline.urls import host_key, normalize_url, url_hash
 
 _VARIABLE = "BIGTABLE_EMULATOR_HOST"
 
@@ -588,7 +588,7 @@ def test_the_shared_page_budget_grants_exactly_its_limit_across_processes(
     record: Bigtable's atomic increments make the pages granted exactly the limit."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from pipeline.budget import BlockPageBudget
+    from pipeline.core.budget import BlockPageBudget
     from pipeline.transforms.budget import BigtablePageClaims, shared_page_budget
 
     crawl_id, limit = "c-budget", 250
@@ -603,8 +603,8 @@ def test_the_shared_page_budget_grants_exactly_its_limit_across_processes(
 
 
 def test_overflow_chunks_round_trip_in_order_and_are_deleted(tables: BigtableTables) -> None:
-    from pipeline.host_overflow import HostOverflow
-    from pipeline.records import FrontierEntry
+    from pipeline.core.records import FrontierEntry
+    from pipeline.io.host_overflow import HostOverflow
 
     overflow = HostOverflow(tables.frontier, "c-overflow")
     other = HostOverflow(tables.frontier, "c-other")

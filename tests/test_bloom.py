@@ -1,4 +1,4 @@
-"""Bloom filter of URL hashes (pipeline.bloom)."""
+"""Bloom filter of URL hashes (pipeline.core.bloom)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.bloom import BloomFilter, bloom_size
+from pipeline.core.bloom import BloomFilter, bloom_size
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.budget import BlockPageBudget, LocalPageBudget
+from pipeline.core.budget import BlockPageBudget, LocalPageBudget
 
 
 class Counter:

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.emulators import find_sdk_root
+from pipeline.core.records import RecordPointer
+from pipeline.io.pages_table import query_pages
+from pipeline.io.segments import read_response, read_text
+from pipeline.local.emulators import find_sdk_root
+from pipeline.local.runtime import run_local_crawl
 from pipeline.options import CrawlOptions
-from pipeline.pages_table import query_pages
-from pipeline.records import RecordPointer
-from pipeline.runtime import run_local_crawl
-from pipeline.segments import read_response, read_text
-from pipeline.testweb.audit import audit_crawl
-from pipeline.testweb.server import read_request_log, serve
-from pipeline.testweb.web import FaultHost, WebSpec
+from testweb.audit import audit_crawl
+from testweb.server import read_request_log, serve
+from testweb.web import FaultHost, WebSpec
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.dns import DNSError, ResolveOverride, Resolver, parse_resolve
+from pipeline.io.dns import DNSError, ResolveOverride, Resolver, parse_resolve
 
 
 class Clock:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.emulators import (
+from pipeline.local.emulators import (
     EmulatorFailed,
     EmulatorMissing,
     RunningEmulator,

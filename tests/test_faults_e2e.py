@@ -21,22 +21,22 @@ from typing import Any
 
 import pytest
 
-from pipeline.emulators import (
+from pipeline.core.fingerprints import hamming
+from pipeline.core.records import PageState, RecordPointer
+from pipeline.io.pages_table import query_pages
+from pipeline.io.redrive import redrive_subscription_name
+from pipeline.io.segments import read_response, read_text
+from pipeline.local.emulators import (
     EmulatorFailed,
     EmulatorMissing,
     start_bigtable_emulator,
     start_pubsub_emulator,
 )
-from pipeline.fingerprints import hamming
+from pipeline.local.runtime import CrawlSummary, run_local_crawl
 from pipeline.options import CrawlOptions
-from pipeline.pages_table import query_pages
-from pipeline.records import PageState, RecordPointer
-from pipeline.redrive import redrive_subscription_name
-from pipeline.runtime import CrawlSummary, run_local_crawl
-from pipeline.segments import read_response, read_text
-from pipeline.testweb.audit import AuditReport, audit_crawl
-from pipeline.testweb.server import LoggedRequest, read_request_log, serve
-from pipeline.testweb.web import (
+from testweb.audit import AuditReport, audit_crawl
+from testweb.server import LoggedRequest, read_request_log, serve
+from testweb.web import (
     CHAIN_LENGTH,
     COPIES_EXACT,
     COPIES_NEAR,

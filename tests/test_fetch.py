@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.dns import ResolveOverride, Resolver
-from pipeline.fetch import (
+from pipeline.io.dns import ResolveOverride, Resolver
+from pipeline.io.fetch import (
     ERROR_CONNECT_REFUSED,
     ERROR_DNS,
     ERROR_INVALID_URL,

@@ -7,7 +7,7 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.fingerprints import content_hash, hamming, normalise_text, simhash
+from pipeline.core.fingerprints import content_hash, hamming, normalise_text, simhash
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 

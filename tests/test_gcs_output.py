@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from pipeline import segments, storage
-from pipeline.pages_table import PagesTableWriter, pages_glob, query_pages
-from pipeline.records import PageRow, PageState, RecordPointer
-from pipeline.segments import (
+from pipeline.core.records import PageRow, PageState, RecordPointer
+from pipeline.io import segments, storage
+from pipeline.io.pages_table import PagesTableWriter, pages_glob, query_pages
+from pipeline.io.segments import (
     SegmentReadError,
     SegmentWriter,
     read_record_bytes,

@@ -9,7 +9,7 @@ from apache_beam.coders import PickleCoder
 from apache_beam.transforms import userstate
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 
-from pipeline.local_runner import install_direct_runner_speedups
+from pipeline.local.direct_runner import install_direct_runner_speedups
 
 STATE = ReadModifyWriteStateSpec("s", PickleCoder())
 
@@ -92,7 +92,7 @@ def test_timer_scan_skips_keys_without_timers_and_finds_every_due_timer() -> Non
 def test_option_views_are_made_once_and_share_values() -> None:
     from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
-    from pipeline.local_runner import _CachedViews
+    from pipeline.local.direct_runner import _CachedViews
 
     options = PipelineOptions(flags=[], project="p1")
     cached = _CachedViews(options)
@@ -112,7 +112,7 @@ def test_indexed_scan_sees_timers_stored_with_a_state_and_rescans_for_the_rest()
     from apache_beam.transforms.window import GlobalWindow
     from apache_beam.utils.timestamp import Timestamp
 
-    from pipeline.local_runner import _TimerIndexedStates
+    from pipeline.local.direct_runner import _TimerIndexedStates
 
     assert install_direct_runner_speedups()
     window = GlobalWindow()
@@ -154,7 +154,7 @@ def test_an_empty_pull_pauses_only_when_idle_and_never_past_the_next_timer() -> 
     from apache_beam.transforms.window import GlobalWindow
     from apache_beam.utils.timestamp import Timestamp
 
-    from pipeline.local_runner import IDLE_PAUSE_MAX_S, _Idleness, _TimerIndexedStates
+    from pipeline.local.direct_runner import IDLE_PAUSE_MAX_S, _Idleness, _TimerIndexedStates
 
     assert install_direct_runner_speedups()
 

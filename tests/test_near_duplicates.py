@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.fingerprints import hamming, simhash
-from pipeline.near_duplicates import DuplicatePolicy, HostContent
-from pipeline.politeness import HostPolicy, HostState
-from pipeline.records import PageRow, PageState
+from pipeline.core.fingerprints import hamming, simhash
+from pipeline.core.near_duplicates import DuplicatePolicy, HostContent
+from pipeline.core.politeness import HostPolicy, HostState
+from pipeline.core.records import PageRow, PageState
 from pipeline.transforms.store import judge_content
 
 ARTICLE = " ".join(

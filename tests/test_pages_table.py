@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline import pages_table
-from pipeline.pages_table import (
+from pipeline.core.records import PageRow, PageState, RecordPointer
+from pipeline.io import pages_table
+from pipeline.io.pages_table import (
     PAGES_COLUMNS,
     PAGES_SCHEMA,
     PagesTableWriter,
@@ -21,7 +22,6 @@ from pipeline.pages_table import (
     query_pages,
     row_to_dict,
 )
-from pipeline.records import PageRow, PageState, RecordPointer
 
 COLUMN_NAMES = [column.name for column in PAGES_COLUMNS]
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.parse import PageParseError, ParsedPage, decode_html, is_html, parse_page
-from pipeline.quality import compare_extraction, load_benchmark, shared_data_dir, token_f1
+from pipeline.core.parse import PageParseError, ParsedPage, decode_html, is_html, parse_page
+from testweb.quality import compare_extraction, load_benchmark, shared_data_dir, token_f1
 
 PAGE_URL = "http://example.test/dir/page.html"
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.politeness import (
+from pipeline.core.politeness import (
     FetchReport,
     HostPolicy,
     HostState,
@@ -18,8 +18,8 @@ from pipeline.politeness import (
     compute_delay,
     parse_retry_after,
 )
-from pipeline.records import PageState
-from pipeline.urls import url_hash
+from pipeline.core.records import PageState
+from pipeline.core.urls import url_hash
 
 HOST = "a.test"
 POLICY = HostPolicy(user_agent="testbot", min_delay=1.0, fetch_timeout=5.0, lease_grace=1.0)

@@ -15,9 +15,9 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.pages_table import PagesTableWriter, dict_to_row, pages_dir
-from pipeline.records import PageRow, PageState, RecordPointer
-from pipeline.urls import url_hash
+from pipeline.core.records import PageRow, PageState, RecordPointer
+from pipeline.core.urls import url_hash
+from pipeline.io.pages_table import PagesTableWriter, dict_to_row, pages_dir
 
 QUERIES = Path(__file__).resolve().parent.parent / "docs" / "queries"
 TESTED = {
@@ -237,11 +237,11 @@ def _nearest_rank(values: list[float], percent: int) -> float:
 
 @pytest.mark.slow
 def test_queries_over_a_real_crawl_match_counts_from_its_rows(tmp_path: Path) -> None:
-    from pipeline.emulators import find_sdk_root
+    from pipeline.local.emulators import find_sdk_root
+    from pipeline.local.runtime import run_local_crawl
     from pipeline.options import CrawlOptions
-    from pipeline.runtime import run_local_crawl
-    from pipeline.testweb.server import serve
-    from pipeline.testweb.web import WebSpec
+    from testweb.server import serve
+    from testweb.web import WebSpec
 
     sdk = find_sdk_root()
     if sdk is None or not (sdk / "platform" / "pubsub-emulator").exists():

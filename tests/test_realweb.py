@@ -11,15 +11,15 @@ from urllib.parse import urlsplit
 import pytest
 from protego import Protego
 
-from pipeline.parse import parse_page
-from pipeline.quality import load_benchmark, shared_data_dir
-from pipeline.testweb.realweb import (
+from pipeline.core.parse import parse_page
+from pipeline.core.urls import normalize_url
+from testweb.quality import load_benchmark, shared_data_dir
+from testweb.realweb import (
     RealWeb,
     RunningRealWeb,
     declared_content_type,
     serve_real_pages,
 )
-from pipeline.urls import normalize_url
 
 DATA_DIR = shared_data_dir()
 pytestmark = pytest.mark.skipif(

@@ -8,26 +8,26 @@ from collections import Counter
 
 import pytest
 
-from pipeline.emulators import (
-    ensure_subscription,
-    ensure_topic,
-    start_bigtable_emulator,
-    start_pubsub_emulator,
-)
-from pipeline.options import CrawlOptions
-from pipeline.pages_table import query_pages
-from pipeline.records import DeadLetter, FrontierBatch, RecordPointer, frontier_message
-from pipeline.redrive import (
+from pipeline.core.records import DeadLetter, FrontierBatch, RecordPointer, frontier_message
+from pipeline.io.pages_table import query_pages
+from pipeline.io.redrive import (
     dead_letter_topic_name,
     frontier_topic_name,
     redrive,
     redrive_subscription_name,
     run_redrive,
 )
-from pipeline.runtime import run_local_crawl
-from pipeline.testweb.server import read_request_log, serve
-from pipeline.testweb.web import WebSpec
+from pipeline.local.emulators import (
+    ensure_subscription,
+    ensure_topic,
+    start_bigtable_emulator,
+    start_pubsub_emulator,
+)
+from pipeline.local.runtime import run_local_crawl
+from pipeline.options import CrawlOptions
 from pipeline.transforms import store
+from testweb.server import read_request_log, serve
+from testweb.web import WebSpec
 
 AGENT = "beam-crawler-test/1.0"
 PROJECT = "local-crawler"
@@ -96,8 +96,8 @@ def test_a_fixed_parser_turns_dead_letters_into_pages_without_fetching_them_agai
     """A parser bug dead-letters some pages; after the fix, `crawl --resume --redrive` parses
     their stored responses again: each gets its fetched row with text in place of its
     dead_lettered one, no page is requested twice, and the crawl record's counters match."""
-    from pipeline.bigtable_store import BigtableConfig
-    from pipeline.lookup import crawl_status
+    from pipeline.io.bigtable import BigtableConfig
+    from pipeline.io.lookup import crawl_status
 
     out, crawl_id = str(tmp_path / "out"), "c-redrive"
     log = tmp_path / "requests.tsv"

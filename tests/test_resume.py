@@ -12,12 +12,12 @@ from collections import Counter
 
 import pytest
 
-from pipeline.emulators import find_sdk_root, start_bigtable_emulator, start_pubsub_emulator
+from pipeline.io.pages_table import query_pages
+from pipeline.local.emulators import find_sdk_root, start_bigtable_emulator, start_pubsub_emulator
+from pipeline.local.runtime import run_local_crawl
 from pipeline.options import CrawlOptions
-from pipeline.pages_table import query_pages
-from pipeline.runtime import run_local_crawl
-from pipeline.testweb.server import read_request_log, serve
-from pipeline.testweb.web import WebSpec
+from testweb.server import read_request_log, serve
+from testweb.web import WebSpec
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""robots.txt policy under RFC 9309 (pipeline.robots)."""
+"""robots.txt policy under RFC 9309 (pipeline.core.robots)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import pipeline.robots as robots
-from pipeline.robots import (
+import pipeline.core.robots as robots
+from pipeline.core.robots import (
     MAX_REDIRECTS,
     ROBOTS_MAX_BYTES,
     ROBOTS_TTL_SECONDS,
@@ -17,7 +17,7 @@ from pipeline.robots import (
     RobotsKind,
     RobotsPolicy,
 )
-from pipeline.urls import normalize_url
+from pipeline.core.urls import normalize_url
 
 AGENT = "PoliteBot/1.0 (+https://crawler.test/about)"
 HOST = "http://site-0001.test:8123"

@@ -9,7 +9,7 @@ import pytest
 
 from bench.scale import PageFigures, measure_pages, measure_state
 from pipeline.options import CrawlOptions
-from pipeline.quality import load_benchmark, shared_data_dir
+from testweb.quality import load_benchmark, shared_data_dir
 
 
 def test_queued_urls_dominate_a_small_hosts_state() -> None:

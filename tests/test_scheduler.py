@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from pipeline.budget import LocalPageBudget
-from pipeline.fetch import FetchConfig, FetchResponse
-from pipeline.politeness import HostPolicy
-from pipeline.records import FetchResult, PageRow
+from pipeline.core.budget import LocalPageBudget
+from pipeline.core.politeness import HostPolicy
+from pipeline.core.records import FetchResult, PageRow
+from pipeline.core.urls import url_hash
+from pipeline.io.fetch import FetchConfig, FetchResponse
 from pipeline.transforms.frontier import HostBatch
 from pipeline.transforms.schedule import HostSchedulerFn, ScheduleConfig, _InFlight
-from pipeline.urls import url_hash
 
 HOST = "a.test"
 

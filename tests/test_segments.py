@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from pipeline.records import RecordPointer
-from pipeline.segments import (
+from pipeline.core.records import RecordPointer
+from pipeline.io.segments import (
     SegmentReadError,
     SegmentWriter,
     read_record_bytes,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from pipeline.records import FetchResult, PageState
-from pipeline.segments import SegmentWriter, read_response, read_text
+from pipeline.core.records import FetchResult, PageState
+from pipeline.core.urls import url_hash
+from pipeline.io.segments import SegmentWriter, read_response, read_text
 from pipeline.transforms import store
 from pipeline.transforms.store import dedup_text, page_links, store_page
-from pipeline.urls import url_hash
 
 HTML = (
     "<html><head><title>T</title></head><body><article><h1>Harbour news</h1>"

@@ -9,17 +9,17 @@ from collections import Counter
 
 import pytest
 
-from pipeline.bigtable_store import BigtableConfig, read_crawl, read_page
-from pipeline.emulators import find_sdk_root, start_bigtable_emulator, start_pubsub_emulator
-from pipeline.events import events_subscription_name, pull_events
-from pipeline.lookup import run_page
+from pipeline.io.bigtable import BigtableConfig, read_crawl, read_page
+from pipeline.io.events import events_subscription_name, pull_events
+from pipeline.io.lookup import run_page
+from pipeline.io.pages_table import dict_to_row, query_pages
+from pipeline.io.segments import read_response, read_text
+from pipeline.local.emulators import find_sdk_root, start_bigtable_emulator, start_pubsub_emulator
+from pipeline.local.runtime import run_local_crawl
 from pipeline.options import CrawlOptions
-from pipeline.pages_table import dict_to_row, query_pages
-from pipeline.runtime import run_local_crawl
-from pipeline.segments import read_response, read_text
-from pipeline.testweb.server import serve
-from pipeline.testweb.web import WebSpec
 from tests.conftest import GCS_BUCKET
+from testweb.server import serve
+from testweb.web import WebSpec
 
 pytestmark = pytest.mark.slow
 

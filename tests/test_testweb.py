@@ -19,10 +19,10 @@ import requests
 import trafilatura
 from protego import Protego
 
-from pipeline.records import PageState
-from pipeline.testweb.cli import add_testweb_arguments, run_testweb
-from pipeline.testweb.server import RunningWeb, read_request_log, serve
-from pipeline.testweb.web import (
+from pipeline.core.records import PageState
+from testweb.cli import add_testweb_arguments, run_testweb
+from testweb.server import RunningWeb, read_request_log, serve
+from testweb.web import (
     DISALLOW_ALL_KINDS,
     Expected,
     HostRole,

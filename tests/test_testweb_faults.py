@@ -20,12 +20,13 @@ from urllib.parse import urljoin
 import pytest
 import trafilatura
 
-from pipeline.fingerprints import content_hash, hamming, simhash
-from pipeline.parse import PageParseError, parse_page
-from pipeline.records import PageState
-from pipeline.testweb.cli import add_testweb_arguments, run_testweb
-from pipeline.testweb.server import RunningWeb, read_request_log, serve
-from pipeline.testweb.web import (
+from pipeline.core.fingerprints import content_hash, hamming, simhash
+from pipeline.core.parse import PageParseError, parse_page
+from pipeline.core.records import PageState
+from tests.test_testweb import extract_links, normalise_url
+from testweb.cli import add_testweb_arguments, run_testweb
+from testweb.server import RunningWeb, read_request_log, serve
+from testweb.web import (
     BAD_STATUS_LINE,
     CHAIN_LENGTH,
     COPIES_DISTINCT,
@@ -41,7 +42,6 @@ from pipeline.testweb.web import (
     SyntheticWeb,
     WebSpec,
 )
-from tests.test_testweb import extract_links, normalise_url
 
 UA = "BeamCrawler/0.1"
 PORT = 18080
@@ -279,8 +279,8 @@ def test_calendar_hosts_stop_at_the_calendar_limit(web: SyntheticWeb,
 
 
 def test_trap_rules_agree_with_the_crawlers(truth: dict[str, Expected]) -> None:
-    traps = pytest.importorskip("pipeline.traps")
-    from pipeline.testweb.web import _calendar_like, _repeated_segment
+    traps = pytest.importorskip("pipeline.core.traps")
+    from testweb.web import _calendar_like, _repeated_segment
 
     for url in truth:
         path = SyntheticWeb.split_url(url)[1]
@@ -392,7 +392,7 @@ def _simulate(web: SyntheticWeb, traps: Any, pick: random.Random) -> dict[str, t
 
 def test_outcomes_do_not_depend_on_fetch_order(web: SyntheticWeb,
                                                truth: dict[str, Expected]) -> None:
-    traps = pytest.importorskip("pipeline.traps")
+    traps = pytest.importorskip("pipeline.core.traps")
     want = {url: (e.depth, str(e.state), e.requests) for url, e in truth.items()}
     for seed in (1, 2, 3):
         assert _simulate(web, traps, random.Random(seed)) == want

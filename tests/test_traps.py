@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.politeness import HostPolicy, HostState
-from pipeline.records import PageState
-from pipeline.traps import is_calendar_like, repeated_segment
-from pipeline.urls import url_hash
+from pipeline.core.politeness import HostPolicy, HostState
+from pipeline.core.records import PageState
+from pipeline.core.traps import is_calendar_like, repeated_segment
+from pipeline.core.urls import url_hash
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""URL normalisation, hashing and politeness keys (pipeline.urls)."""
+"""URL normalisation, hashing and politeness keys (pipeline.core.urls)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.urls import (
+from pipeline.core.urls import (
     MAX_URL_LENGTH,
     TRACKING_PARAMETERS,
     InvalidURL,
@@ -217,7 +217,7 @@ def test_url_hash_is_pinned(url: str, expected: int) -> None:
 def test_url_hash_is_the_same_in_another_process() -> None:
     urls = ["http://example.com/", "http://xn--bcher-kva.example/a?b=1", "https://h.test:8443/"]
     script = (
-        "import sys; from pipeline.urls import url_hash; "
+        "import sys; from pipeline.core.urls import url_hash; "
         "print(' '.join(str(url_hash(u)) for u in sys.argv[1:]))"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}

@@ -2,7 +2,7 @@
 
 The write itself is Beam's: the DoFn behind `WriteToBigQuery(method=STREAMING_INSERTS)`
 (`BigQueryWriteFn`) creates the table if needed (schema, day partitions on fetched_at,
-clustering by host; pipeline.bigquery), calls tabledata.insertAll in batches, retries transient
+clustering by host; pipeline.io.bigquery), calls tabledata.insertAll in batches, retries transient
 errors with backoff and hands rows BigQuery rejected to a failed-rows output. It is pure
 Python, so it runs on the local runner as well as on Dataflow (no cross-language expansion).
 
@@ -10,7 +10,7 @@ Why not `WriteToBigQuery` itself: it gives every row a random insert id (a per-b
 plus a counter) and lets a pipeline only switch ids off (`ignore_insert_ids`), not choose them.
 Those ids protect against a retried insert call, but a row that the crawler produces again
 after a replay gets a fresh id and is stored twice. Here every row's insert id is
-`{crawl_id}:{url_hash}` (pipeline.bigquery.insert_id), so BigQuery's best-effort dedup (rows
+`{crawl_id}:{url_hash}` (pipeline.io.bigquery.insert_id), so BigQuery's best-effort dedup (rows
 with an id it saw in about the last minute are dropped) catches both kinds of repeat. Dedup
 is best-effort: queries still count pages once per (crawl_id, url_hash), as docs/queries do.
 
@@ -33,7 +33,8 @@ import apache_beam as beam
 from apache_beam.io.gcp.bigquery import BigQueryDisposition, BigQueryWriteFn
 from apache_beam.io.gcp.bigquery_tools import RetryStrategy
 
-from pipeline.bigquery import (
+from pipeline.core.records import PageRow
+from pipeline.io.bigquery import (
     bigquery_schema,
     insert_id,
     parse_table_spec,
@@ -41,7 +42,6 @@ from pipeline.bigquery import (
     table_parameters,
 )
 from pipeline.metrics import crawl_counter
-from pipeline.records import PageRow
 
 # insertAll accepts up to 50,000 rows and 10 MB per call and recommends about 500 rows.
 DEFAULT_BATCH_SIZE = 500

@@ -1,6 +1,6 @@
 """WritePagesToBigtable: terminal page rows -> the Bigtable `pages` table and crawl counters.
 
-Each bundle's rows are written with MutateRows (pipeline.bigtable_store.PageRowWriter); only
+Each bundle's rows are written with MutateRows (pipeline.io.bigtable.PageRowWriter); only
 then are its counter increments written, one ReadModifyWriteRow per crawl, and only then does
 each row leave downstream, so a step after this one (a page-crawled event) can rely on the row
 being durable. A failed write fails the bundle and the runner retries it: rows are keyed by URL
@@ -20,7 +20,8 @@ from apache_beam.transforms.window import BoundedWindow
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
-from pipeline.bigtable_store import (
+from pipeline.core.records import PageRow
+from pipeline.io.bigtable import (
     BigtableConfig,
     BigtableTables,
     CrawlCounterBatch,
@@ -28,7 +29,6 @@ from pipeline.bigtable_store import (
     open_tables,
 )
 from pipeline.metrics import crawl_counter
-from pipeline.records import PageRow
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The job-wide page budget's shared counter: `pages_claimed` in the crawl's Bigtable record.
 
-pipeline.budget.BlockPageBudget decides how pages are claimed and spent; this module only
+pipeline.core.budget.BlockPageBudget decides how pages are claimed and spent; this module only
 advances the counter, with one ReadModifyWriteRow increment, which Bigtable applies
 atomically whatever number of workers call it at once.
 """
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from google.cloud.bigtable.data.read_modify_write_rules import IncrementRule
 
-from pipeline.bigtable_store import CRAWLS_FAMILY, BigtableConfig, check_crawl_id
-from pipeline.budget import BlockPageBudget
+from pipeline.core.budget import BlockPageBudget
+from pipeline.io.bigtable import CRAWLS_FAMILY, BigtableConfig, check_crawl_id
 from pipeline.transforms.bigtable import SharedBigtable
 
 PAGES_CLAIMED = b"pages_claimed"

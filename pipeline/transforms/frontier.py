@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import apache_beam as beam
 
+from pipeline.core.records import DeadLetter, FrontierBatch, frontier_message
+from pipeline.core.urls import MAX_URL_LENGTH, InvalidURL, host_key, normalize_url, url_hash
 from pipeline.metrics import CrawlCounter, crawl_counter
-from pipeline.records import DeadLetter, FrontierBatch, frontier_message
-from pipeline.urls import MAX_URL_LENGTH, InvalidURL, host_key, normalize_url, url_hash
 
 log = logging.getLogger(__name__)
 

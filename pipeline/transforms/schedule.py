@@ -1,6 +1,6 @@
 """ScheduleFetches: the stateful, per-host DoFn that owns every request a host receives.
 
-The DoFn is a thin shell over pipeline.politeness.HostState: it stores one HostState per host
+The DoFn is a thin shell over pipeline.core.politeness.HostState: it stores one HostState per host
 key, turns Beam events (an element, a timer firing) into state-machine events, and carries out
 the decisions: fetches start on a process-wide pool (so the runner's thread never blocks, the
 pattern of Beam's AsyncWrapper) and their results are collected on the key's next timer firing.
@@ -22,13 +22,8 @@ from apache_beam.coders import PickleCoder
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.utils.timestamp import Timestamp
 
-from pipeline.bigtable_store import BigtableConfig
-from pipeline.budget import PageBudget
-from pipeline.dns import parse_resolve
-from pipeline.fetch import FetchClient, FetchConfig, FetchResponse, fetch_pool, shared_client
-from pipeline.host_overflow import HostOverflow
-from pipeline.metrics import crawl_counter, crawl_maximum
-from pipeline.politeness import (
+from pipeline.core.budget import PageBudget
+from pipeline.core.politeness import (
     Decision,
     FetchReport,
     HostPolicy,
@@ -37,7 +32,12 @@ from pipeline.politeness import (
     LeaseKind,
     Outcome,
 )
-from pipeline.records import HOST_SIGNALS, FetchResult, FrontierBatch, FrontierEntry, PageRow
+from pipeline.core.records import HOST_SIGNALS, FetchResult, FrontierBatch, FrontierEntry, PageRow
+from pipeline.io.bigtable import BigtableConfig
+from pipeline.io.dns import parse_resolve
+from pipeline.io.fetch import FetchClient, FetchConfig, FetchResponse, fetch_pool, shared_client
+from pipeline.io.host_overflow import HostOverflow
+from pipeline.metrics import crawl_counter, crawl_maximum
 from pipeline.transforms.bigtable import SharedBigtable
 from pipeline.transforms.frontier import HostBatch
 

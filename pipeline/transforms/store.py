@@ -24,11 +24,10 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
-from pipeline.fingerprints import content_hash, simhash
-from pipeline.metrics import CrawlCounter, crawl_counter
-from pipeline.near_duplicates import ContentVerdict, DuplicatePolicy, HostContent
-from pipeline.parse import ParsedPage, is_html, parse_page
-from pipeline.records import (
+from pipeline.core.fingerprints import content_hash, simhash
+from pipeline.core.near_duplicates import ContentVerdict, DuplicatePolicy, HostContent
+from pipeline.core.parse import ParsedPage, is_html, parse_page
+from pipeline.core.records import (
     DeadLetter,
     FetchResult,
     FrontierBatch,
@@ -36,9 +35,10 @@ from pipeline.records import (
     PageState,
     RecordPointer,
 )
-from pipeline.redrive import replay_result
-from pipeline.segments import SegmentWriter
-from pipeline.urls import InvalidURL, host_key, normalize_url
+from pipeline.core.urls import InvalidURL, host_key, normalize_url
+from pipeline.io.redrive import replay_result
+from pipeline.io.segments import SegmentWriter
+from pipeline.metrics import CrawlCounter, crawl_counter
 
 log = logging.getLogger(__name__)
 
@@ -377,7 +377,7 @@ def judge_content(row: PageRow, content: HostContent, policy: DuplicatePolicy
 
 class HostContentFn(beam.DoFn):
     """Keyed by host: flags near-duplicate pages and tells the host's scheduler when the host
-    serves mostly duplicates (see pipeline.near_duplicates). State: one HostContent."""
+    serves mostly duplicates (see pipeline.core.near_duplicates). State: one HostContent."""
 
     CONTENT = ReadModifyWriteStateSpec("content", PickleCoder())
 

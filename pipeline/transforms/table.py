@@ -13,9 +13,9 @@ from collections.abc import Iterable
 
 import apache_beam as beam
 
+from pipeline.core.records import PageRow
+from pipeline.io.pages_table import PagesTableWriter
 from pipeline.metrics import crawl_counter
-from pipeline.pages_table import PagesTableWriter
-from pipeline.records import PageRow
 
 
 class WritePartFn(beam.DoFn):

@@ -1,0 +1,33 @@
+"""`crawler crawl`: one crawl on this machine, from seeds to summary."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pipeline.cli.output import print_summary, progress_printer
+from pipeline.local.emulators import EmulatorMissing
+from pipeline.options import options_from_args
+
+
+def run_crawl(args: argparse.Namespace) -> int:
+    from pipeline.local.runtime import run_local_crawl
+
+    try:
+        opts = options_from_args(args)
+    except ValueError as exc:
+        print(f"crawler crawl: {exc}", file=sys.stderr)
+        return 2
+    show = progress_printer() if opts.progress else None
+    try:
+        summary = run_local_crawl(opts, on_progress=show)
+    except EmulatorMissing as exc:
+        print(f"crawler crawl: {exc}", file=sys.stderr)
+        return 3
+    except ValueError as exc:
+        print(f"crawler crawl: {exc}", file=sys.stderr)
+        return 2
+    if show is not None:
+        print(file=sys.stderr)
+    print_summary(summary)
+    return 0 if summary.status in ("drained", "budget_spent", "interrupted") else 1

@@ -1,0 +1,118 @@
+"""The `crawler` command: `crawl` runs a crawl locally, `testweb` serves the synthetic web.
+
+This module owns argument parsing and what the user sees; the work is done by
+pipeline.local.runtime and testweb.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+
+from pipeline.options import add_crawl_arguments
+
+
+def _testweb(args: argparse.Namespace) -> int:
+    from testweb.cli import run_testweb
+
+    return run_testweb(args)
+
+
+def _crawl(args: argparse.Namespace) -> int:
+    from pipeline.cli.crawl import run_crawl
+
+    return run_crawl(args)
+
+
+def _query(args: argparse.Namespace) -> int:
+    from pipeline.cli.query import run_query
+
+    return run_query(args)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from pipeline.cli.demo import run_demo
+
+    return run_demo(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="crawler",
+        description="A polite web crawler as an Apache Beam streaming pipeline.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = parser.add_subparsers(dest="command", required=True)
+    crawl = sub.add_parser("crawl", help="crawl from seed URLs on this machine",
+                           description="Crawl from seed URLs with Beam's DirectRunner and the "
+                                       "Pub/Sub emulator (started for you unless "
+                                       "PUBSUB_EMULATOR_HOST is set).")
+    add_crawl_arguments(crawl)
+    crawl.set_defaults(func=_crawl)
+
+    from testweb.cli import add_testweb_arguments
+
+    testweb = sub.add_parser("testweb", help="serve the synthetic web on loopback")
+    add_testweb_arguments(testweb)
+    testweb.set_defaults(func=_testweb)
+
+    from pipeline.io.events import add_events_arguments, run_events
+    from pipeline.io.lookup import (
+        add_page_arguments,
+        add_status_arguments,
+        run_page,
+        run_status,
+    )
+
+    page = sub.add_parser("page", help="print a URL's row from Bigtable (and its text)")
+    add_page_arguments(page)
+    page.set_defaults(func=run_page)
+    status = sub.add_parser("status", help="print a crawl's status and counters from Bigtable")
+    add_status_arguments(status)
+    status.set_defaults(func=run_status)
+    events = sub.add_parser("events", help="read a crawl's page-crawled events (example "
+                                           "downstream consumer)")
+    add_events_arguments(events)
+    events.set_defaults(func=run_events)
+
+    from pipeline.io.redrive import add_redrive_arguments, run_redrive
+
+    redrive = sub.add_parser("redrive", help="send a crawl's dead letters back to be parsed "
+                                             "again after a fix")
+    add_redrive_arguments(redrive)
+    redrive.set_defaults(func=run_redrive)
+
+    query = sub.add_parser("query", help="run SQL over a crawl's `pages` table (DuckDB)")
+    query.add_argument("crawl_dir", help="OUT/CRAWL_ID directory of a finished crawl")
+    query.add_argument("sql", help="SQL over the view `pages`")
+    query.set_defaults(func=_query)
+
+    demo = sub.add_parser("demo", help="serve the synthetic web and crawl it (no internet needed)")
+    demo.add_argument("--hosts", type=int, default=50, help="virtual hosts (default: %(default)s)")
+    demo.add_argument("--pages-per-host", type=int, default=20,
+                      help="pages per host (default: %(default)s)")
+    demo.add_argument("--out", default="crawl-out", help="output root (default: %(default)s)")
+    demo.add_argument("--min-delay", type=float, default=0.5,
+                      help="seconds between requests to one host (default: %(default)s)")
+    demo.set_defaults(func=_demo)
+    return parser
+
+
+def _stop_on_sigterm(signum, frame) -> None:
+    # A crawl stopped by SIGTERM (a supervisor, `timeout`) shuts down like Ctrl-C: emulators
+    # stopped, summary written.
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> None:
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not args.verbose:
+        logging.getLogger("apache_beam").setLevel(logging.ERROR)
+    raise SystemExit(args.func(args))

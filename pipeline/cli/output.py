@@ -1,0 +1,55 @@
+"""What a crawl shows the user: the live progress line and the closing summary."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+
+
+def progress_printer() -> Callable[[str], None]:
+    """A progress callback: one line redrawn in place on a terminal, a line every 5 s in logs."""
+    tty = sys.stderr.isatty()
+    last = [0.0]
+
+    def show(line: str) -> None:
+        if tty:
+            print("\r\033[K" + line, end="", file=sys.stderr, flush=True)
+        elif time.monotonic() - last[0] >= 5:  # logs get a line every 5 s, not a flood
+            last[0] = time.monotonic()
+            print(line, file=sys.stderr, flush=True)
+
+    return show
+
+
+def print_summary(summary) -> None:
+    """The crawl's summary: what was fetched, every terminal state, CPU, and queries to try."""
+    states = ", ".join(f"{k} {v:,}" for k, v in sorted(summary.by_state.items()))
+    print(f"crawl {summary.crawl_id} {summary.status} after {summary.elapsed_s:,.1f}s")
+    print(f"  pages fetched   {summary.pages_fetched:,} ({summary.pages_per_s:,.1f} pages/s, "
+          f"{summary.requests:,} requests, {summary.bytes_fetched / 1e6:,.1f} MB)")
+    print(f"  URLs accepted   {summary.accepted:,}: {states or 'none'}")
+    if summary.near_duplicates or summary.hosts_throttled or summary.redriven:
+        print(f"  content         {summary.near_duplicates:,} near-duplicate pages, "
+              f"{summary.hosts_throttled:,} hosts slowed for duplicates, "
+              f"{summary.redriven:,} dead letters parsed again")
+    print(f"  CPU             {summary.cpu_s:,.1f}s in this process, "
+          f"peak memory {summary.peak_rss_mb:,.0f} MB")
+    for message in summary.invalid_seeds:
+        print(f"  skipped: {message}")
+    print(f"  output          {summary.out_dir}/ (warc/, wet/, pages/*.parquet, summary.json)")
+    crawler = crawler_command()
+    print(f"  try             {crawler} query {summary.out_dir} "
+          "\"SELECT state, count(*) AS n FROM pages GROUP BY state ORDER BY n DESC\"")
+    print(f"   and            {crawler} query {summary.out_dir} \"SELECT url, reason FROM "
+          "pages WHERE state = 'failed' LIMIT 5\"")
+
+
+def crawler_command() -> str:
+    """How the user can call this command again: `crawler` if it is on PATH, else its path."""
+    script = os.path.join(os.path.dirname(sys.executable), "crawler")
+    if shutil.which("crawler") == script or not os.path.exists(script):
+        return "crawler"
+    return os.path.relpath(script) if script.startswith(os.getcwd()) else script

@@ -1,0 +1,80 @@
+"""Text fingerprints: an exact content hash and a 64-bit simhash of a page's extracted text.
+
+This module owns how text is normalised before hashing, the content hash that decides exact
+duplicates (DESIGN.md invariant 5), and the simhash that lets downstream jobs find near
+duplicates. It does not decide what counts as a duplicate, nor keep any state.
+
+Hashes are signed 64-bit integers, as everywhere in the crawler (Parquet int64, BigQuery INT64).
+
+Cost on the benchmark's article texts (testweb.quality.load_benchmark, ~1,000 words each):
+simhash 0.8 ms, content_hash 0.1 ms of CPU per page, against ~40 ms for extracting the text.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+import mmh3
+import numpy as np
+
+_MASK64 = (1 << 64) - 1
+_SIGN64 = 1 << 63
+SHINGLE_WORDS = 3
+# Word tokens for shingling: punctuation differences (quotes, dashes) must not move the hash.
+_WORD = re.compile(r"\w+")
+_BIT_POSITIONS = np.arange(64, dtype=np.uint64)
+
+
+def _signed64(value: int) -> int:
+    value &= _MASK64
+    return value - (1 << 64) if value & _SIGN64 else value
+
+
+def normalise_text(text: str) -> str:
+    """NFKC, lowercase, whitespace runs collapsed to one space, ends trimmed.
+
+    NFKC folds compatibility forms (full-width letters, ligatures, non-breaking spaces), so
+    the same article served with different typography hashes the same.
+    """
+    return " ".join(unicodedata.normalize("NFKC", text).lower().split())
+
+
+def content_hash(text: str) -> int:
+    """Signed 64-bit MurmurHash3 of the normalised text: equal for exact duplicates."""
+    return mmh3.hash64(normalise_text(text).encode("utf-8"), signed=True)[0]
+
+
+def simhash(text: str) -> int:
+    """Signed 64-bit simhash (Charikar) over word 3-shingles of the normalised text.
+
+    Each shingle's 64-bit hash votes +1/-1 per bit; a bit is set where the votes are positive.
+    Texts of fewer than three words are one shingle; text without words hashes to 0.
+    Near-duplicate pages differ in few bits (see hamming()).
+    """
+    words = _WORD.findall(normalise_text(text))
+    if not words:
+        return 0
+    if len(words) < SHINGLE_WORDS:
+        shingles = [" ".join(words)]
+    else:
+        shingles = [
+            " ".join(words[i : i + SHINGLE_WORDS]) for i in range(len(words) - SHINGLE_WORDS + 1)
+        ]
+    hashes = np.fromiter(
+        (mmh3.hash64(shingle, signed=False)[0] for shingle in shingles),
+        dtype=np.uint64,
+        count=len(shingles),
+    )
+    # Vectorised vote: a Python loop over 64 bits per shingle costs ~50 ms on a long article.
+    ones = ((hashes[:, None] >> _BIT_POSITIONS) & np.uint64(1)).sum(axis=0, dtype=np.int64)
+    set_bits = 2 * ones > len(shingles)
+    fingerprint = 0
+    for bit in np.flatnonzero(set_bits):
+        fingerprint |= 1 << int(bit)
+    return _signed64(fingerprint)
+
+
+def hamming(a: int, b: int) -> int:
+    """Number of differing bits between two 64-bit fingerprints (signed or unsigned)."""
+    return ((a ^ b) & _MASK64).bit_count()

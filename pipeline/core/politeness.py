@@ -1,0 +1,595 @@
+"""The host politeness state machine: one host's queue, seen-set, robots, delay and lease.
+
+This module owns every decision about *when* a host may be asked for *what* (DESIGN.md
+invariants 1, 2, 5 and 6). It is plain Python: the Beam HostScheduler only stores a HostState
+per host key, feeds it events (URLs offered, a timer firing, a fetch finished) and carries out
+the actions it returns. It does not perform I/O, read clocks or know about Beam.
+
+Event contract, which makes duplicate timer firings and replays harmless:
+  offer(...)        URLs arrive for the host; returns terminal outcomes for ones it rejects.
+  next_action(now)  the timer fired: returns what to do now (start a fetch under a new lease,
+                    terminal outcomes to record) and when to wake next. It re-checks the state,
+                    never the firing, so a second firing at the same instant does nothing.
+  complete(...)     a fetch under lease L finished; results for any other lease are stale and
+                    ignored, so a result that arrives after its lease expired changes nothing.
+  expire_lease(now) the lease outlived its deadline with no result in this process (the worker
+                    that held it died): the URL is queued again and the host waits a full delay.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import email.utils
+import logging
+import random
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from urllib.parse import urljoin, urlsplit
+
+from pipeline.core.bloom import BloomFilter
+from pipeline.core.records import FrontierEntry, PageState
+from pipeline.core.robots import RobotsPolicy
+from pipeline.core.traps import is_calendar_like, repeated_segment
+
+log = logging.getLogger(__name__)
+
+ROBOTS_MAX_REDIRECTS = 5
+TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True, slots=True)
+class HostPolicy:
+    """The knobs of politeness, shared by every host of a crawl."""
+
+    user_agent: str
+    min_delay: float = 1.0
+    max_crawl_delay: float = 30.0
+    fetch_timeout: float = 30.0
+    lease_grace: float = 10.0
+    max_depth: int | None = None
+    max_pages_per_host: int | None = None
+    max_attempts: int = 3
+    retry_base: float = 2.0
+    retry_cap: float = 600.0
+    max_redirect_hops: int = 5
+    max_calendar_pages: int | None = 100
+    slow_factor: float = 2.0
+    circuit_failures: int = 10
+    circuit_seconds: float = 3600.0
+    duplicate_slowdown: float = 4.0  # a host whose recent pages are mostly duplicates waits
+    # this many times its delay between requests, until its pages are distinct again
+    queue_cap: int = 2000
+    bloom_capacity: int = 20_000
+    bloom_fp_rate: float = 1e-4
+
+    def __post_init__(self) -> None:
+        if self.min_delay <= 0:
+            raise ValueError(f"min_delay must be positive, got {self.min_delay}")
+        if self.max_crawl_delay < self.min_delay:
+            raise ValueError("max_crawl_delay must be at least min_delay")
+        if self.max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        if self.queue_cap < 1:
+            raise ValueError("queue_cap must be at least 1")
+        if self.duplicate_slowdown < 1:
+            raise ValueError(f"duplicate_slowdown must be at least 1, got "
+                             f"{self.duplicate_slowdown}")
+
+    @property
+    def overflow_chunk(self) -> int:
+        """URLs per stored overflow chunk: a quarter of the queue, at most 100, so a refill
+        of whole chunks never takes the queue past its cap."""
+        return max(1, min(100, self.queue_cap // 4))
+
+    @property
+    def lease_seconds(self) -> float:
+        # The fetch client enforces `fetch_timeout` as a total deadline, so once the lease has
+        # run this long the request it covered is certainly over.
+        return self.fetch_timeout + self.lease_grace
+
+
+class LeaseKind(StrEnum):
+    ROBOTS = "robots"
+    PAGE = "page"
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """The one request a host may have in flight."""
+
+    lease_id: str
+    kind: LeaseKind
+    url: str
+    started_at: float
+    expires_at: float
+    entry: FrontierEntry | None = None  # the page being fetched (None for robots)
+    robots_hop: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A terminal state decided without a fetch result to pass on (rejected or given up)."""
+
+    entry: FrontierEntry
+    state: PageState
+    reason: str
+    http_status: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FetchOrder:
+    """Start this request now, under this lease."""
+
+    lease: Lease
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What the scheduler must do after an event."""
+
+    fetch: FetchOrder | None = None
+    outcomes: tuple[Outcome, ...] = ()
+    page_done: FrontierEntry | None = None  # the fetched page result is final: pass it on
+    links: tuple[str, ...] = ()  # URLs to send back to the frontier (redirect targets)
+    wake_at: float | None = None  # when to fire the timer next (None: nothing to do)
+    spill: tuple[FrontierEntry, ...] = ()  # accepted URLs the full queue hands back
+
+
+@dataclass(frozen=True, slots=True)
+class FetchReport:
+    """The part of a fetch response the state machine needs (no body)."""
+
+    status: int | None
+    error: str | None = None
+    retry_after: str | None = None
+    location: str | None = None
+    body: bytes = b""  # only for robots.txt
+    elapsed: float = 0.0
+    finished_at: float | None = None  # when the exchange ended; None: when it was collected
+
+
+def compute_delay(policy: HostPolicy, crawl_delay: float | None) -> float:
+    """delay(host) = max(configured minimum, robots Crawl-delay capped) (invariant 1)."""
+    if crawl_delay is None:
+        return policy.min_delay
+    return max(policy.min_delay, min(crawl_delay, policy.max_crawl_delay))
+
+
+def parse_retry_after(value: str | None, now: float) -> float | None:
+    """Seconds to wait from `now`, from a Retry-After header (delta-seconds or HTTP-date)."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - now)
+
+
+@dataclass
+class HostState:
+    """Everything the crawler remembers about one host. Kilobytes: queue capped, Bloom sized."""
+
+    host: str
+    scheme: str = "http"
+    queue: deque[FrontierEntry] = field(default_factory=deque)
+    seen: bytes = b""  # BloomFilter.to_bytes(); bytes pickle small and fast
+    robots: RobotsPolicy | None = None
+    next_allowed: float = 0.0
+    last_request_at: float | None = None
+    lease: Lease | None = None
+    pages_issued: int = 0
+    consecutive_failures: int = 0
+    parked_until: float | None = None  # circuit open: one probe when this time comes
+    calendar_pages: int = 0  # calendar-like URLs accepted so far (trap limit)
+    busy_since: float | None = None  # when the host last got work after having none
+    robots_redirect: str | None = None  # next hop of a robots.txt redirect chain
+    robots_hops: int = 0
+    wake_at: float | None = None  # when the host's timer is set to fire
+    last_elapsed: float = 0.0  # how long the last exchange took
+    crawl_delay_capped_logged: bool = False
+    duplicate_heavy: bool = False  # most of its recent pages were duplicates: slowed down
+    # Overflow: URLs offered to a full queue wait in numbered chunks outside the state (the
+    # scheduler stores them; see overflow()). Chunks [overflow_read, overflow_written) wait,
+    # [overflow_deleted, overflow_read) were read back but are not deleted yet.
+    overflow_written: int = 0
+    overflow_read: int = 0
+    overflow_deleted: int = 0
+    overflow_urls: int = 0  # URLs in chunks not read back yet
+
+    # ------------------------------------------------------------------------- pickling
+    # The scheduler stores a HostState per event (PickleCoder). Pickling 2,000 queued
+    # FrontierEntry dataclasses costs ~26 ms; as plain tuples, ~1 ms plus ~4 ms to rebuild
+    # them (measured with a full default queue), so the queue travels as tuples.
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["queue"] = [
+            (e.url, e.url_hash, e.depth, e.attempt, e.redirect_hops) for e in self.queue
+        ]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        queue = state.pop("queue")
+        self.__dict__.update(state)
+        self.queue = deque(FrontierEntry(*entry) for entry in queue)
+
+    # ----------------------------------------------------------------------------- helpers
+    def delay(self, policy: HostPolicy) -> float:
+        crawl_delay = None
+        if self.robots is not None:
+            crawl_delay = self.robots.crawl_delay(policy.user_agent)
+            if (
+                crawl_delay is not None
+                and crawl_delay > policy.max_crawl_delay
+                and not self.crawl_delay_capped_logged
+            ):
+                log.warning(
+                    "host %s asks Crawl-delay %.1fs; capped at %.1fs (--max-crawl-delay)",
+                    self.host, crawl_delay, policy.max_crawl_delay,
+                )
+                self.crawl_delay_capped_logged = True
+        delay = compute_delay(policy, crawl_delay)
+        return delay * policy.duplicate_slowdown if self.duplicate_heavy else delay
+
+    def _bloom(self, policy: HostPolicy) -> BloomFilter:
+        if self.seen:
+            return BloomFilter.from_bytes(self.seen)
+        return BloomFilter(policy.bloom_capacity, policy.bloom_fp_rate)
+
+    @property
+    def busy(self) -> bool:
+        """True while the host has work: queued or stored URLs, or a request in flight."""
+        return bool(self.queue) or self.lease is not None or self.has_overflow
+
+    @property
+    def has_overflow(self) -> bool:
+        """Chunks of URLs wait in overflow storage."""
+        return self.overflow_read < self.overflow_written
+
+    # ---------------------------------------------------------------------------- overflow
+    def overflow(self, entries: list[FrontierEntry], policy: HostPolicy
+                 ) -> list[tuple[int, tuple[FrontierEntry, ...]]]:
+        """Number the URLs offer() spilled into chunks for overflow storage; from now on they
+        count as the host's work. The caller stores every chunk before the state is stored:
+        a chunk written twice (a retried bundle) is the same row, overwritten."""
+        size = policy.overflow_chunk
+        chunks = []
+        for start in range(0, len(entries), size):
+            chunks.append((self.overflow_written, tuple(entries[start:start + size])))
+            self.overflow_written += 1
+        self.overflow_urls += len(entries)
+        return chunks
+
+    def refill_wanted(self, policy: HostPolicy) -> range:
+        """Chunk numbers to read back now: as many whole chunks as the queue has room for,
+        oldest first."""
+        room = (policy.queue_cap - len(self.queue)) // policy.overflow_chunk
+        return range(self.overflow_read, min(self.overflow_written, self.overflow_read + room))
+
+    def refilled(self, wanted: range, chunks: dict[int, tuple[FrontierEntry, ...]]) -> int:
+        """Append the chunks read back for `wanted` to the queue, in order. Returns how many
+        URLs a missing chunk took with it (0 unless the storage lost a row)."""
+        lost = 0
+        for number in wanted:
+            chunk = chunks.get(number)
+            if chunk is None:
+                log.error("host %s: overflow chunk %d is missing from storage", self.host, number)
+                continue
+            self.queue.extend(chunk)
+            self.overflow_urls -= len(chunk)
+        self.overflow_read = max(self.overflow_read, wanted.stop)
+        if not self.has_overflow and self.overflow_urls:
+            lost, self.overflow_urls = self.overflow_urls, 0
+        return lost
+
+    def deletable(self) -> range:
+        """Chunks read back whose rows may go. Only call this with the state as an earlier
+        bundle committed it: a chunk read in this bundle must stay until its reading is
+        durable, or a retry of the bundle would find it gone."""
+        return range(self.overflow_deleted, self.overflow_read)
+
+    def _robots_url(self) -> str:
+        return f"{self.scheme}://{self.host}/robots.txt"
+
+    # ----------------------------------------------------------------------------- events
+    def offer(
+        self,
+        urls: list[tuple[str, int, str | None]],
+        depth: int,
+        policy: HostPolicy,
+        *,
+        already_accepted: bool = False,
+        redirect_hops: int = 0,
+    ) -> tuple[list[FrontierEntry], list[Outcome], list[FrontierEntry]]:
+        """Take URLs for this host. Returns (accepted, terminal outcomes, spilled).
+
+        Each URL comes as (url, url_hash, rejection): a URL is accepted the first time the host
+        sees it (Bloom filter, invariant 5); URLs it has seen are dropped here without a row,
+        because their first copy has one. An accepted URL the frontier already rejected (too
+        long, out of scope) ends `filtered` with that reason. Spilled entries come back from the
+        frontier with `already_accepted` and skip the seen-check.
+        """
+        accepted: list[FrontierEntry] = []
+        outcomes: list[Outcome] = []
+        spilled: list[FrontierEntry] = []
+        bloom = None if already_accepted else self._bloom(policy)
+        for url, url_hash, rejection in urls:
+            if bloom is not None and not bloom.add(url_hash):
+                continue
+            entry = FrontierEntry(url=url, url_hash=url_hash, depth=depth,
+                                  redirect_hops=redirect_hops)
+            if not self.queue and self.lease is None and not accepted and urlsplit(url).scheme:
+                self.scheme = urlsplit(url).scheme
+            if bloom is not None:
+                accepted.append(entry)
+            filtered = rejection or (
+                None if bloom is None else self._filter_reason(entry, policy)
+            )
+            if filtered:
+                outcomes.append(Outcome(entry, PageState.FILTERED, filtered))
+            elif len(self.queue) >= policy.queue_cap or self.has_overflow:
+                # Behind stored overflow too: URLs keep their arrival order.
+                spilled.append(entry)
+            else:
+                self.queue.append(entry)
+        if bloom is not None:
+            self.seen = bloom.to_bytes()
+        return accepted, outcomes, spilled
+
+    def mark_seen(self, urls: list[tuple[str, int, str | None]], policy: HostPolicy, *,
+                  issued: bool) -> None:
+        """A resumed crawl tells the host which of its URLs are already done: they go into the
+        seen-set without being accepted again, and count against the host budget if they
+        cost a request (`issued`)."""
+        bloom = self._bloom(policy)
+        for _, url_hash, _ in urls:
+            bloom.add(url_hash)
+        self.seen = bloom.to_bytes()
+        if issued:
+            self.pages_issued += len(urls)
+
+    def set_duplicate_heavy(self, heavy: bool, policy: HostPolicy) -> None:
+        """The store found most of the host's recent pages duplicates (or no longer): its
+        delay is multiplied by policy.duplicate_slowdown from the next request on, which only
+        ever widens the spacing while it holds (invariant 1 is unaffected)."""
+        if heavy != self.duplicate_heavy:
+            log.warning("host %s %s", self.host,
+                        f"serves mostly duplicates: slowed {policy.duplicate_slowdown:g}x"
+                        if heavy else "serves distinct pages again: normal speed")
+        self.duplicate_heavy = heavy
+
+    def _filter_reason(self, entry: FrontierEntry, policy: HostPolicy) -> str | None:
+        """Why a newly accepted URL is not to be fetched (depth, redirects, traps), or None."""
+        if policy.max_depth is not None and entry.depth > policy.max_depth:
+            return f"depth {entry.depth} > max depth {policy.max_depth}"
+        if entry.redirect_hops > policy.max_redirect_hops:
+            return (f"redirect chain longer than {policy.max_redirect_hops} hops "
+                    f"({entry.redirect_hops})")
+        trap = repeated_segment(entry.url)
+        if trap:
+            return trap
+        if is_calendar_like(entry.url):
+            self.calendar_pages += 1
+            if (policy.max_calendar_pages is not None
+                    and self.calendar_pages > policy.max_calendar_pages):
+                return (f"trap: calendar-like sequence beyond {policy.max_calendar_pages} "
+                        "pages on this host")
+        return None
+
+    def next_action(
+        self,
+        now: float,
+        policy: HostPolicy,
+        *,
+        claim_page: Callable[[], bool] = lambda: True,
+        budget_spent: Callable[[], bool] = lambda: False,
+    ) -> Decision:
+        """The timer fired at `now`: start at most one request if the host is due.
+
+        `claim_page` asks the crawl's global page budget for one more page; once it says no,
+        every queued URL ends `over_budget` at once, without a request. `budget_spent` says
+        whether it is already known to say no: then the queue ends at once, without even the
+        robots.txt request a host that has none yet would make first.
+        """
+        if self.lease is not None:
+            # A request is in flight: never start another (invariant 1). The caller collects
+            # its result or expires the lease; until then, wake at the lease deadline.
+            return Decision(wake_at=self.lease.expires_at)
+        outcomes: list[Outcome] = []
+        if not self.queue:
+            return Decision()
+        if budget_spent():
+            return Decision(outcomes=tuple(
+                self._drain_queue(PageState.OVER_BUDGET, "crawl page budget spent")))
+        if now < self.next_allowed:
+            return Decision(wake_at=self.next_allowed)
+        if self.robots is None or now >= self.robots.expires_at:
+            url = self.robots_redirect or self._robots_url()
+            return self._start(now, policy, LeaseKind.ROBOTS, url, None, self.robots_hops)
+        while self.queue:
+            entry = self.queue[0]
+            denial = self.robots.denial_reason(entry.url, policy.user_agent)
+            if denial is not None:
+                self.queue.popleft()
+                outcomes.append(Outcome(entry, PageState.DISALLOWED, denial))
+                continue
+            if (
+                entry.attempt == 0
+                and policy.max_pages_per_host is not None
+                and self.pages_issued >= policy.max_pages_per_host
+            ):
+                self.queue.popleft()
+                outcomes.append(Outcome(
+                    entry, PageState.OVER_BUDGET,
+                    f"host page budget {policy.max_pages_per_host} spent",
+                ))
+                continue
+            if entry.attempt == 0:
+                if not claim_page():
+                    outcomes.extend(
+                        self._drain_queue(PageState.OVER_BUDGET, "crawl page budget spent")
+                    )
+                    return Decision(outcomes=tuple(outcomes))
+                self.pages_issued += 1
+            self.queue.popleft()
+            started = self._start(now, policy, LeaseKind.PAGE, entry.url, entry, 0)
+            return Decision(fetch=started.fetch, outcomes=tuple(outcomes), wake_at=started.wake_at)
+        return Decision(outcomes=tuple(outcomes))
+
+    def _start(
+        self,
+        now: float,
+        policy: HostPolicy,
+        kind: LeaseKind,
+        url: str,
+        entry: FrontierEntry | None,
+        robots_hop: int,
+    ) -> Decision:
+        lease = Lease(
+            lease_id=uuid.uuid4().hex,
+            kind=kind,
+            url=url,
+            started_at=now,
+            expires_at=now + policy.lease_seconds,
+            entry=entry,
+            robots_hop=robots_hop,
+        )
+        self.lease = lease
+        self.last_request_at = now
+        self.next_allowed = max(self.next_allowed, now + self.delay(policy))
+        # Wake when the next request will probably be allowed (a delay after this fetch ends,
+        # guessing it takes as long as the last one): then one firing both collects this
+        # result and starts the next request.
+        return Decision(fetch=FetchOrder(lease), wake_at=self.next_allowed + self.last_elapsed)
+
+    def _drain_queue(self, state: PageState, reason: str) -> list[Outcome]:
+        outcomes = [Outcome(entry, state, reason) for entry in self.queue]
+        self.queue.clear()
+        return outcomes
+
+    def expire_lease(self, now: float, policy: HostPolicy) -> Decision:
+        """The lease ran out with no result here (its worker died): fetch the URL again later.
+
+        The host then waits a full delay from now, as if a request had only just ended, so a
+        request that might still have been running elsewhere cannot overlap the next one.
+        """
+        lease = self.lease
+        if lease is None or now < lease.expires_at:
+            return Decision(wake_at=lease.expires_at if lease else None)
+        self.lease = None
+        if lease.entry is not None:
+            self.queue.appendleft(lease.entry)
+        self.next_allowed = max(self.next_allowed, now + self.delay(policy))
+        return Decision(wake_at=self.next_allowed)
+
+    def complete(
+        self, lease_id: str, report: FetchReport, now: float, policy: HostPolicy
+    ) -> Decision:
+        """A fetch finished. Decide the URL's fate and the host's next allowed time."""
+        lease = self.lease
+        if lease is None or lease.lease_id != lease_id:
+            return Decision(wake_at=self._wake_after_event())  # stale: already replaced
+        self.lease = None
+        # The host's delay runs from the end of the exchange, not its start: then the next
+        # request reaches the server at least `delay` after this one did, however long this
+        # one's connection took to set up (the server's log is what politeness is judged by).
+        ended = report.finished_at if report.finished_at is not None else now
+        self.last_elapsed = max(0.0, ended - lease.started_at)
+        # A slow server gets more room before it starts failing: wait at least `slow_factor`
+        # times as long as it took to answer.
+        spacing = max(self.delay(policy), policy.slow_factor * self.last_elapsed)
+        self.next_allowed = max(self.next_allowed, ended + spacing)
+        if lease.kind is LeaseKind.ROBOTS:
+            return self._complete_robots(lease, report, now, policy)
+        assert lease.entry is not None
+        entry = lease.entry
+        # A response whose body broke off (timeout, reset mid-body) is a failure, not a page.
+        transient = (
+            report.error is not None
+            or report.status is None
+            or report.status in TRANSIENT_STATUSES
+        )
+        if not transient:
+            self.consecutive_failures = 0
+            self.parked_until = None
+            return Decision(page_done=entry, wake_at=self._wake_after_event())
+        self.consecutive_failures += 1
+        self.next_allowed = max(self.next_allowed, ended + self._backoff(policy, report, ended))
+        if self.consecutive_failures >= policy.circuit_failures:
+            # Circuit open: the host is parked, then gets one probe per period until a
+            # request succeeds. Its queue waits; each probe still counts an attempt.
+            self.parked_until = ended + policy.circuit_seconds
+            self.next_allowed = max(self.next_allowed, self.parked_until)
+            log.warning("host %s parked for %.0fs after %d consecutive failures",
+                        self.host, policy.circuit_seconds, self.consecutive_failures)
+        what = report.error or f"HTTP {report.status}"
+        if entry.attempt + 1 < policy.max_attempts:
+            # Back of the host's own queue: the host's other URLs go first.
+            self.queue.append(dataclasses.replace(entry, attempt=entry.attempt + 1))
+            return Decision(wake_at=self._wake_after_event())
+        if report.status is not None and report.error is None:
+            # An HTTP answer is stored like any other response; the store marks it failed.
+            return Decision(page_done=entry, wake_at=self._wake_after_event())
+        return Decision(
+            outcomes=(Outcome(entry, PageState.FAILED,
+                              f"{what} after {entry.attempt + 1} attempts"),),
+            wake_at=self._wake_after_event(),
+        )
+
+    def _backoff(self, policy: HostPolicy, report: FetchReport, ended: float) -> float:
+        """Seconds to wait after a transient failure: doubling per consecutive failure from
+        retry_base, jittered, capped, never less than Retry-After (up to the cap) or the delay."""
+        base = min(policy.retry_cap, policy.retry_base * 2 ** (self.consecutive_failures - 1))
+        # Jitter spreads hosts that failed together so they do not come back together.
+        wait = base * (0.5 + random.random() / 2)
+        retry_after = parse_retry_after(report.retry_after, ended)
+        if retry_after is not None:
+            wait = max(wait, min(retry_after, policy.retry_cap))
+        return max(wait, self.delay(policy))
+
+    def _complete_robots(
+        self, lease: Lease, report: FetchReport, now: float, policy: HostPolicy
+    ) -> Decision:
+        status = report.status
+        if status is not None and 300 <= status < 400 and report.location:
+            target = urljoin(lease.url, report.location)
+            parts = urlsplit(target)
+            same_host = (parts.netloc or "").lower() == self.host
+            if lease.robots_hop + 1 > ROBOTS_MAX_REDIRECTS:
+                self.robots = RobotsPolicy.too_many_redirects(now)
+            elif not same_host:
+                # Following it would send a request to another host outside that host's
+                # schedule (invariant 1). Treat robots.txt as unreachable: disallow all, retry
+                # later.
+                self.robots = RobotsPolicy.from_response(
+                    None, None, now, error=f"redirected to another host ({parts.netloc})"
+                )
+            else:
+                # The next hop is a request like any other: it waits for the host's delay.
+                self.robots_redirect = target
+                self.robots_hops = lease.robots_hop + 1
+                return Decision(wake_at=self._wake_after_event())
+        else:
+            self.robots = RobotsPolicy.from_response(status, report.body, now, error=report.error)
+        # The robots.txt request itself counts (invariant 1): the first page waits the delay
+        # robots.txt just announced.
+        ended = report.finished_at if report.finished_at is not None else now
+        self.next_allowed = max(self.next_allowed, ended + self.delay(policy))
+        self.robots_redirect = None
+        self.robots_hops = 0
+        return Decision(wake_at=self._wake_after_event())
+
+    def _wake_after_event(self) -> float | None:
+        if self.lease is not None:
+            return self.lease.expires_at
+        if self.queue:
+            return self.next_allowed
+        return None

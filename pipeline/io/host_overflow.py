@@ -1,0 +1,85 @@
+"""Overflow storage for full host queues: numbered chunks of URLs in the Bigtable `frontier`
+table, so a host's state stays kilobytes however many URLs it is offered (invariant 6).
+
+A host queue holds at most `queue_cap` URLs. Later URLs of the host are written here in
+chunks, numbered per host (HostState.overflow), and read back in order as the queue empties
+(HostState.refill_wanted). Before this, they went back to the frontier topic and came round
+again every Pub/Sub round trip while the queue stayed full: a loop whose traffic grew with
+every URL a link-dense host was offered.
+
+Row key `crawl_id/reversed-host/chunk number (12 digits)`: one host's chunks are adjacent and in
+order, and hosts spread over the key space as in the `pages` table. One cell per row holds the
+chunk as compact JSON. Writes are idempotent (timestamp 0), so a retried bundle that writes a
+chunk again overwrites it.
+
+This module owns the row format and the three calls (write, read, delete); when to make them
+is HostState's business, and the scheduler carries them out.
+"""
+
+from __future__ import annotations
+
+import json
+
+from google.cloud.bigtable.data import (
+    DeleteAllFromRow,
+    ReadRowsQuery,
+    RowMutationEntry,
+    RowRange,
+    SetCell,
+)
+from google.cloud.bigtable.data import Table as DataTable
+
+from pipeline.core.records import FrontierEntry
+from pipeline.io.bigtable import FRONTIER_FAMILY, check_crawl_id, reversed_host
+
+_COLUMN = b"u"
+
+
+def encode_chunk(entries: tuple[FrontierEntry, ...]) -> bytes:
+    return json.dumps(
+        [[e.url, e.url_hash, e.depth, e.attempt, e.redirect_hops] for e in entries],
+        separators=(",", ":"),
+    ).encode()
+
+
+def decode_chunk(data: bytes) -> tuple[FrontierEntry, ...]:
+    return tuple(FrontierEntry(*fields) for fields in json.loads(data))
+
+
+class HostOverflow:
+    """One crawl's overflow chunks in the `frontier` table."""
+
+    def __init__(self, table: DataTable, crawl_id: str) -> None:
+        self._table = table
+        self._crawl_id = check_crawl_id(crawl_id)
+
+    def key(self, host: str, number: int) -> bytes:
+        return f"{self._crawl_id}/{reversed_host(host)}/{number:012d}".encode()
+
+    def write(self, host: str, chunks: list[tuple[int, tuple[FrontierEntry, ...]]]) -> None:
+        """Store numbered chunks; returns once all are durable (raises otherwise)."""
+        if chunks:
+            self._table.bulk_mutate_rows([
+                RowMutationEntry(self.key(host, number),
+                                 [SetCell(FRONTIER_FAMILY, _COLUMN, encode_chunk(entries), 0)])
+                for number, entries in chunks
+            ])
+
+    def read(self, host: str, numbers: range) -> dict[int, tuple[FrontierEntry, ...]]:
+        """The stored chunks among `numbers` (a missing one is absent from the answer)."""
+        if not numbers:
+            return {}
+        query = ReadRowsQuery(row_ranges=RowRange(start_key=self.key(host, numbers.start),
+                                                  end_key=self.key(host, numbers.stop)))
+        found = {}
+        for row in self._table.read_rows(query):
+            number = int(row.row_key.rsplit(b"/", 1)[1])
+            found[number] = decode_chunk(row.cells[0].value)
+        return found
+
+    def delete(self, host: str, numbers: range) -> None:
+        if numbers:
+            self._table.bulk_mutate_rows([
+                RowMutationEntry(self.key(host, number), [DeleteAllFromRow()])
+                for number in numbers
+            ])

@@ -1,0 +1,376 @@
+"""Google's local Pub/Sub and Bigtable emulators: find, start, wait until ready, stop.
+
+This module owns the emulator processes of a local run and the Pub/Sub topics and
+subscriptions a crawl needs (idempotent creation works against the emulator and the cloud
+alike). It does not decide when a crawl uses the emulators: pipeline.local.runtime does.
+
+Each emulator runs in its own process group, started directly from the SDK's platform/
+folder rather than through `gcloud beta emulators`: a SIGTERM to gcloud leaves the Java
+process of the Pub/Sub emulator running, a signal to the group does not. Emulators still
+running at interpreter exit are stopped then.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+PUBSUB = "pubsub"
+BIGTABLE = "bigtable"
+
+_PUBSUB_BINARY = "platform/pubsub-emulator/bin/cloud-pubsub-emulator"
+_BIGTABLE_BINARY = "platform/bigtable-emulator/cbtemulator"
+_SDK_HOMES = ("/usr/lib/google-cloud-sdk", "/google-cloud-sdk", "~/google-cloud-sdk")
+_HOW_TO_INSTALL = {
+    PUBSUB: "`gcloud components install pubsub-emulator` or the Debian package "
+    "google-cloud-cli-pubsub-emulator",
+    BIGTABLE: "`gcloud components install bigtable` or the Debian package "
+    "google-cloud-cli-bigtable-emulator",
+}
+_TITLES = {PUBSUB: "Pub/Sub emulator", BIGTABLE: "Bigtable emulator"}
+
+
+class EmulatorMissing(RuntimeError):
+    """An emulator (or what it needs to run) is not installed; the message says what to do."""
+
+
+class EmulatorFailed(RuntimeError):
+    """An emulator exited while starting or did not answer in time; the message ends with
+    the tail of its log."""
+
+
+class _ExitedEarly(EmulatorFailed):
+    pass
+
+
+@dataclass(eq=False)  # identity: one object per process
+class RunningEmulator:
+    """A started emulator. stop() ends its whole process group; it is also a context manager."""
+
+    name: str
+    host_port: str  # "127.0.0.1:P"
+    process: subprocess.Popen[bytes]
+    log_path: str = ""
+    scratch_dir: str | None = field(default=None, repr=False)  # ours to delete on stop
+    _stopped: bool = field(default=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The variable Google's client libraries read to talk to this emulator."""
+        variable = "PUBSUB_EMULATOR_HOST" if self.name == PUBSUB else "BIGTABLE_EMULATOR_HOST"
+        return {variable: self.host_port}
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM the process group, SIGKILL it if still there after timeout. Idempotent."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+        _running.discard(self)
+        group = self.process.pid  # start_new_session made the emulator its group's leader
+        _signal_group(group, signal.SIGTERM)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            _signal_group(group, signal.SIGKILL)
+            self.process.wait()
+        # Children the leader left behind (none expected) get no grace period.
+        if _group_exists(group):
+            _signal_group(group, signal.SIGKILL)
+            deadline = time.monotonic() + 5
+            while _group_exists(group) and time.monotonic() < deadline:
+                time.sleep(0.02)
+        if self.scratch_dir:
+            shutil.rmtree(self.scratch_dir, ignore_errors=True)
+
+    def __enter__(self) -> RunningEmulator:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def find_sdk_root() -> Path | None:
+    """The Google Cloud SDK's root: $CLOUDSDK_ROOT_DIR if set (and then only it), else the
+    folder of the `gcloud` on PATH (through symlinks), else the usual install folders."""
+    explicit = os.environ.get("CLOUDSDK_ROOT_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    candidates: list[Path] = []
+    gcloud = shutil.which("gcloud")
+    if gcloud:
+        resolved = Path(gcloud).resolve()
+        if resolved.parent.name == "bin":
+            candidates.append(resolved.parent.parent)
+    candidates += [Path(home).expanduser() for home in _SDK_HOMES]
+    for candidate in candidates:
+        if (candidate / "platform").is_dir():
+            return candidate
+    return None
+
+
+def start_pubsub_emulator(
+    *, port: int | None = None, log_path: str | None = None, ready_timeout: float = 60.0
+) -> RunningEmulator:
+    """Start the Pub/Sub emulator on 127.0.0.1 (a free port unless given) and wait until it
+    answers. Raises EmulatorMissing if it (or Java) is not installed."""
+    binary = _binary(PUBSUB, _PUBSUB_BINARY)
+    if not (os.environ.get("JAVA_HOME") or shutil.which("java")):
+        raise EmulatorMissing(
+            "Java not found: the Pub/Sub emulator needs a Java 8+ runtime on PATH or in "
+            "JAVA_HOME: install the Debian package default-jre-headless"
+        )
+    env = dict(os.environ)
+    env.setdefault("JAVA_OPTS", "-Xmx256m")  # ~100-300 MB instead of a quarter of the RAM
+    return _start(
+        PUBSUB,
+        lambda p: [str(binary), "--host=127.0.0.1", f"--port={p}"],
+        env=env,
+        port=port,
+        log_path=log_path,
+        ready_timeout=ready_timeout,
+        ready=_pubsub_answers,
+    )
+
+
+def start_bigtable_emulator(
+    *, port: int | None = None, log_path: str | None = None, ready_timeout: float = 60.0
+) -> RunningEmulator:
+    """Start the Bigtable emulator (in memory) on 127.0.0.1 and wait until it accepts
+    connections. Raises EmulatorMissing if it is not installed."""
+    binary = _binary(BIGTABLE, _BIGTABLE_BINARY)
+    return _start(
+        BIGTABLE,
+        lambda p: [str(binary), "-host=127.0.0.1", f"-port={p}"],
+        env=dict(os.environ),
+        port=port,
+        log_path=log_path,
+        ready_timeout=ready_timeout,
+        ready=_accepts_connections,
+    )
+
+
+def start_missing_emulators(log_dir: Path) -> list[tuple[str, RunningEmulator]]:
+    """Start the Pub/Sub and Bigtable emulators that no environment variable names, and set
+    the variables to them. Returns (variable, emulator) pairs for stop_emulators()."""
+    started: list[tuple[str, RunningEmulator]] = []
+    try:
+        for variable, start, name in (
+            ("PUBSUB_EMULATOR_HOST", start_pubsub_emulator, "pubsub"),
+            ("BIGTABLE_EMULATOR_HOST", start_bigtable_emulator, "bigtable"),
+        ):
+            if not os.environ.get(variable):
+                emulator = start(log_path=str(log_dir / f"{name}-emulator.log"))
+                os.environ[variable] = emulator.host_port
+                started.append((variable, emulator))
+    except BaseException:
+        stop_emulators(started)
+        raise
+    return started
+
+
+def stop_emulators(started: list[tuple[str, RunningEmulator]]) -> None:
+    """Stop what start_missing_emulators() started and unset its variables."""
+    for variable, emulator in started:
+        emulator.stop()
+        os.environ.pop(variable, None)
+
+
+def ensure_topic(project: str, topic: str) -> str:
+    """Create the topic unless it exists; returns its full path. Uses PUBSUB_EMULATOR_HOST
+    when set, Google Cloud otherwise."""
+    from google.api_core.exceptions import AlreadyExists
+    from google.cloud import pubsub_v1
+
+    publisher = pubsub_v1.PublisherClient()
+    try:
+        path = _topic_path(project, topic)
+        with contextlib.suppress(AlreadyExists):
+            publisher.create_topic(name=path, timeout=30)
+        return path
+    finally:
+        publisher.transport.close()
+
+
+def ensure_subscription(project: str, topic: str, subscription: str) -> str:
+    """Create a pull subscription to topic unless it exists; returns its full path. topic
+    and subscription may be short names or full paths."""
+    from google.api_core.exceptions import AlreadyExists
+    from google.cloud import pubsub_v1
+
+    path = (
+        subscription
+        if subscription.startswith("projects/")
+        else f"projects/{project}/subscriptions/{subscription}"
+    )
+    with pubsub_v1.SubscriberClient() as subscriber, contextlib.suppress(AlreadyExists):
+        subscriber.create_subscription(name=path, topic=_topic_path(project, topic), timeout=30)
+    return path
+
+
+def _topic_path(project: str, topic: str) -> str:
+    return topic if topic.startswith("projects/") else f"projects/{project}/topics/{topic}"
+
+
+def _binary(name: str, relative: str) -> Path:
+    root = find_sdk_root()
+    title = _TITLES[name]
+    if root is None:
+        raise EmulatorMissing(
+            f"{title} not found: no Google Cloud SDK (looked at $CLOUDSDK_ROOT_DIR, gcloud on "
+            f"PATH, {', '.join(_SDK_HOMES)}): install the Google Cloud CLI, then "
+            f"{_HOW_TO_INSTALL[name]}"
+        )
+    binary = root / relative
+    if not os.access(binary, os.X_OK):
+        raise EmulatorMissing(
+            f"{title} not found under {root}: install it with {_HOW_TO_INSTALL[name]}"
+        )
+    return binary
+
+
+def _start(
+    name: str,
+    command: Callable[[int], list[str]],
+    *,
+    env: dict[str, str],
+    port: int | None,
+    log_path: str | None,
+    ready_timeout: float,
+    ready: Callable[[str], bool],
+) -> RunningEmulator:
+    # A port picked here may be taken before the emulator binds it; one retry covers that.
+    attempts = 1 if port is not None else 2
+    for attempt in range(attempts):
+        chosen = port if port is not None else _free_port()
+        scratch = None if log_path else tempfile.mkdtemp(prefix=f"{name}-emulator-")
+        log = Path(log_path or Path(scratch or ".") / f"{name}-emulator.log")
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "ab") as log_file:
+            process = subprocess.Popen(
+                command(chosen),
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=log.parent,  # anything the emulator writes stays beside its log
+                start_new_session=True,
+            )
+        emulator = RunningEmulator(name, f"127.0.0.1:{chosen}", process, str(log), scratch)
+        _running.add(emulator)
+        try:
+            _wait_until_ready(emulator, ready, ready_timeout)
+            return emulator
+        except _ExitedEarly:
+            # The message carries the log's tail, so the scratch folder may go.
+            emulator.stop()
+            if attempt + 1 == attempts:
+                raise
+        except BaseException:
+            emulator.stop()
+            raise
+    raise AssertionError("unreachable")
+
+
+def _wait_until_ready(
+    emulator: RunningEmulator, ready: Callable[[str], bool], timeout: float
+) -> None:
+    title = _TITLES[emulator.name]
+    deadline = time.monotonic() + timeout
+    while True:
+        code = emulator.process.poll()
+        if code is not None:
+            raise _ExitedEarly(
+                f"{title} exited with code {code} before it was ready; "
+                f"end of {emulator.log_path}:\n{_tail(emulator.log_path)}"
+            )
+        if ready(emulator.host_port):
+            return
+        if time.monotonic() > deadline:
+            raise EmulatorFailed(
+                f"{title} not ready on {emulator.host_port} after {timeout:.0f} s; "
+                f"end of {emulator.log_path}:\n{_tail(emulator.log_path)}"
+            )
+        time.sleep(0.05)  # polling a starting process: nothing to wait on instead
+
+
+def _accepts_connections(host_port: str) -> bool:
+    host, _, port = host_port.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _pubsub_answers(host_port: str) -> bool:
+    # The port accepts connections before the server behind it answers.
+    if not _accepts_connections(host_port):
+        return False
+    try:
+        with urllib.request.urlopen(f"http://{host_port}/", timeout=1) as answer:
+            return answer.status == 200 and answer.read().strip() == b"Ok"
+    except OSError:
+        return False
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _tail(path: str, lines: int = 20) -> str:
+    try:
+        with open(path, "rb") as log:
+            log.seek(0, os.SEEK_END)
+            log.seek(max(0, log.tell() - 8192))
+            text = log.read().decode(errors="replace")
+    except OSError as exc:
+        return f"(log unreadable: {exc})"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _signal_group(group: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, sig)
+
+
+def _group_exists(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+_running: set[RunningEmulator] = set()
+# A forked child inherits the set but not the processes: its exit must not stop them.
+os.register_at_fork(after_in_child=_running.clear)
+
+
+@atexit.register
+def _stop_all() -> None:
+    for emulator in list(_running):
+        emulator.stop()

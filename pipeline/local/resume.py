@@ -1,0 +1,109 @@
+"""Resume a crawl from what it stored: which URLs are done, and which are still to do.
+
+After a crash (or `kill -9`) of a local crawl, or to continue a cloud crawl in a new job, the
+frontier is rebuilt from durable output only: the `pages` table says which URLs reached a
+terminal state, and the WARC records of fetched pages hold the links they led to. Every link
+without a terminal row is still to do; every URL with one must never be accepted again. This
+module computes that plan; it publishes nothing (the runtime does).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from pipeline.core.parse import is_html, parse_page
+from pipeline.core.records import RecordPointer
+from pipeline.core.urls import InvalidURL, host_key, normalize_url
+from pipeline.io import storage
+from pipeline.io.pages_table import query_pages
+from pipeline.io.segments import read_response
+from pipeline.transforms.store import page_links
+
+log = logging.getLogger(__name__)
+
+# States whose URL cost a request (and so a page of the budgets).
+REQUESTED_STATES = ("fetched", "redirected", "failed", "dead_lettered", "duplicate")
+
+
+@dataclass
+class ResumePlan:
+    """done: URLs with a terminal row, by host; todo: (url, depth, redirect_hops) to publish."""
+
+    done: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    issued: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    todo: list[tuple[str, int, int]] = field(default_factory=list)
+    pages_claimed: int = 0
+    unreadable: int = 0  # fetched pages whose record could not be read back
+
+
+def crawl_manifest_path(out: str, crawl_id: str) -> str:
+    return storage.join(out, crawl_id, "crawl.json")
+
+
+def write_manifest(out: str, crawl_id: str, manifest: dict) -> None:
+    """The crawl's seeds and budgets, written when it starts so a resume can reuse them."""
+    storage.write_file(crawl_manifest_path(out, crawl_id),
+                       (json.dumps(manifest, indent=2) + "\n").encode())
+
+
+def read_manifest(out: str, crawl_id: str) -> dict:
+    path = crawl_manifest_path(out, crawl_id)
+    if not storage.exists(path):
+        raise ValueError(f"no crawl {crawl_id!r} under {out!r} to resume ({path} is missing)")
+    return json.loads(storage.read_all(path))
+
+
+def plan_resume(out: str, crawl_id: str, seeds: list[str]) -> ResumePlan:
+    """Read the crawl's stored output and work out what is left to do."""
+    plan = ResumePlan()
+    rows = query_pages(
+        out, crawl_id,
+        "SELECT url, host, depth, state, warc_file, warc_offset, warc_length, "
+        "content_type FROM pages",
+    )
+    done: set[str] = set()
+    links: dict[str, tuple[int, int]] = {}
+    for url, host, depth, state, warc_file, warc_offset, warc_length, ctype in rows:
+        if url in done:
+            continue
+        done.add(url)
+        plan.done[host].append(url)
+        if state in REQUESTED_STATES:
+            plan.issued[host] += 1
+            plan.pages_claimed += 1
+        if state not in ("fetched", "redirected") or warc_file is None:
+            continue
+        pointer = RecordPointer(warc_file, int(warc_offset), int(warc_length))
+        for target, target_depth, hops in _links_of(url, state, depth, pointer, ctype, plan):
+            links.setdefault(target, (target_depth, hops))
+    for seed in seeds:
+        try:
+            links.setdefault(normalize_url(seed), (0, 0))
+        except InvalidURL:
+            continue
+    plan.todo = [(url, depth, hops) for url, (depth, hops) in links.items() if url not in done]
+    plan.todo.sort(key=lambda item: (item[1], host_key(item[0]), item[0]))
+    return plan
+
+
+def _links_of(url: str, state: str, depth: int, pointer: RecordPointer,
+              content_type: str | None, plan: ResumePlan) -> list[tuple[str, int, int]]:
+    try:
+        status, headers, body = read_response(pointer)
+    except Exception as exc:  # a torn record at the end of a killed segment
+        plan.unreadable += 1
+        log.warning("cannot read the stored response of %s: %s", url, exc)
+        return []
+    if state == "redirected":
+        location = next((v for k, v in headers if k.lower() == "location"), None)
+        return [(t, depth, 1) for t in page_links(url, (location,))] if location else []
+    if not is_html(content_type, body):
+        return []
+    try:
+        parsed = parse_page(url, body, content_type, extract_text=False)
+    except Exception:  # it was dead-lettered or stored without links the first time too
+        return []
+    return [(t, depth + 1, 0) for t in page_links(url, parsed.links)]
