@@ -56,7 +56,6 @@ emulator are in docs/storage.md.
 from __future__ import annotations
 
 import io
-import os
 import re
 import uuid
 import zlib
@@ -402,58 +401,3 @@ def read_text(pointer: RecordPointer) -> str:
     """The text of a WET conversion record."""
     _, data = _read_record(pointer, "conversion")
     return data.decode("utf-8")
-
-
-def _measure_throughput(root: str, flush_every: int = 100) -> None:
-    """Print records/s, MB/s and objects (segment files) per second of one writer for 100 KB
-    bodies (HTML and random bytes), flushing every `flush_every` records, then the rate of
-    reading single records back by pointer. `root` may be a directory or gs://bucket/prefix
-    (with STORAGE_EMULATOR_HOST set, the emulator)."""
-    import random
-    import time
-
-    from testweb.quality import load_benchmark, shared_data_dir
-
-    html = b"".join(page.body for page in load_benchmark(shared_data_dir(), limit=20))
-    bodies = {
-        "html": [html[i * 100_000 : (i + 1) * 100_000] for i in range(len(html) // 100_000)],
-        "random": [random.randbytes(100_000) for _ in range(20)],
-    }
-    headers = [("Content-Type", "text/html; charset=utf-8"), ("Server", "bench")]
-    run = f"{os.getpid()}-{int(time.time())}"
-    for name, samples in bodies.items():
-        writer = SegmentWriter(root, f"bench-{name}-{run}", "warc", "w0")
-        count = 1000
-        pointers = []
-        started = time.perf_counter()
-        for i in range(count):
-            pointers.append(writer.write_response(
-                f"http://bench.test/{i}", time.time(), 200, headers, samples[i % len(samples)]
-            ))
-            if i % flush_every == flush_every - 1:
-                writer.flush()
-        writer.close()
-        elapsed = time.perf_counter() - started
-        files = {pointer.file for pointer in pointers}
-        stored = sum(len(storage.read_all(path)) for path in files) if len(files) < 200 else 0
-        reads = random.sample(pointers, 100)
-        read_started = time.perf_counter()
-        for pointer in reads:
-            read_response(pointer)
-        read_elapsed = time.perf_counter() - read_started
-        print(
-            f"{name}: {count / elapsed:,.0f} records/s, "
-            f"{count * 100_000 / elapsed / 1e6:,.1f} MB/s of bodies, "
-            f"{len(files) / elapsed:,.1f} segment files/s ({len(files)} files"
-            + (f", {stored / len(files) / 1e6:,.1f} MB each" if stored else "")
-            + f"); reading one record by pointer: {len(reads) / read_elapsed:,.0f}/s"
-        )
-
-
-if __name__ == "__main__":
-    import sys
-
-    _measure_throughput(
-        sys.argv[1] if len(sys.argv) > 1 else "/tmp/segment-bench",
-        int(sys.argv[2]) if len(sys.argv) > 2 else 100,
-    )
