@@ -1,11 +1,11 @@
 """The crawl's counters: Beam metrics for any runner, plus a process-local tally for this process.
 
-Every stage counts through `crawl_counter(name)`. On Dataflow the Beam metrics are what
-`crawler status` and monitoring read. Beam 2.77's local runner, in streaming mode, keeps only
-the first bundle's updates of each step (measured: a timer-driven counter stayed at its first
-value while the DoFn fired 200 more times), so the local runtime reads the tally instead, which
-the same calls keep in this process's memory. This module does not interpret the numbers
-(pipeline.local.progress does).
+Every stage counts through `crawl_counter(Counter.X)` (names in pipeline.core.counters). On
+Dataflow the Beam metrics are what `crawler status` and monitoring read. Beam 2.77's local
+runner, in streaming mode, keeps only the first bundle's updates of each step (measured: a
+timer-driven counter stayed at its first value while the DoFn fired 200 more times), so the
+local runtime reads the tally instead, which the same calls keep in this process's memory. This
+module does not interpret the numbers (pipeline.local.progress does).
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from __future__ import annotations
 import threading
 
 from apache_beam.metrics import Metrics
+
+from pipeline.core.counters import Counter, Maximum
 
 NAMESPACE = "crawler"
 
@@ -50,9 +52,9 @@ class LocalTally:
 class CrawlCounter:
     """A named counter that feeds both Beam metrics and the local tally."""
 
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self._beam = Metrics.counter(NAMESPACE, name)
+    def __init__(self, name: Counter) -> None:
+        self.name = Counter(name)
+        self._beam = Metrics.counter(NAMESPACE, str(name))
 
     def inc(self, n: int = 1) -> None:
         if n:
@@ -66,9 +68,9 @@ class CrawlCounter:
 class CrawlMaximum:
     """The largest value observed (e.g. scheduling lag), as a Beam distribution and locally."""
 
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self._beam = Metrics.distribution(NAMESPACE, name)
+    def __init__(self, name: Maximum) -> None:
+        self.name = Maximum(name)
+        self._beam = Metrics.distribution(NAMESPACE, str(name))
 
     def observe(self, value: float) -> None:
         self._beam.update(int(value))
@@ -78,9 +80,13 @@ class CrawlMaximum:
         return (CrawlMaximum, (self.name,))
 
 
-def crawl_counter(name: str) -> CrawlCounter:
+def crawl_counter(name: Counter) -> CrawlCounter:
+    if not isinstance(name, Counter):
+        raise TypeError(f"counter names are pipeline.core.counters.Counter members, not {name!r}")
     return CrawlCounter(name)
 
 
-def crawl_maximum(name: str) -> CrawlMaximum:
+def crawl_maximum(name: Maximum) -> CrawlMaximum:
+    if not isinstance(name, Maximum):
+        raise TypeError(f"maxima are pipeline.core.counters.Maximum members, not {name!r}")
     return CrawlMaximum(name)

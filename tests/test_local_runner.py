@@ -5,13 +5,22 @@ from __future__ import annotations
 from typing import Any
 
 import apache_beam as beam
+import pytest
 from apache_beam.coders import PickleCoder
 from apache_beam.transforms import userstate
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 
-from pipeline.local.direct_runner import install_direct_runner_speedups
+from pipeline.local import direct_runner
+from pipeline.local.direct_runner import direct_runner_speedups
 
 STATE = ReadModifyWriteStateSpec("s", PickleCoder())
+
+
+@pytest.fixture
+def speedups():
+    """The speedups for one test; Beam as it was afterwards."""
+    with direct_runner_speedups() as active:
+        yield active
 
 
 class StatefulFn(beam.DoFn):
@@ -32,8 +41,8 @@ class CountedDirFn(beam.DoFn):
         pass
 
 
-def test_specs_are_beams_and_inspected_once_per_shape() -> None:
-    assert install_direct_runner_speedups()
+def test_specs_are_beams_and_inspected_once_per_shape(speedups: bool) -> None:
+    assert speedups
     stateful = StatefulFn()
     assert userstate.get_dofn_specs(stateful) == ({STATE}, set())
     assert userstate.is_stateful_dofn(stateful)
@@ -61,7 +70,9 @@ def test_specs_are_beams_and_inspected_once_per_shape() -> None:
     assert userstate.get_dofn_specs(CountedDirFn()) == (set(), set())
 
 
-def test_timer_scan_skips_keys_without_timers_and_finds_every_due_timer() -> None:
+def test_timer_scan_skips_keys_without_timers_and_finds_every_due_timer(
+    speedups: bool,
+) -> None:
     from apache_beam import TimeDomain
     from apache_beam.runners.direct.clock import TestClock
     from apache_beam.runners.direct.watermark_manager import _TransformWatermarks
@@ -69,7 +80,7 @@ def test_timer_scan_skips_keys_without_timers_and_finds_every_due_timer() -> Non
     from apache_beam.transforms.window import GlobalWindow
     from apache_beam.utils.timestamp import Timestamp
 
-    assert install_direct_runner_speedups()
+    assert speedups
     window = GlobalWindow()
     due, later, empty, cleared = (InMemoryUnmergedState() for _ in range(4))
     due.set_timer(window, "wake", TimeDomain.REAL_TIME, Timestamp(10))
@@ -89,7 +100,7 @@ def test_timer_scan_skips_keys_without_timers_and_finds_every_due_timer() -> Non
     assert only_empty.extract_transform_timers() == ([], False)
 
 
-def test_option_views_are_made_once_and_share_values() -> None:
+def test_option_views_are_made_once_and_share_values(speedups: bool) -> None:
     from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
     from pipeline.local.direct_runner import _CachedViews
@@ -104,7 +115,9 @@ def test_option_views_are_made_once_and_share_values() -> None:
     assert cached.get_all_options()["project"] == "p2"
 
 
-def test_indexed_scan_sees_timers_stored_with_a_state_and_rescans_for_the_rest() -> None:
+def test_indexed_scan_sees_timers_stored_with_a_state_and_rescans_for_the_rest(
+    speedups: bool,
+) -> None:
     from apache_beam import TimeDomain
     from apache_beam.runners.direct.clock import TestClock
     from apache_beam.runners.direct.watermark_manager import _TransformWatermarks
@@ -114,7 +127,7 @@ def test_indexed_scan_sees_timers_stored_with_a_state_and_rescans_for_the_rest()
 
     from pipeline.local.direct_runner import _TimerIndexedStates
 
-    assert install_direct_runner_speedups()
+    assert speedups
     window = GlobalWindow()
     states = _TimerIndexedStates({f"k{i}".encode(): InMemoryUnmergedState() for i in range(50)})
     watermarks = _TransformWatermarks(TestClock(Timestamp(50)), states, "step")
@@ -143,7 +156,9 @@ def test_indexed_scan_sees_timers_stored_with_a_state_and_rescans_for_the_rest()
     assert states.keys_with_timers == {b"k9"}
 
 
-def test_an_empty_pull_pauses_only_when_idle_and_never_past_the_next_timer() -> None:
+def test_an_empty_pull_pauses_only_when_idle_and_never_past_the_next_timer(
+    speedups: bool,
+) -> None:
     import queue
     import weakref
 
@@ -156,7 +171,7 @@ def test_an_empty_pull_pauses_only_when_idle_and_never_past_the_next_timer() -> 
 
     from pipeline.local.direct_runner import IDLE_PAUSE_MAX_S, _Idleness, _TimerIndexedStates
 
-    assert install_direct_runner_speedups()
+    assert speedups
 
     class Service:
         def __init__(self) -> None:
@@ -187,3 +202,43 @@ def test_an_empty_pull_pauses_only_when_idle_and_never_past_the_next_timer() -> 
     finally:
         _Idleness.executor = previous
         _Idleness.next_timer.clear()
+
+
+def test_beam_is_restored_when_the_last_crawl_leaves() -> None:
+    from apache_beam.runners.direct import transform_evaluator, watermark_manager
+
+    originals = (userstate.get_dofn_specs, transform_evaluator._ParDoEvaluator.__init__,
+                 watermark_manager._TransformWatermarks.extract_transform_timers,
+                 vars(transform_evaluator._PubSubReadEvaluator)["_get_subscriber_client"])
+    with direct_runner_speedups() as outer:
+        assert outer
+        with direct_runner_speedups() as inner:  # a second crawl in the same process
+            assert inner
+            assert userstate.get_dofn_specs is not originals[0]
+        assert userstate.get_dofn_specs is not originals[0]  # the first crawl still runs
+    assert (userstate.get_dofn_specs, transform_evaluator._ParDoEvaluator.__init__,
+            watermark_manager._TransformWatermarks.extract_transform_timers,
+            vars(transform_evaluator._PubSubReadEvaluator)["_get_subscriber_client"]
+            ) == originals
+
+
+def test_another_beam_release_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(direct_runner, "_beam_release", lambda: "2.78")
+    original = userstate.get_dofn_specs
+    with direct_runner_speedups() as active:
+        assert not active
+        assert userstate.get_dofn_specs is original
+
+
+def test_only_the_crawls_own_dofns_skip_the_pickle_round_trip() -> None:
+    from pipeline.core.urls import host_key
+    from pipeline.transforms.table import WritePartFn
+
+    class Outside(beam.DoFn):
+        pass
+
+    assert direct_runner._is_crawler_dofn(WritePartFn("/tmp/out", "c1"))
+    assert direct_runner._is_crawler_dofn(beam.Map(host_key).dofn)
+    assert not direct_runner._is_crawler_dofn(Outside())
+    assert not direct_runner._is_crawler_dofn(beam.Map(lambda x: x).dofn)
+    assert not direct_runner._is_crawler_dofn(beam.Map(len).dofn)

@@ -134,4 +134,4 @@ def test_the_store_flags_the_row_and_signals_the_host():
     row, signal = judge_content(_row("http://a.test/4", 0xF0, PageState.DUPLICATE), content,
                                 policy)
     assert row.near_duplicate_of is None  # an exact duplicate already names its first copy
-    assert signal is not None and signal.kind == "throttle" and signal.urls == (row.url,)
+    assert signal is not None and signal.kind == "throttle" and signal.url == row.url

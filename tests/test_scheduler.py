@@ -13,10 +13,9 @@ import pytest
 
 from pipeline.core.budget import LocalPageBudget
 from pipeline.core.politeness import HostPolicy
-from pipeline.core.records import FetchResult, PageRow
+from pipeline.core.records import FetchResult, HostBatch, PageRow
 from pipeline.core.urls import url_hash
 from pipeline.io.fetch import FetchConfig, FetchResponse
-from pipeline.transforms.frontier import HostBatch
 from pipeline.transforms.schedule import HostSchedulerFn, ScheduleConfig, _InFlight
 
 HOST = "a.test"

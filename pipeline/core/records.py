@@ -47,30 +47,45 @@ class RecordPointer:
     length: int
 
 
-HOST_SIGNALS = ("throttle", "release")
+class BatchKind(StrEnum):
+    """Where a batch of URLs on the frontier comes from."""
+
+    SEEDS = "seeds"
+    LINKS = "links"  # found on a page (or a redirect's target)
+    SPILL = "spill"  # accepted once already, handed back by a full host queue: no seen-check
+
+
+class HostSignalKind(StrEnum):
+    THROTTLE = "throttle"  # the host's recent pages are mostly duplicates: widen its delay
+    RELEASE = "release"  # distinct pages again: back to its normal delay
+
+
+def _url_list(payload: dict) -> tuple[str, ...]:
+    urls = payload["urls"]
+    if not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
+        raise ValueError("urls must be a list of strings")
+    return tuple(urls)
 
 
 @dataclass(frozen=True, slots=True)
 class FrontierBatch:
-    """One Pub/Sub frontier message: URLs discovered on one page (or seeds), all at one depth.
-
-    kind: "seeds" | "links" | "spill" (URLs already accepted once, returned by a full host
-    queue; they skip the seen-check) | "seen" / "seen_issued" (a resumed crawl's finished URLs)
-    | "throttle" / "release" (HOST_SIGNALS: the store found the host of `urls` serving mostly
-    duplicates, or distinct pages again; nothing is fetched for them).
-    """
+    """One Pub/Sub frontier message: URLs discovered on one page (or seeds), all at one depth."""
 
     crawl_id: str
     depth: int
     urls: tuple[str, ...]
-    kind: str = "links"
+    kind: BatchKind = BatchKind.LINKS
     source_url: str | None = None
     redirect_hops: int = 0  # > 0: these URLs are redirect targets, this many hops from a link
     version: int = WIRE_VERSION
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", BatchKind(self.kind))  # ValueError for a wrong kind
+
     def to_bytes(self) -> bytes:
         payload = asdict(self)
         payload["urls"] = list(self.urls)
+        payload["kind"] = str(self.kind)
         return json.dumps(payload, separators=(",", ":")).encode()
 
     @classmethod
@@ -84,14 +99,11 @@ class FrontierBatch:
     @classmethod
     def from_payload(cls, payload: dict) -> FrontierBatch:
         try:
-            urls = payload["urls"]
-            if not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
-                raise ValueError("urls must be a list of strings")
             return cls(
                 crawl_id=str(payload["crawl_id"]),
                 depth=int(payload["depth"]),
-                urls=tuple(urls),
-                kind=str(payload.get("kind", "links")),
+                urls=_url_list(payload),
+                kind=BatchKind(payload.get("kind", BatchKind.LINKS)),
                 source_url=payload.get("source_url"),
                 redirect_hops=int(payload.get("redirect_hops", 0)),
             )
@@ -99,10 +111,68 @@ class FrontierBatch:
             raise ValueError(f"frontier message lacks a field: {exc}") from exc
 
 
-def frontier_message(data: bytes) -> FrontierBatch | DeadLetter:
-    """Decode what the frontier topic carries: a batch of URLs, or a dead letter that
-    `crawler redrive` sent back to be processed again. Raises ValueError saying what is wrong.
-    """
+@dataclass(frozen=True, slots=True)
+class SeenMarks:
+    """A resumed crawl's finished URLs, sent to their hosts' seen-sets so they are not fetched
+    again; `issued` ones also count against the host's page budget."""
+
+    crawl_id: str
+    urls: tuple[str, ...]
+    issued: bool = False
+    version: int = WIRE_VERSION
+
+    @property
+    def kind(self) -> str:
+        return "seen_issued" if self.issued else "seen"
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({"crawl_id": self.crawl_id, "urls": list(self.urls),
+                           "kind": self.kind, "version": self.version},
+                          separators=(",", ":")).encode()
+
+    @classmethod
+    def from_payload(cls, payload: dict) -> SeenMarks:
+        try:
+            return cls(crawl_id=str(payload["crawl_id"]), urls=_url_list(payload),
+                       issued=payload["kind"] == "seen_issued")
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"seen-marks message lacks a field: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class HostSignal:
+    """The store's word to a host's scheduler: the host (of `url`, the page that tipped the
+    balance) serves mostly duplicates, or distinct pages again. Nothing is fetched for it."""
+
+    crawl_id: str
+    url: str
+    signal: HostSignalKind
+    version: int = WIRE_VERSION
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "signal", HostSignalKind(self.signal))
+
+    @property
+    def kind(self) -> str:
+        return str(self.signal)
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({"crawl_id": self.crawl_id, "url": self.url, "kind": self.kind,
+                           "version": self.version}, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_payload(cls, payload: dict) -> HostSignal:
+        try:
+            return cls(crawl_id=str(payload["crawl_id"]), url=str(payload["url"]),
+                       signal=HostSignalKind(payload["kind"]))
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"host signal lacks a field: {exc}") from exc
+
+
+def frontier_message(data: bytes) -> FrontierBatch | SeenMarks | HostSignal | DeadLetter:
+    """Decode what the frontier topic carries: a batch of URLs, a resumed crawl's seen-marks,
+    a host signal, or a dead letter that `crawler redrive` sent back to be processed again.
+    Raises ValueError saying what is wrong (an unknown kind included)."""
     try:
         payload = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -112,9 +182,38 @@ def frontier_message(data: bytes) -> FrontierBatch | DeadLetter:
     version = payload.get("version")
     if version != WIRE_VERSION:
         raise ValueError(f"frontier message version {version!r} is not {WIRE_VERSION}")
-    if payload.get("kind") == DeadLetter.KIND:
+    kind = payload.get("kind", BatchKind.LINKS)
+    if kind == DeadLetter.KIND:
         return DeadLetter.from_payload(payload)
+    if kind in ("seen", "seen_issued"):
+        return SeenMarks.from_payload(payload)
+    if kind in HostSignalKind.__members__.values():
+        return HostSignal.from_payload(payload)
+    if kind not in BatchKind.__members__.values():
+        raise ValueError(f"frontier message of unknown kind {kind!r}")
     return FrontierBatch.from_payload(payload)
+
+
+@dataclass(frozen=True, slots=True)
+class HostBatch:
+    """The URLs of one frontier batch that belong to one host, as its scheduler is offered
+    them."""
+
+    depth: int
+    kind: BatchKind
+    entries: tuple[tuple[str, int, str | None], ...]
+    redirect_hops: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", BatchKind(self.kind))
+
+
+@dataclass(frozen=True, slots=True)
+class HostSeenMarks:
+    """The seen-marks of one host (SeenMarks split by host)."""
+
+    entries: tuple[tuple[str, int, str | None], ...]
+    issued: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +332,7 @@ class PageRow:
     url_hash: int
     host: str
     depth: int
-    state: str
+    state: PageState
     reason: str = ""
     http_status: int | None = None
     fetched_at: float | None = None
@@ -248,3 +347,7 @@ class PageRow:
     elapsed_ms: int | None = None
     body_bytes: int | None = None
     near_duplicate_of: str | None = None
+
+    def __post_init__(self) -> None:
+        if type(self.state) is not PageState:
+            object.__setattr__(self, "state", PageState(self.state))  # ValueError if unknown

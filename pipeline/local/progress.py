@@ -10,10 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-TERMINAL_STATES = (
-    "fetched", "redirected", "failed", "disallowed", "filtered", "duplicate", "over_budget",
-    "dead_lettered",
-)
+from pipeline.core.counters import Counter, rows_in
+from pipeline.core.records import PageState
 
 
 @dataclass(frozen=True)
@@ -42,29 +40,30 @@ class CrawlCounters:
     @classmethod
     def from_metrics(cls, counters: Mapping[str, int], seeds_published: int,
                      redrive_published: int = 0) -> CrawlCounters:
-        def get(name: str) -> int:
+        def get(name: Counter) -> int:
             return int(counters.get(name, 0))
 
         return cls(
             seeds_published=seeds_published,
-            batches_received=get("batches_received"),
-            batches_published=get("batches_published_links") + get("batches_published_spill")
-            + get("batches_published_throttle") + get("batches_published_release"),
-            link_batches_emitted=get("link_batches_emitted"),
-            links_published=get("batches_published_links"),
-            urls_decoded=get("urls_decoded"),
-            urls_offered=get("urls_offered"),
-            urls_accepted=get("urls_accepted"),
-            rows_written=get("rows_written"),
-            pages_stored=get("pages_stored"),
-            requests=get("requests"),
-            hosts_active=get("hosts_activated") - get("hosts_idled"),
-            by_state={s: get(f"rows_{s}") for s in TERMINAL_STATES if get(f"rows_{s}")},
-            bytes_fetched=get("bytes_fetched"),
-            host_signals_emitted=get("host_signals_emitted"),
-            host_signals_published=get("batches_published_throttle")
-            + get("batches_published_release"),
-            urls_redriven=get("urls_redriven"),
+            batches_received=get(Counter.BATCHES_RECEIVED),
+            batches_published=get(Counter.BATCHES_PUBLISHED_LINKS)
+            + get(Counter.BATCHES_PUBLISHED_SPILL) + get(Counter.BATCHES_PUBLISHED_THROTTLE)
+            + get(Counter.BATCHES_PUBLISHED_RELEASE),
+            link_batches_emitted=get(Counter.LINK_BATCHES_EMITTED),
+            links_published=get(Counter.BATCHES_PUBLISHED_LINKS),
+            urls_decoded=get(Counter.URLS_DECODED),
+            urls_offered=get(Counter.URLS_OFFERED),
+            urls_accepted=get(Counter.URLS_ACCEPTED),
+            rows_written=get(Counter.ROWS_WRITTEN),
+            pages_stored=get(Counter.PAGES_STORED),
+            requests=get(Counter.REQUESTS),
+            hosts_active=get(Counter.HOSTS_ACTIVATED) - get(Counter.HOSTS_IDLED),
+            by_state={str(s): get(rows_in(s)) for s in PageState if get(rows_in(s))},
+            bytes_fetched=get(Counter.BYTES_FETCHED),
+            host_signals_emitted=get(Counter.HOST_SIGNALS_EMITTED),
+            host_signals_published=get(Counter.BATCHES_PUBLISHED_THROTTLE)
+            + get(Counter.BATCHES_PUBLISHED_RELEASE),
+            urls_redriven=get(Counter.URLS_REDRIVEN),
             redrive_published=redrive_published,
         )
 

@@ -24,7 +24,8 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.core.budget import BlockPageBudget, LocalPageBudget
-from pipeline.core.records import DeadLetter, FrontierBatch
+from pipeline.core.counters import Counter, Maximum
+from pipeline.core.records import BatchKind, DeadLetter, FrontierBatch, SeenMarks
 from pipeline.core.urls import InvalidURL, normalize_url
 from pipeline.graph import build_crawl
 from pipeline.io import storage
@@ -43,7 +44,7 @@ from pipeline.io.redrive import (
     stored_dead_letters,
     uncount_dead_letters,
 )
-from pipeline.local.direct_runner import install_direct_runner_speedups
+from pipeline.local.direct_runner import direct_runner_speedups
 from pipeline.local.emulators import (
     ensure_subscription,
     ensure_topic,
@@ -112,8 +113,18 @@ def run_local_crawl(
 ) -> CrawlSummary:
     """Crawl until the frontier drains or the budget is spent; returns the summary.
 
-    With opts.resume, continue crawl opts.crawl_id under opts.out from what it stored.
+    With opts.resume, continue crawl opts.crawl_id under opts.out from what it stored. Beam's
+    local runner is sped up while the crawl runs and restored afterwards.
     """
+    with direct_runner_speedups():
+        return _run_local_crawl(opts, on_progress=on_progress)
+
+
+def _run_local_crawl(
+    opts: CrawlOptions,
+    *,
+    on_progress: Callable[[str], None] | None = None,
+) -> CrawlSummary:
     if opts.resume:
         manifest = read_manifest(opts.out, opts.crawl_id)
         if not opts.seeds:
@@ -150,7 +161,6 @@ def run_local_crawl(
         subscription = ensure_subscription(
             opts.project, topic, f"frontier-{opts.crawl_id}-{uuid.uuid4().hex[:8]}"
         )
-        install_direct_runner_speedups()
         LocalTally.reset()
         dead_letter_topic = ensure_topic(opts.project, dead_letter_topic_name(opts.crawl_id))
         # Keeps every dead letter for `crawler redrive` (Pub/Sub drops messages a topic
@@ -191,7 +201,8 @@ def run_local_crawl(
             batches = resume_batches(opts.crawl_id, plan)
         else:
             batches = [
-                FrontierBatch(opts.crawl_id, 0, tuple(seeds[i:i + SEED_BATCH]), kind="seeds")
+                FrontierBatch(opts.crawl_id, 0, tuple(seeds[i:i + SEED_BATCH]),
+                              kind=BatchKind.SEEDS)
                 for i in range(0, len(seeds), SEED_BATCH)
             ]
         result = p.run()
@@ -257,36 +268,36 @@ def run_local_crawl(
         invalid_seeds=bad_seeds,
         cpu_s=round(time.process_time() - cpu_started, 3),
         peak_rss_mb=round(_peak_rss_mb(), 1),
-        max_due_lag_ms=round(LocalTally.snapshot()[1].get("due_lag_ms", 0.0), 1),
-        near_duplicates=tally.get("near_duplicates", 0),
-        hosts_throttled=tally.get("hosts_throttled_for_duplicates", 0),
+        max_due_lag_ms=round(LocalTally.snapshot()[1].get(Maximum.DUE_LAG_MS, 0.0), 1),
+        near_duplicates=tally.get(Counter.NEAR_DUPLICATES, 0),
+        hosts_throttled=tally.get(Counter.HOSTS_THROTTLED_FOR_DUPLICATES, 0),
         redriven=counters.urls_redriven,
-        urls_overflowed=tally.get("urls_overflowed", 0),
+        urls_overflowed=tally.get(Counter.URLS_OVERFLOWED, 0),
     )
     storage.write_file(storage.join(out_dir, "summary.json"),
                        (json.dumps(asdict(summary), indent=2) + "\n").encode())
     return summary
 
 
-def resume_batches(crawl_id: str, plan: ResumePlan) -> list[FrontierBatch]:
+def resume_batches(crawl_id: str, plan: ResumePlan) -> list[FrontierBatch | SeenMarks]:
     """The messages that rebuild a crawl's frontier: first what each host has done (into its
     seen-set, against its budget), then the URLs still to do, by depth."""
-    batches: list[FrontierBatch] = []
+    batches: list[FrontierBatch | SeenMarks] = []
     for host, urls in plan.done.items():
         issued = plan.issued.get(host, 0)
         # Which of the host's done URLs cost a request does not matter to its seen-set; only
         # their number matters to its budget.
         if issued:
-            batches.append(FrontierBatch(crawl_id, 0, tuple(urls[:issued]), kind="seen_issued"))
+            batches.append(SeenMarks(crawl_id, tuple(urls[:issued]), issued=True))
         if urls[issued:]:
-            batches.append(FrontierBatch(crawl_id, 0, tuple(urls[issued:]), kind="seen"))
+            batches.append(SeenMarks(crawl_id, tuple(urls[issued:])))
     groups: dict[tuple[int, int], list[str]] = {}
     for url, depth, hops in plan.todo:
         groups.setdefault((depth, hops), []).append(url)
     for (depth, hops), urls in sorted(groups.items()):
         for i in range(0, len(urls), SEED_BATCH):
             batches.append(FrontierBatch(crawl_id, depth, tuple(urls[i:i + SEED_BATCH]),
-                                         kind="links", redirect_hops=hops))
+                                         kind=BatchKind.LINKS, redirect_hops=hops))
     return batches
 
 

@@ -33,6 +33,7 @@ import apache_beam as beam
 from apache_beam.io.gcp.bigquery import BigQueryDisposition, BigQueryWriteFn
 from apache_beam.io.gcp.bigquery_tools import RetryStrategy
 
+from pipeline.core.counters import Counter
 from pipeline.core.records import PageRow
 from pipeline.io.bigquery import (
     bigquery_schema,
@@ -124,7 +125,7 @@ def _to_insert(row: PageRow) -> tuple[dict[str, Any], str]:
 
 class _CountFailedFn(beam.DoFn):
     def __init__(self) -> None:
-        self._failed = crawl_counter("bigquery_rows_failed")
+        self._failed = crawl_counter(Counter.BIGQUERY_ROWS_FAILED)
 
     def process(self, failed: tuple[str, dict[str, Any], Any]) -> Iterable[Any]:
         self._failed.inc()

@@ -20,6 +20,7 @@ from apache_beam.transforms.window import BoundedWindow
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
+from pipeline.core.counters import Counter
 from pipeline.core.records import PageRow
 from pipeline.io.bigtable import (
     BigtableConfig,
@@ -91,7 +92,7 @@ class WritePagesToBigtableFn(beam.DoFn):
         self._config = config
         self._store: _ThreadStore | None = None
         self._written_rows: list[tuple[PageRow, Timestamp, BoundedWindow]] = []
-        self._rows_written = crawl_counter("bigtable_rows_written")
+        self._rows_written = crawl_counter(Counter.BIGTABLE_ROWS_WRITTEN)
 
     def setup(self) -> None:
         SharedBigtable.get(self._config)  # connect before the first element

@@ -12,11 +12,19 @@ import logging
 import threading
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import apache_beam as beam
 
-from pipeline.core.records import DeadLetter, FrontierBatch, frontier_message
+from pipeline.core.counters import Counter, published
+from pipeline.core.records import (
+    DeadLetter,
+    FrontierBatch,
+    HostBatch,
+    HostSeenMarks,
+    HostSignal,
+    SeenMarks,
+    frontier_message,
+)
 from pipeline.core.urls import MAX_URL_LENGTH, InvalidURL, host_key, normalize_url, url_hash
 from pipeline.metrics import CrawlCounter, crawl_counter
 
@@ -25,17 +33,13 @@ log = logging.getLogger(__name__)
 REDRIVE = "redrive"
 
 
-@dataclass(frozen=True, slots=True)
-class HostBatch:
-    """URLs of one frontier batch that belong to one host: (url, url_hash, rejection)."""
-
-    depth: int
-    kind: str
-    entries: tuple[tuple[str, int, str | None], ...]
-    redirect_hops: int = 0
+# What a host's scheduler is handed: URLs to offer, seen-marks, or a signal about the host.
+HostMessage = HostBatch | HostSeenMarks | HostSignal
 
 
-def split_by_host(batch: FrontierBatch) -> tuple[dict[str, HostBatch], int]:
+def split_by_host(
+    batch: FrontierBatch | SeenMarks,
+) -> tuple[dict[str, HostBatch] | dict[str, HostSeenMarks], int]:
     """Normalise a batch's URLs and group them by host. Returns (batches, invalid count).
 
     URLs that cannot be normalised have no host and no hash, so they cannot become rows: they
@@ -56,6 +60,9 @@ def split_by_host(batch: FrontierBatch) -> tuple[dict[str, HostBatch], int]:
         if len(url) > MAX_URL_LENGTH:
             rejection = f"URL length {len(url)} > {MAX_URL_LENGTH}"
         grouped[host_key(url)].append((url, url_hash(url), rejection))
+    if isinstance(batch, SeenMarks):
+        return {host: HostSeenMarks(entries=tuple(entries), issued=batch.issued)
+                for host, entries in grouped.items()}, invalid
     return (
         {
             host: HostBatch(depth=batch.depth, kind=batch.kind, entries=tuple(entries),
@@ -67,16 +74,16 @@ def split_by_host(batch: FrontierBatch) -> tuple[dict[str, HostBatch], int]:
 
 
 class DecodeFrontierFn(beam.DoFn):
-    """Pub/Sub payload -> (host, HostBatch), or a redriven DeadLetter ('redrive'). Malformed
+    """Pub/Sub payload -> (host, HostMessage), or a redriven DeadLetter ('redrive'). Malformed
     messages are counted and logged."""
 
     def __init__(self, crawl_id: str) -> None:
         self._crawl_id = crawl_id
-        self._received = crawl_counter("batches_received")
-        self._decoded = crawl_counter("urls_decoded")
-        self._invalid = crawl_counter("urls_invalid")
-        self._malformed = crawl_counter("batches_malformed")
-        self._redriven = crawl_counter("urls_redriven")
+        self._received = crawl_counter(Counter.BATCHES_RECEIVED)
+        self._decoded = crawl_counter(Counter.URLS_DECODED)
+        self._invalid = crawl_counter(Counter.URLS_INVALID)
+        self._malformed = crawl_counter(Counter.BATCHES_MALFORMED)
+        self._redriven = crawl_counter(Counter.URLS_REDRIVEN)
 
     def process(self, payload: bytes) -> Iterator[object]:
         try:
@@ -95,6 +102,12 @@ class DecodeFrontierFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(REDRIVE, batch)
             return
         self._received.inc()
+        if isinstance(batch, HostSignal):
+            try:
+                yield host_key(normalize_url(batch.url)), batch
+            except InvalidURL as exc:
+                log.warning("dropping a host signal for %r: %s", batch.url, exc)
+            return
         by_host, invalid = split_by_host(batch)
         self._invalid.inc(invalid)
         for host, host_batch in by_host.items():
@@ -103,7 +116,7 @@ class DecodeFrontierFn(beam.DoFn):
 
 
 class ReadFrontier(beam.PTransform):
-    """Pub/Sub frontier subscription -> (host, HostBatch) ('batches'), redriven dead letters
+    """Pub/Sub frontier subscription -> (host, HostMessage) ('batches'), redriven dead letters
     ('redrive')."""
 
     def __init__(self, subscription: str, crawl_id: str) -> None:
@@ -121,7 +134,7 @@ class ReadFrontier(beam.PTransform):
             | "DecodeAndGroupByHost" >> beam.ParDo(DecodeFrontierFn(self._crawl_id))
             # A str key gets a deterministic coder: the host scheduler's state is keyed by it.
             # (The hint applies to the main output.)
-            .with_output_types(tuple[str, HostBatch])
+            .with_output_types(tuple[str, HostMessage])
             .with_outputs(REDRIVE, main="batches")
         )
         return decoded
@@ -172,7 +185,7 @@ class PublishFn(beam.DoFn):
         self._pending = []
         self._kinds = []
 
-    def process(self, batch: FrontierBatch | DeadLetter) -> None:
+    def process(self, batch: FrontierBatch | HostSignal | DeadLetter) -> None:
         assert self._publisher is not None
         self._pending.append(self._publisher.publish(self._topic, batch.to_bytes()))
         self._kinds.append(batch.kind)
@@ -182,7 +195,7 @@ class PublishFn(beam.DoFn):
             future.result(timeout=120)
             counter = self._published.get(kind)
             if counter is None:
-                counter = self._published[kind] = crawl_counter(f"batches_published_{kind}")
+                counter = self._published[kind] = crawl_counter(published(kind))
             counter.inc()
         self._pending = []
         self._kinds = []

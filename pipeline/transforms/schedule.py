@@ -23,6 +23,7 @@ from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec
 from apache_beam.utils.timestamp import Timestamp
 
 from pipeline.core.budget import PageBudget
+from pipeline.core.counters import Counter, Maximum
 from pipeline.core.politeness import (
     Decision,
     FetchReport,
@@ -32,14 +33,23 @@ from pipeline.core.politeness import (
     LeaseKind,
     Outcome,
 )
-from pipeline.core.records import HOST_SIGNALS, FetchResult, FrontierBatch, FrontierEntry, PageRow
+from pipeline.core.records import (
+    BatchKind,
+    FetchResult,
+    FrontierBatch,
+    FrontierEntry,
+    HostSeenMarks,
+    HostSignal,
+    HostSignalKind,
+    PageRow,
+)
 from pipeline.io.bigtable import BigtableConfig
 from pipeline.io.dns import parse_resolve
 from pipeline.io.fetch import FetchClient, FetchConfig, FetchResponse, fetch_pool, shared_client
 from pipeline.io.host_overflow import HostOverflow
 from pipeline.metrics import crawl_counter, crawl_maximum
 from pipeline.transforms.bigtable import SharedBigtable
-from pipeline.transforms.frontier import HostBatch
+from pipeline.transforms.frontier import HostMessage
 
 log = logging.getLogger(__name__)
 
@@ -159,18 +169,18 @@ class HostSchedulerFn(beam.DoFn):
         self._clock = clock
         self._submit = submit
         self._client: FetchClient | None = None
-        self._offered = crawl_counter("urls_offered")
-        self._accepted = crawl_counter("urls_accepted")
-        self._requests = crawl_counter("requests")
-        self._robots_requests = crawl_counter("robots_requests")
-        self._hosts_activated = crawl_counter("hosts_activated")
-        self._hosts_idled = crawl_counter("hosts_idled")
-        self._leases_expired = crawl_counter("leases_expired")
-        self._hosts_throttled = crawl_counter("hosts_throttled_for_duplicates")
-        self._overflowed = crawl_counter("urls_overflowed")
-        self._overflow_lost = crawl_counter("overflow_urls_lost")
+        self._offered = crawl_counter(Counter.URLS_OFFERED)
+        self._accepted = crawl_counter(Counter.URLS_ACCEPTED)
+        self._requests = crawl_counter(Counter.REQUESTS)
+        self._robots_requests = crawl_counter(Counter.ROBOTS_REQUESTS)
+        self._hosts_activated = crawl_counter(Counter.HOSTS_ACTIVATED)
+        self._hosts_idled = crawl_counter(Counter.HOSTS_IDLED)
+        self._leases_expired = crawl_counter(Counter.LEASES_EXPIRED)
+        self._hosts_throttled = crawl_counter(Counter.HOSTS_THROTTLED_FOR_DUPLICATES)
+        self._overflowed = crawl_counter(Counter.URLS_OVERFLOWED)
+        self._overflow_lost = crawl_counter(Counter.OVERFLOW_URLS_LOST)
         self._refilled_in_bundle: set[str] = set()
-        self._due_lag = crawl_maximum("due_lag_ms")
+        self._due_lag = crawl_maximum(Maximum.DUE_LAG_MS)
 
     def setup(self) -> None:
         overrides = tuple(parse_resolve(spec) for spec in self._config.resolve)
@@ -182,7 +192,7 @@ class HostSchedulerFn(beam.DoFn):
     # -------------------------------------------------------------------------- elements
     def process(
         self,
-        element: tuple[str, HostBatch],
+        element: tuple[str, HostMessage],
         host_state=beam.DoFn.StateParam(HOST_STATE),
         wake=beam.DoFn.TimerParam(WAKE),
     ) -> Iterator[object]:
@@ -190,19 +200,21 @@ class HostSchedulerFn(beam.DoFn):
         policy = self._config.policy
         state: HostState = host_state.read() or HostState(host=host)
         was_busy = state.busy
-        self._offered.inc(len(batch.entries))
-        if batch.kind in ("seen", "seen_issued"):
-            state.mark_seen(list(batch.entries), policy, issued=batch.kind == "seen_issued")
+        if isinstance(batch, HostSignal):
+            throttle = batch.signal is HostSignalKind.THROTTLE
+            if throttle and not state.duplicate_heavy:
+                self._hosts_throttled.inc()  # times a host was slowed, not hosts slowed now
+            state.set_duplicate_heavy(throttle, policy)
             host_state.write(state)
             return
-        if batch.kind in HOST_SIGNALS:
-            if batch.kind == "throttle" and not state.duplicate_heavy:
-                self._hosts_throttled.inc()  # times a host was slowed, not hosts slowed now
-            state.set_duplicate_heavy(batch.kind == "throttle", policy)
+        self._offered.inc(len(batch.entries))
+        if isinstance(batch, HostSeenMarks):
+            state.mark_seen(list(batch.entries), policy, issued=batch.issued)
             host_state.write(state)
             return
         accepted, outcomes, spilled = state.offer(
-            list(batch.entries), batch.depth, policy, already_accepted=batch.kind == "spill",
+            list(batch.entries), batch.depth, policy,
+            already_accepted=batch.kind is BatchKind.SPILL,
             redirect_hops=batch.redirect_hops,
         )
         self._accepted.inc(len(accepted))
@@ -218,7 +230,7 @@ class HostSchedulerFn(beam.DoFn):
             else:  # no Bigtable (tests of the DoFn alone): round the frontier again
                 yield beam.pvalue.TaggedOutput(SPILL, FrontierBatch(
                     crawl_id=self._config.crawl_id, depth=batch.depth,
-                    urls=tuple(e.url for e in spilled), kind="spill",
+                    urls=tuple(e.url for e in spilled), kind=BatchKind.SPILL,
                 ))
         now = self._clock()
         if state.busy and not was_busy:
@@ -352,7 +364,8 @@ class HostSchedulerFn(beam.DoFn):
 
 
 class ScheduleFetches(beam.PTransform):
-    """(host, HostBatch) -> fetched pages (main), terminal rows ('rows'), spilled URLs ('spill')."""
+    """(host, HostMessage) -> fetched pages (main), terminal rows ('rows'), spilled URLs
+    ('spill')."""
 
     def __init__(
         self,

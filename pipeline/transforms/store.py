@@ -24,6 +24,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
+from pipeline.core.counters import Counter
 from pipeline.core.fingerprints import content_hash, simhash
 from pipeline.core.near_duplicates import ContentVerdict, DuplicatePolicy, HostContent
 from pipeline.core.parse import ParsedPage, is_html, parse_page
@@ -31,6 +32,8 @@ from pipeline.core.records import (
     DeadLetter,
     FetchResult,
     FrontierBatch,
+    HostSignal,
+    HostSignalKind,
     PageRow,
     PageState,
     RecordPointer,
@@ -234,10 +237,10 @@ class StorePagesFn(beam.DoFn):
         self._warc: SegmentWriter | None = None
         self._wet: SegmentWriter | None = None
         self._buffer: list[StoredPage] = []
-        self._pages = crawl_counter("pages_stored")
-        self._link_batches = crawl_counter("link_batches_emitted")
-        self._bytes = crawl_counter("bytes_fetched")
-        self._dead_letters = crawl_counter("dead_letters")
+        self._pages = crawl_counter(Counter.PAGES_STORED)
+        self._link_batches = crawl_counter(Counter.LINK_BATCHES_EMITTED)
+        self._bytes = crawl_counter(Counter.BYTES_FETCHED)
+        self._dead_letters = crawl_counter(Counter.DEAD_LETTERS)
 
     def start_bundle(self) -> None:
         self._warc, self._wet = OpenSegments.get(self._out, self._crawl_id)
@@ -294,9 +297,9 @@ class DedupContentFn(beam.DoFn):
         self._crawl_id = crawl_id
         self._wet: SegmentWriter | None = None
         self._buffer: list[StoredPage] = []
-        self._pages = crawl_counter("pages_stored")
-        self._link_batches = crawl_counter("link_batches_emitted")
-        self._duplicates = crawl_counter("content_duplicates")
+        self._pages = crawl_counter(Counter.PAGES_STORED)
+        self._link_batches = crawl_counter(Counter.LINK_BATCHES_EMITTED)
+        self._duplicates = crawl_counter(Counter.CONTENT_DUPLICATES)
 
     def start_bundle(self) -> None:
         _, self._wet = OpenSegments.get(self._out, self._crawl_id)
@@ -331,7 +334,7 @@ class ReplayDeadLettersFn(beam.DoFn):
     read ends as a `dead_lettered` row again ('rows'), saying why."""
 
     def __init__(self) -> None:
-        self._replayed = crawl_counter("dead_letters_replayed")
+        self._replayed = crawl_counter(Counter.DEAD_LETTERS_REPLAYED)
 
     def process(self, letter: DeadLetter) -> Iterator[object]:
         try:
@@ -358,7 +361,7 @@ class ReplayDeadLetters(beam.PTransform):
 
 
 def judge_content(row: PageRow, content: HostContent, policy: DuplicatePolicy
-                  ) -> tuple[PageRow, FrontierBatch | None]:
+                  ) -> tuple[PageRow, HostSignal | None]:
     """One page with text (or an exact duplicate) of a host: flag it if it nearly repeats an
     earlier page of the host, and return the throttle or release signal for the host's
     scheduler when the host's recent pages became mostly duplicates, or distinct again."""
@@ -369,10 +372,10 @@ def judge_content(row: PageRow, content: HostContent, policy: DuplicatePolicy
         row = dataclasses.replace(row, near_duplicate_of=verdict.near_duplicate_of)
     if verdict.throttle is None:
         return row, None
-    kind = "throttle" if verdict.throttle else "release"
+    signal = HostSignalKind.THROTTLE if verdict.throttle else HostSignalKind.RELEASE
     log.warning("host %s: %.0f%% of its last %d pages with text were duplicates: %s",
-                row.host, 100 * verdict.duplicate_share, len(content.recent), kind)
-    return row, FrontierBatch(row.crawl_id, row.depth, (row.url,), kind=kind)
+                row.host, 100 * verdict.duplicate_share, len(content.recent), signal)
+    return row, HostSignal(row.crawl_id, row.url, signal)
 
 
 class HostContentFn(beam.DoFn):
@@ -383,8 +386,8 @@ class HostContentFn(beam.DoFn):
 
     def __init__(self, policy: DuplicatePolicy) -> None:
         self._policy = policy
-        self._near = crawl_counter("near_duplicates")
-        self._signals = crawl_counter("host_signals_emitted")
+        self._near = crawl_counter(Counter.NEAR_DUPLICATES)
+        self._signals = crawl_counter(Counter.HOST_SIGNALS_EMITTED)
 
     def process(self, element: tuple[str, PageRow],
                 content_state=beam.DoFn.StateParam(CONTENT)) -> Iterator[object]:

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 import apache_beam as beam
 
+from pipeline.core.counters import Counter, rows_in
 from pipeline.core.records import PageRow
 from pipeline.io.pages_table import PagesTableWriter
 from pipeline.metrics import crawl_counter
@@ -23,7 +24,7 @@ class WritePartFn(beam.DoFn):
         self._out = out
         self._crawl_id = crawl_id
         self._writer: PagesTableWriter | None = None
-        self._written = crawl_counter("rows_written")
+        self._written = crawl_counter(Counter.ROWS_WRITTEN)
         self._states = {}
 
     def setup(self) -> None:
@@ -43,7 +44,7 @@ class WritePartFn(beam.DoFn):
         for state, n in by_state.items():
             counter = self._states.get(state)
             if counter is None:
-                counter = self._states[state] = crawl_counter(f"rows_{state}")
+                counter = self._states[state] = crawl_counter(rows_in(state))
             counter.inc(n)
 
     def teardown(self) -> None:

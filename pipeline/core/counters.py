@@ -1,0 +1,80 @@
+"""The names of the crawl's counters: one enum, so a misspelt counter is an AttributeError where
+it is written, not a number that silently stays at zero where it is read.
+
+The stages count through `pipeline.metrics.crawl_counter(Counter.X)`; the local progress
+arithmetic and the summary read the same members back. This module only names them.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pipeline.core.records import BatchKind, HostSignalKind, PageState
+
+
+class Counter(StrEnum):
+    """Every counter a stage increments (Beam metric names in the `crawler` namespace)."""
+
+    # ReadFrontier
+    BATCHES_RECEIVED = "batches_received"
+    BATCHES_MALFORMED = "batches_malformed"
+    URLS_DECODED = "urls_decoded"
+    URLS_INVALID = "urls_invalid"
+    URLS_REDRIVEN = "urls_redriven"
+    # Publishing to the frontier (one per message kind that goes round the loop)
+    BATCHES_PUBLISHED_LINKS = "batches_published_links"
+    BATCHES_PUBLISHED_SPILL = "batches_published_spill"
+    BATCHES_PUBLISHED_SEEDS = "batches_published_seeds"
+    BATCHES_PUBLISHED_THROTTLE = "batches_published_throttle"
+    BATCHES_PUBLISHED_RELEASE = "batches_published_release"
+    BATCHES_PUBLISHED_DEAD_LETTER = "batches_published_dead_letter"
+    BATCHES_PUBLISHED_PAGE_CRAWLED = "batches_published_page_crawled"
+    # ScheduleFetches
+    URLS_OFFERED = "urls_offered"
+    URLS_ACCEPTED = "urls_accepted"
+    REQUESTS = "requests"
+    ROBOTS_REQUESTS = "robots_requests"
+    HOSTS_ACTIVATED = "hosts_activated"
+    HOSTS_IDLED = "hosts_idled"
+    LEASES_EXPIRED = "leases_expired"
+    HOSTS_THROTTLED_FOR_DUPLICATES = "hosts_throttled_for_duplicates"
+    URLS_OVERFLOWED = "urls_overflowed"
+    OVERFLOW_URLS_LOST = "overflow_urls_lost"
+    # StorePages
+    PAGES_STORED = "pages_stored"
+    LINK_BATCHES_EMITTED = "link_batches_emitted"
+    BYTES_FETCHED = "bytes_fetched"
+    DEAD_LETTERS = "dead_letters"
+    DEAD_LETTERS_REPLAYED = "dead_letters_replayed"
+    CONTENT_DUPLICATES = "content_duplicates"
+    NEAR_DUPLICATES = "near_duplicates"
+    HOST_SIGNALS_EMITTED = "host_signals_emitted"
+    # Sinks
+    ROWS_WRITTEN = "rows_written"
+    BIGTABLE_ROWS_WRITTEN = "bigtable_rows_written"
+    BIGQUERY_ROWS_FAILED = "bigquery_rows_failed"
+    # Terminal rows written, per state (see rows_in)
+    ROWS_FETCHED = "rows_fetched"
+    ROWS_REDIRECTED = "rows_redirected"
+    ROWS_FAILED = "rows_failed"
+    ROWS_DISALLOWED = "rows_disallowed"
+    ROWS_FILTERED = "rows_filtered"
+    ROWS_DUPLICATE = "rows_duplicate"
+    ROWS_OVER_BUDGET = "rows_over_budget"
+    ROWS_DEAD_LETTERED = "rows_dead_lettered"
+
+
+class Maximum(StrEnum):
+    """Largest values observed (Beam distributions)."""
+
+    DUE_LAG_MS = "due_lag_ms"
+
+
+def rows_in(state: PageState) -> Counter:
+    """The counter of terminal rows written in `state`."""
+    return Counter(f"rows_{PageState(state)}")
+
+
+def published(kind: BatchKind | HostSignalKind | str) -> Counter:
+    """The counter of frontier-topic messages of `kind` that Pub/Sub acknowledged."""
+    return Counter(f"batches_published_{kind}")
