@@ -57,10 +57,10 @@ from pipeline.io.pages_table import dict_to_row, row_to_dict
 from pipeline.io.segments import SegmentWriter
 from pipeline.local.emulators import EmulatorMissing, start_bigtable_emulator
 from pipeline.transforms.bigtable import (
-    SharedBigtable,
     WritePagesToBigtable,
     WritePagesToBigtableFn,
 )
+from pipeline.transforms.resources import worker_resources
 
 _VARIABLE = "BIGTABLE_EMULATOR_HOST"
 
@@ -76,7 +76,7 @@ def emulator() -> Iterator[str]:
     try:
         yield running.host_port
     finally:
-        SharedBigtable.close_all()
+        worker_resources().close()
         if previous is None:
             os.environ.pop(_VARIABLE, None)
         else:

@@ -170,3 +170,15 @@ def test_the_global_page_budget_stops_the_crawl_exactly(tmp_path, shared):
     over = [r for r in rows if r["state"] == "over_budget"]
     assert over and all(r["reason"] == "crawl page budget spent" for r in over)
     assert len(rows) == summary.accepted == sum(summary.by_state.values())
+
+
+def test_a_second_crawl_in_the_same_process_starts_afresh(tmp_path):
+    """Clients shared by a process's DoFns belong to the crawl's emulators: a second crawl in
+    the same process, against new emulators, must get new ones and finish just as well."""
+    spec = WebSpec(hosts=3, pages_per_host=20, hang_seconds=5.0)
+    for run in ("first", "second"):
+        (tmp_path / run).mkdir()
+        summary, report, rows, _, _ = _crawl_and_audit(tmp_path / run, spec, min_delay=0.1)
+        assert summary.status == "drained", run
+        assert report.violations == [], "\n".join(report.violations[:20])
+        assert summary.accepted == len(rows) == sum(summary.by_state.values()) > 0

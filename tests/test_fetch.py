@@ -26,8 +26,6 @@ from pipeline.io.fetch import (
     ERROR_TLS,
     FetchClient,
     FetchConfig,
-    fetch_pool,
-    shared_client,
 )
 
 UA = "test-crawler/0.1 (+http://crawler.test/about)"
@@ -379,23 +377,6 @@ def test_garbage_instead_of_http_is_a_protocol_error() -> None:
         thread.join(5)
     assert response.error == ERROR_PROTOCOL
     assert response.status is None
-
-
-def test_many_fetches_share_the_process_pool(port: int) -> None:
-    client = _client(port)
-    pool = fetch_pool()
-    assert fetch_pool() is pool
-    futures = [pool.submit(client.fetch, f"http://h{i}.test:{port}/ok") for i in range(40)]
-    assert [f.result(10).status for f in futures] == [200] * 40
-
-
-def test_shared_client_is_one_per_config_and_overrides() -> None:
-    config = FetchConfig(user_agent=UA)
-    overrides = (ResolveOverride("a.test", None, "127.0.0.1"),)
-    first = shared_client(config, overrides)
-    assert shared_client(FetchConfig(user_agent=UA), list(overrides)) is first
-    assert shared_client(config) is not first
-    assert shared_client(FetchConfig(user_agent=UA, timeout=5), overrides) is not first
 
 
 def test_config_rejects_nonsense() -> None:

@@ -16,7 +16,8 @@ from pipeline.core.politeness import HostPolicy
 from pipeline.core.records import FetchResult, HostBatch, PageRow
 from pipeline.core.urls import url_hash
 from pipeline.io.fetch import FetchConfig, FetchResponse
-from pipeline.transforms.schedule import HostSchedulerFn, ScheduleConfig, _InFlight
+from pipeline.transforms.resources import worker_resources
+from pipeline.transforms.schedule import HostSchedulerFn, ScheduleConfig
 
 HOST = "a.test"
 
@@ -90,7 +91,7 @@ def harness():
         return list(fn.on_wake(key=HOST, host_state=state, wake=timer))
 
     yield pool, offer, fire, timer
-    _InFlight._futures.clear()
+    worker_resources().close()
 
 
 def test_duplicate_timer_firings_never_start_a_second_request(harness):
@@ -144,7 +145,7 @@ def test_a_lost_fetch_expires_is_fetched_again_and_its_late_result_is_dropped(ha
     fire(1.0)
     lost_url, lost_start, lost_future = pool.submitted[1]
     # The worker holding the fetch died: its future is gone from this process.
-    _InFlight._futures.clear()
+    worker_resources().close()
     fire(3.0)
     assert len(pool.submitted) == 2  # lease not yet expired
     expiry = lost_start + 6.0

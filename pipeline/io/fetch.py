@@ -27,14 +27,11 @@ from __future__ import annotations
 
 import functools
 import http.client
-import os
 import socket
 import ssl
 import threading
 import time
 import zlib
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +45,7 @@ from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConn
 from urllib3.util.ssl_ import create_urllib3_context
 
 from pipeline.core.records import header_value
-from pipeline.io.dns import DNSError, ResolveOverride, Resolver
+from pipeline.io.dns import DNSError, Resolver
 
 # FetchResponse.error values: a short class a scheduler can branch on.
 ERROR_TIMEOUT = "timeout"  # the total deadline (or the connect timeout) passed
@@ -227,33 +224,6 @@ class FetchClient:
         except _NETWORK_ERRORS as exc:
             kind, detail = classify_error(exc)
             return b"".join(parts)[:cap], True, kind, detail
-
-
-def fetch_pool(max_workers: int = 128) -> ThreadPoolExecutor:
-    """The process's one fetch executor, created on first use (later max_workers are ignored).
-
-    A DoFn submits `client.fetch` here and collects the future later, so the runner's thread
-    never waits on the network.
-    """
-    global _pool
-    with _shared_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="fetch")
-        return _pool
-
-
-def shared_client(
-    config: FetchConfig, resolver_overrides: Sequence[ResolveOverride] = ()
-) -> FetchClient:
-    """One FetchClient per (config, overrides) in this process, so DoFn instances share
-    connection pools and the DNS cache."""
-    key = (config, tuple(resolver_overrides))
-    with _shared_lock:
-        client = _clients.get(key)
-        if client is None:
-            client = FetchClient(config, Resolver(key[1]))
-            _clients[key] = client
-        return client
 
 
 def classify_error(exc: BaseException) -> tuple[str, str]:
@@ -538,20 +508,3 @@ def _exception_chain(exc: BaseException) -> list[BaseException]:
 def _detail(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}"
     return text if len(text) <= _DETAIL_LIMIT else text[: _DETAIL_LIMIT - 3] + "..."
-
-
-_shared_lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
-_clients: dict[tuple[FetchConfig, tuple[ResolveOverride, ...]], FetchClient] = {}
-
-
-def _forget_after_fork() -> None:
-    # A forked child must not use its parent's worker threads (gone) or pooled sockets
-    # (shared with the parent).
-    global _pool, _shared_lock
-    _shared_lock = threading.Lock()
-    _pool = None
-    _clients.clear()
-
-
-os.register_at_fork(after_in_child=_forget_after_fork)

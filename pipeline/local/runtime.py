@@ -55,10 +55,8 @@ from pipeline.local.progress import CrawlCounters, drained, progress_line
 from pipeline.local.resume import ResumePlan, plan_resume, read_manifest, write_manifest
 from pipeline.metrics import LocalTally
 from pipeline.options import CrawlOptions
-from pipeline.transforms.bigtable import SharedBigtable
 from pipeline.transforms.budget import shared_page_budget
-from pipeline.transforms.frontier import close_shared_publisher
-from pipeline.transforms.store import OpenSegments
+from pipeline.transforms.resources import worker_resources
 
 log = logging.getLogger(__name__)
 
@@ -243,9 +241,7 @@ def _run_local_crawl(
             result.cancel()
         # Clients kept per process point at this crawl's emulators: a next crawl in the same
         # process must not reuse them.
-        close_shared_publisher()
-        SharedBigtable.close_all()
-        OpenSegments.close_all()
+        worker_resources().close()  # the emulators may stop: no client outlives the crawl
         if tables is not None:
             with contextlib.suppress(Exception):  # best effort once the crawl has ended
                 set_crawl_status(tables, opts.crawl_id, status, time.time())

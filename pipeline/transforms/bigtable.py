@@ -5,15 +5,13 @@ then are its counter increments written, one ReadModifyWriteRow per crawl, and o
 each row leave downstream, so a step after this one (a page-crawled event) can rely on the row
 being durable. A failed write fails the bundle and the runner retries it: rows are keyed by URL
 hash, so the retry rewrites the same rows. Row contents and table creation are decided
-elsewhere (the runtime calls bigtable_store.open_tables(config, create=True) before starting).
+elsewhere (the runtime calls pipeline.io.bigtable.open_tables(config, create=True) before
+starting).
 """
 
 from __future__ import annotations
 
-import atexit
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import apache_beam as beam
 from apache_beam.transforms.window import BoundedWindow
@@ -22,84 +20,27 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from pipeline.core.counters import Counter
 from pipeline.core.records import PageRow
-from pipeline.io.bigtable import (
-    BigtableConfig,
-    BigtableTables,
-    CrawlCounterBatch,
-    PageRowWriter,
-    open_tables,
-)
+from pipeline.io.bigtable import BigtableConfig
 from pipeline.metrics import crawl_counter
-
-
-@dataclass
-class _ThreadStore:
-    writer: PageRowWriter
-    counters: CrawlCounterBatch
-
-
-class SharedBigtable:
-    """Bigtable clients kept open across bundles: one per process and config, and a writer
-    and counter batch per thread.
-
-    Beam's local runner sets up and tears down a DoFn for every bundle; a client per DoFn
-    instance would open a gRPC channel per bundle. The data client is thread-safe, writers
-    are not, so each thread gets its own; every bundle still ends with a flush.
-    """
-
-    _lock = threading.Lock()
-    _tables: dict[BigtableConfig, BigtableTables] = {}
-    _stores: dict[tuple[int, BigtableConfig], _ThreadStore] = {}
-
-    @classmethod
-    def get(cls, config: BigtableConfig) -> _ThreadStore:
-        key = (threading.get_ident(), config)
-        with cls._lock:
-            store = cls._stores.get(key)
-            if store is None:
-                tables = cls._tables.get(config)
-                if tables is None:
-                    tables = cls._tables[config] = open_tables(config, create=False)
-                store = cls._stores[key] = _ThreadStore(
-                    PageRowWriter(tables), CrawlCounterBatch(tables)
-                )
-            return store
-
-    @classmethod
-    def tables(cls, config: BigtableConfig) -> BigtableTables:
-        """The process's table handles for config (thread-safe to share)."""
-        with cls._lock:
-            tables = cls._tables.get(config)
-            if tables is None:
-                tables = cls._tables[config] = open_tables(config, create=False)
-            return tables
-
-    @classmethod
-    def close_all(cls) -> None:
-        with cls._lock:
-            # Every bundle flushed what it wrote: nothing is pending here.
-            cls._stores.clear()
-            for tables in cls._tables.values():
-                tables.close()
-            cls._tables.clear()
-
-
-atexit.register(SharedBigtable.close_all)
+from pipeline.transforms.resources import BigtableThreadStore, WorkerResources, worker_resources
 
 
 class WritePagesToBigtableFn(beam.DoFn):
     def __init__(self, config: BigtableConfig) -> None:
         self._config = config
-        self._store: _ThreadStore | None = None
+        self._store: BigtableThreadStore | None = None
+        self._resources: WorkerResources | None = None
         self._written_rows: list[tuple[PageRow, Timestamp, BoundedWindow]] = []
         self._rows_written = crawl_counter(Counter.BIGTABLE_ROWS_WRITTEN)
 
     def setup(self) -> None:
-        SharedBigtable.get(self._config)  # connect before the first element
+        self._resources = worker_resources()
+        self._resources.bigtable_store(self._config)  # connect before the first element
 
     def start_bundle(self) -> None:
         # Per bundle, on the bundle's thread: writers are per thread.
-        self._store = SharedBigtable.get(self._config)
+        assert self._resources is not None
+        self._store = self._resources.bigtable_store(self._config)
         # Leftovers of a bundle that failed belong to its retry, which adds them again.
         self._store.writer.clear()
         self._store.counters.clear()

@@ -14,7 +14,7 @@ from google.cloud.bigtable.data.read_modify_write_rules import IncrementRule
 
 from pipeline.core.budget import BlockPageBudget
 from pipeline.io.bigtable import CRAWLS_FAMILY, BigtableConfig, check_crawl_id
-from pipeline.transforms.bigtable import SharedBigtable
+from pipeline.transforms.resources import worker_resources
 
 PAGES_CLAIMED = b"pages_claimed"
 _INT64 = struct.Struct(">q")
@@ -28,7 +28,7 @@ class BigtablePageClaims:
     crawl_id: str
 
     def __call__(self, n: int) -> int:
-        tables = SharedBigtable.tables(self.config)
+        tables = worker_resources().bigtable(self.config)
         row = tables.crawls.read_modify_write_row(
             check_crawl_id(self.crawl_id).encode(),
             [IncrementRule(CRAWLS_FAMILY, PAGES_CLAIMED, n)],

@@ -9,7 +9,6 @@ decides whether a URL is new (that is the host's seen-set) or when it is fetched
 from __future__ import annotations
 
 import logging
-import threading
 from collections import defaultdict
 from collections.abc import Iterator
 
@@ -27,6 +26,7 @@ from pipeline.core.records import (
 )
 from pipeline.core.urls import MAX_URL_LENGTH, InvalidURL, host_key, normalize_url, url_hash
 from pipeline.metrics import CrawlCounter, crawl_counter
+from pipeline.transforms.resources import worker_resources
 
 log = logging.getLogger(__name__)
 
@@ -140,33 +140,6 @@ class ReadFrontier(beam.PTransform):
         return decoded
 
 
-_publisher_lock = threading.Lock()
-_publisher = None
-
-
-def _shared_publisher():
-    """One Pub/Sub publisher per process: it is thread-safe, and Beam's local runner sets a
-    DoFn up again for every bundle, which would otherwise open a channel per bundle."""
-    global _publisher
-    with _publisher_lock:
-        if _publisher is None:
-            from google.cloud import pubsub_v1
-
-            _publisher = pubsub_v1.PublisherClient(
-                batch_settings=pubsub_v1.types.BatchSettings(max_messages=100, max_latency=0.005)
-            )
-        return _publisher
-
-
-def close_shared_publisher() -> None:
-    """Forget the process's publisher (its emulator or credentials may be gone)."""
-    global _publisher
-    with _publisher_lock:
-        if _publisher is not None:
-            _publisher.stop()
-            _publisher = None
-
-
 class PublishFn(beam.DoFn):
     """Publishes records (anything with `to_bytes()` and a `kind`), counted per kind
     (`batches_published_<kind>`) once Pub/Sub acknowledged them."""
@@ -179,7 +152,7 @@ class PublishFn(beam.DoFn):
         self._published: dict[str, CrawlCounter] = {}
 
     def setup(self) -> None:
-        self._publisher = _shared_publisher()
+        self._publisher = worker_resources().publisher()
 
     def start_bundle(self) -> None:
         self._pending = []

@@ -10,7 +10,6 @@ It does not parse, store or publish anything.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -45,11 +44,11 @@ from pipeline.core.records import (
 )
 from pipeline.io.bigtable import BigtableConfig
 from pipeline.io.dns import parse_resolve
-from pipeline.io.fetch import FetchClient, FetchConfig, FetchResponse, fetch_pool, shared_client
+from pipeline.io.fetch import FetchClient, FetchConfig, FetchResponse
 from pipeline.io.host_overflow import HostOverflow
 from pipeline.metrics import crawl_counter, crawl_maximum
-from pipeline.transforms.bigtable import SharedBigtable
 from pipeline.transforms.frontier import HostMessage
+from pipeline.transforms.resources import WorkerResources, worker_resources
 
 log = logging.getLogger(__name__)
 
@@ -59,32 +58,6 @@ SPILL = "spill"
 # How soon to look again when a fetch is still running at the time the host became due.
 _POLL_MIN = 0.02
 _POLL_MAX = 0.5
-
-
-class _InFlight:
-    """Futures of running fetches, by lease id, shared by every DoFn instance in the process.
-
-    A lease whose id is not here after a restart or a move to another worker simply expires
-    (HostState.expire_lease), which is how a dead worker's fetch is retried.
-    """
-
-    _lock = threading.Lock()
-    _futures: dict[str, Future[FetchResponse]] = {}
-
-    @classmethod
-    def put(cls, lease_id: str, future: Future[FetchResponse]) -> None:
-        with cls._lock:
-            cls._futures[lease_id] = future
-
-    @classmethod
-    def get(cls, lease_id: str) -> Future[FetchResponse] | None:
-        with cls._lock:
-            return cls._futures.get(lease_id)
-
-    @classmethod
-    def pop(cls, lease_id: str) -> None:
-        with cls._lock:
-            cls._futures.pop(lease_id, None)
 
 
 @dataclass(frozen=True)
@@ -169,6 +142,7 @@ class HostSchedulerFn(beam.DoFn):
         self._clock = clock
         self._submit = submit
         self._client: FetchClient | None = None
+        self._resources: WorkerResources | None = None
         self._offered = crawl_counter(Counter.URLS_OFFERED)
         self._accepted = crawl_counter(Counter.URLS_ACCEPTED)
         self._requests = crawl_counter(Counter.REQUESTS)
@@ -184,10 +158,10 @@ class HostSchedulerFn(beam.DoFn):
 
     def setup(self) -> None:
         overrides = tuple(parse_resolve(spec) for spec in self._config.resolve)
-        self._client = shared_client(self._config.fetch, overrides)
+        self._resources = worker_resources()
+        self._client = self._resources.fetch_client(self._config.fetch, overrides)
         if self._submit is None:
-            pool = fetch_pool(self._config.fetch_concurrency)
-            self._submit = pool.submit
+            self._submit = self._resources.fetch_pool(self._config.fetch_concurrency).submit
 
     # -------------------------------------------------------------------------- elements
     def process(
@@ -247,7 +221,8 @@ class HostSchedulerFn(beam.DoFn):
         if self._counters is None:
             return None
         # Not kept on the DoFn, which Beam pickles: the table handle is per process.
-        return HostOverflow(SharedBigtable.tables(self._counters).frontier,
+        assert self._resources is not None
+        return HostOverflow(self._resources.bigtable(self._counters).frontier,
                             self._config.crawl_id)
 
     def _tend_overflow(self, host: str, state: HostState) -> None:
@@ -274,7 +249,8 @@ class HostSchedulerFn(beam.DoFn):
         if self._counters is not None and self._accepted_in_bundle:
             # One read-modify-write per bundle for the crawl's `accepted` counter; the
             # terminal counters are kept where rows are written.
-            store = SharedBigtable.get(self._counters)
+            assert self._resources is not None
+            store = self._resources.bigtable_store(self._counters)
             store.counters.add(self._config.crawl_id, "accepted", self._accepted_in_bundle)
             store.counters.flush()
         self._accepted_in_bundle = 0
@@ -303,7 +279,8 @@ class HostSchedulerFn(beam.DoFn):
         policy = self._config.policy
         lease = state.lease
         if lease is not None:
-            future = _InFlight.get(lease.lease_id)
+            assert self._resources is not None
+            future = self._resources.running_fetch(lease.lease_id)
             if future is not None and not future.done():
                 running = now - lease.started_at
                 state.wake_at = now + min(_POLL_MAX, max(_POLL_MIN, running / 4))
@@ -317,7 +294,7 @@ class HostSchedulerFn(beam.DoFn):
                     state.wake_at = decision.wake_at
                     return
             else:
-                _InFlight.pop(lease.lease_id)
+                self._resources.forget_fetch(lease.lease_id)
                 response = future.result()
                 decision = state.complete(lease.lease_id, _report(response, lease), now, policy)
                 yield from self._carry_out(host, decision, response)
@@ -344,10 +321,11 @@ class HostSchedulerFn(beam.DoFn):
 
     def _start_fetch(self, lease: Lease) -> None:
         assert self._client is not None and self._submit is not None
+        assert self._resources is not None
         self._requests.inc()
         if lease.kind is LeaseKind.ROBOTS:
             self._robots_requests.inc()
-        _InFlight.put(lease.lease_id, self._submit(self._client.fetch, lease.url))
+        self._resources.track_fetch(lease.lease_id, self._submit(self._client.fetch, lease.url))
 
     def _arm(self, state: HostState, wake, now: float) -> None:
         """Set the timer for the state's next moment of interest, if it has one."""

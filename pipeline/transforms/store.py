@@ -9,11 +9,8 @@ not durable. Deciding what a page's outcome means for its host is not done here.
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import logging
-import threading
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -42,6 +39,7 @@ from pipeline.core.urls import InvalidURL, host_key, normalize_url
 from pipeline.io.redrive import replay_result
 from pipeline.io.segments import SegmentWriter
 from pipeline.metrics import CrawlCounter, crawl_counter
+from pipeline.transforms.resources import worker_resources
 
 log = logging.getLogger(__name__)
 
@@ -191,43 +189,6 @@ def _parse_with_retries(
     return None, error, PARSE_ATTEMPTS
 
 
-class OpenSegments:
-    """Segment writers kept open across bundles, one pair per thread and crawl.
-
-    Beam's local runner sets up and tears down a DoFn for every bundle; a writer per DoFn
-    instance would start a new segment file per bundle. Writers are single-threaded, so each
-    thread gets its own; every bundle still ends with a flush.
-    """
-
-    _lock = threading.Lock()
-    _writers: dict[tuple[int, str, str], tuple[SegmentWriter, SegmentWriter]] = {}
-
-    @classmethod
-    def get(cls, out: str, crawl_id: str) -> tuple[SegmentWriter, SegmentWriter]:
-        key = (threading.get_ident(), out, crawl_id)
-        with cls._lock:
-            pair = cls._writers.get(key)
-            if pair is None:
-                writer_id = uuid.uuid4().hex[:12]
-                pair = (
-                    SegmentWriter(out, crawl_id, "warc", writer_id),
-                    SegmentWriter(out, crawl_id, "wet", writer_id),
-                )
-                cls._writers[key] = pair
-            return pair
-
-    @classmethod
-    def close_all(cls) -> None:
-        with cls._lock:
-            for warc, wet in cls._writers.values():
-                warc.close()
-                wet.close()
-            cls._writers.clear()
-
-
-atexit.register(OpenSegments.close_all)
-
-
 class StorePagesFn(beam.DoFn):
     def __init__(self, out: str, crawl_id: str, agent: str | None, fast: bool = False) -> None:
         self._out = out
@@ -243,7 +204,7 @@ class StorePagesFn(beam.DoFn):
         self._dead_letters = crawl_counter(Counter.DEAD_LETTERS)
 
     def start_bundle(self) -> None:
-        self._warc, self._wet = OpenSegments.get(self._out, self._crawl_id)
+        self._warc, self._wet = worker_resources().segments(self._out, self._crawl_id)
         self._buffer = []
 
     def process(self, result: FetchResult) -> None:
@@ -302,7 +263,7 @@ class DedupContentFn(beam.DoFn):
         self._duplicates = crawl_counter(Counter.CONTENT_DUPLICATES)
 
     def start_bundle(self) -> None:
-        _, self._wet = OpenSegments.get(self._out, self._crawl_id)
+        _, self._wet = worker_resources().segments(self._out, self._crawl_id)
         self._buffer = []
 
     def process(self, element: tuple[int, StoredPage],
