@@ -7,39 +7,9 @@ normalise, filter or deduplicate URLs (the frontier does), and it does not finge
 
 Why one parse: extraction, not fetching, bounds a crawl's CPU; parsing the page twice (once for
 links, once inside trafilatura) would add a full lxml parse per page. trafilatura.extract()
-accepts an lxml tree and works on its own copy, so the tree is not mutated (checked on all 181
-benchmark pages: the serialised tree is identical before and after extraction).
-
-Extraction settings: on the Article Extraction Benchmark (181 real news and blog pages; token
-F1 of the text against the hand-made `articleBody`, testweb.quality.token_f1), standalone
-trafilatura 2.3.1 scored:
-
-    trafilatura.extract() arguments             mean F1   CPU ms/page
-    defaults                                    0.948     44
-    include_comments=False                      0.959     41
-    include_comments=False, favor_precision     0.965     40   <- parse_page
-    defaults, fast=True                         0.951     30
-    include_comments=False, fast=True           0.961     31   <- parse_page(fast=True)
-    include_comments=False, favor_precision,
-      fast=True                                 0.946     30
-
-Comments under an article are not the page's text for downstream users either, so the crawler
-extracts without them.
-
-parse_page against trafilatura.extract(html_string) with the same arguments, on the 179
-benchmark pages that do not say noindex (2 do; the crawler keeps no text for them), 2 vCPUs
-shared with other work, so CPU times vary by about 20 % between runs:
-
-                      mean F1            identical text   CPU ms/page
-                      parse_page  alone                   parse_page  alone  links only
-    default           0.9647      0.9647  179/179          35-47       36-48  4.8-6.7
-    fast=True         0.9610      0.9610  179/179          27-29       26-28  5.6-6.2
-
-"links only" is parse_page(extract_text=False): decode 0.3 ms, lxml parse 2.9 ms, the walk for
-links and meta 0.9 ms, URL resolution the rest. The whole page, links included, costs what
-trafilatura alone costs, since trafilatura parses the page itself when handed a string.
-
-    .venv/bin/python -m testweb.quality [DATA_DIR]    (DATA_DIR defaults to ../shared/data)
+accepts an lxml tree and works on its own copy, so the tree is not mutated. Comments under an
+article are not the page's text for downstream users either, so the crawler extracts without
+them, with `favor_precision`. The measurements behind these choices are in docs/extraction.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,17 @@
-"""Makes Beam's local (DirectRunner) execution of the crawl affordable: short Pub/Sub pulls and
-per-bundle costs cached.
+"""Makes Beam's local (DirectRunner) execution of the crawl affordable: short Pub/Sub pulls,
+per-bundle costs cached, and no busy loop while idle.
 
 Beam 2.77's local runner pulls Pub/Sub 10 messages at a time with a 30 s deadline, and the
-emulator holds an empty pull until about a second before its deadline: for up to 29 s no timer
-of any host fires (measured: 29.1 s per empty pull). With a deadline of 1 s or less the
-emulator answers an empty pull at once (measured: 5-25 ms), so the pulls here use a short
-deadline and take up to 100 messages; a deadline that still runs out reads as "no messages".
-
-Beam 2.77's BundleBasedDirectRunner, which runs every streaming pipeline with Pub/Sub and
-processing-time timers locally, re-inspects each DoFn's method signatures for every bundle
-(`inspect.signature` through `get_function_args_defaults`, and `get_dofn_specs` twice). A crawl
-makes many small bundles (every host's timer firing is one), and profiling a 10-host demo
-crawl showed 55% of all CPU in that inspection. Signatures depend only on the function, not on
-the DoFn instance, so caching them by function object changes no behaviour. Two more per-bundle
-costs are cut the same way: the argparse run behind every Pub/Sub pull's options lookup, and
-the timer scan's visit to every key that has no timer.
+emulator holds an empty pull until just before its deadline, so no timer of any host fires
+meanwhile; with a deadline of 1 s or less the emulator answers an empty pull at once, so the
+pulls here use a short deadline and take more messages (a deadline that still runs out reads as
+"no messages"). Its BundleBasedDirectRunner, which runs every streaming pipeline with Pub/Sub
+and processing-time timers locally, re-inspects each DoFn's method signatures for every bundle,
+round-trips each DoFn through pickle, re-parses the pipeline options on every pull and scans
+every key for timers after every bundle; a crawl makes many small bundles (every host's timer
+firing is one). Signatures depend only on the function, not on the DoFn instance, so caching
+them changes no behaviour; the same holds for the other cuts. docs/architecture.md has what
+each patch saves, measured.
 
 This module owns those patches and nothing else. They are applied only while a local crawl
 runs (`direct_runner_speedups()`, a context manager the local runtime enters; Beam is restored
