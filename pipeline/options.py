@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipeline.core.addresses import parse_network
 from pipeline.core.near_duplicates import DuplicatePolicy
 from pipeline.core.politeness import HostPolicy
 from pipeline.io.dns import parse_resolve
@@ -44,6 +45,7 @@ class CrawlOptions:
     max_crawl_delay: float = 30.0
     user_agent: str = DEFAULT_USER_AGENT
     resolve: tuple[str, ...] = ()
+    allow_networks: tuple[str, ...] = ()  # --allow-network: non-public ranges allowed
     fetch_timeout: float = 30.0
     max_body_bytes: int = 10 * 1024 * 1024
     max_attempts: int = 3
@@ -81,6 +83,11 @@ class CrawlOptions:
             raise ValueError("--bloom-fp-rate must be between 0 and 1")
         for spec in self.resolve:
             parse_resolve(spec)  # raises ValueError naming the expected form
+        for spec in self.allow_networks:
+            try:
+                parse_network(spec)
+            except ValueError as exc:
+                raise ValueError(f"--allow-network: {exc}") from None
         if not _CRAWL_ID.fullmatch(self.crawl_id):
             raise ValueError(
                 f"--crawl-id {self.crawl_id!r}: use 1-64 letters, digits, '.', '_' or '-' "
@@ -126,6 +133,7 @@ class CrawlOptions:
             timeout=self.fetch_timeout,
             connect_timeout=min(10.0, self.fetch_timeout),
             max_body_bytes=self.max_body_bytes,
+            allow_networks=self.allow_networks,
         )
 
 
@@ -173,7 +181,18 @@ def add_crawl_arguments(parser: argparse.ArgumentParser) -> None:
                              "matched against (default: %(default)s)")
     parser.add_argument("--resolve", action="append", default=[], metavar="HOST:PORT:ADDRESS",
                         help="like curl: connect to ADDRESS for HOST:PORT instead of asking "
-                             "DNS; HOST may be *.suffix and PORT may be *; repeatable")
+                             "DNS; HOST may be *.suffix and PORT may be *; repeatable. A "
+                             "mapped host may be reached at ADDRESS even when it is not public")
+    parser.add_argument("--allow-network", action="append", default=[], metavar="CIDR",
+                        dest="allow_networks",
+                        help="let the crawler connect to this non-public range (e.g. "
+                             "10.20.0.0/16 for an intranet crawl); repeatable. By default "
+                             "every connection to a loopback, private, link-local (cloud "
+                             "metadata), carrier-grade NAT, multicast, reserved or "
+                             "documentation address is refused, however the URL reached the "
+                             "crawler (link, redirect, robots.txt, DNS answer), and the URL "
+                             "ends `filtered`: any page could otherwise aim the crawler at "
+                             "internal services (docs/security.md)")
     parser.add_argument("--fetch-timeout", type=_positive_float, default=30.0,
                         help="total seconds one request may take (connect, headers, body) "
                              "before it counts as a timeout (default: %(default)s)")
@@ -275,6 +294,7 @@ def options_from_args(args: argparse.Namespace) -> CrawlOptions:
         max_crawl_delay=args.max_crawl_delay,
         user_agent=args.user_agent,
         resolve=tuple(args.resolve),
+        allow_networks=tuple(args.allow_networks),
         fetch_timeout=args.fetch_timeout,
         max_body_bytes=args.max_body_bytes,
         max_attempts=args.max_attempts,

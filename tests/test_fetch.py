@@ -347,7 +347,8 @@ def test_unknown_host_is_a_dns_error(port: int) -> None:
 
 
 def test_ip_literal_urls_need_no_dns(port: int, site: Site) -> None:
-    response = _client(port).fetch(f"http://127.0.0.1:{port}/ok")
+    # Loopback is not public: only an allowed range lets a literal address reach it.
+    response = _client(port, allow_networks=("127.0.0.0/8",)).fetch(f"http://127.0.0.1:{port}/ok")
     assert (response.status, response.ip) == (200, "127.0.0.1")
     assert site.requests == [("/ok", f"127.0.0.1:{port}")]
 

@@ -35,6 +35,9 @@ def print_summary(summary) -> None:
         print(f"  content         {summary.near_duplicates:,} near-duplicate pages, "
               f"{summary.hosts_throttled:,} hosts slowed for duplicates, "
               f"{summary.redriven:,} dead letters parsed again")
+    if summary.urls_blocked_address:
+        print(f"  refused         {summary.urls_blocked_address:,} URLs whose host's address is "
+              "not public (filtered, `blocked address`; see --allow-network)")
     print(f"  CPU             {summary.cpu_s:,.1f}s in this process, "
           f"peak memory {summary.peak_rss_mb:,.0f} MB")
     for message in summary.invalid_seeds:

@@ -40,6 +40,7 @@ class Counter(StrEnum):
     HOSTS_THROTTLED_FOR_DUPLICATES = "hosts_throttled_for_duplicates"
     URLS_OVERFLOWED = "urls_overflowed"
     OVERFLOW_URLS_LOST = "overflow_urls_lost"
+    URLS_BLOCKED_ADDRESS = "urls_blocked_address"  # ended filtered: address not public
     # StorePages
     PAGES_STORED = "pages_stored"
     LINK_BATCHES_EMITTED = "link_batches_emitted"

@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 
 ROBOTS_MAX_REDIRECTS = 5
 TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+# How long a host whose address was refused as non-public stays refused without another
+# attempt: as long as a robots.txt answer is trusted, the other thing known about a host.
+BLOCKED_HOST_SECONDS = 24 * 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +120,7 @@ class Outcome:
     state: PageState
     reason: str
     http_status: int | None = None
+    blocked: bool = False  # refused: the host's address is not public (reason says which)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +153,9 @@ class FetchReport:
     body: bytes = b""  # only for robots.txt
     elapsed: float = 0.0
     finished_at: float | None = None  # when the exchange ended; None: when it was collected
+    # The fetch client refused the host's address as non-public, and no request was made:
+    # the terminal reason, ``blocked address (<range>)``.
+    blocked: str | None = None
 
 
 def compute_delay(policy: HostPolicy, crawl_delay: float | None) -> float:
@@ -197,6 +204,10 @@ class HostState:
     last_elapsed: float = 0.0  # how long the last exchange took
     crawl_delay_capped_logged: bool = False
     duplicate_heavy: bool = False  # most of its recent pages were duplicates: slowed down
+    # The host's address was refused as non-public: until blocked_until every URL of it ends
+    # `filtered` with this reason, without another attempt.
+    blocked: str | None = None
+    blocked_until: float = 0.0
     # Overflow: URLs offered to a full queue wait in numbered chunks outside the state (the
     # scheduler stores them; see overflow()). Chunks [overflow_read, overflow_written) wait,
     # [overflow_deleted, overflow_read) were read back but are not deleted yet.
@@ -406,6 +417,11 @@ class HostState:
         outcomes: list[Outcome] = []
         if not self.queue:
             return Decision()
+        if self.blocked is not None:
+            if now < self.blocked_until:
+                return Decision(outcomes=tuple(self._drain_blocked(self.blocked)))
+            self.blocked = None  # its address may have changed: robots.txt first, as for new
+            self.robots = None
         if budget_spent():
             return Decision(outcomes=tuple(
                 self._drain_queue(PageState.OVER_BUDGET, "crawl page budget spent")))
@@ -475,6 +491,11 @@ class HostState:
         self.queue.clear()
         return outcomes
 
+    def _drain_blocked(self, reason: str) -> list[Outcome]:
+        outcomes = [Outcome(e, PageState.FILTERED, reason, blocked=True) for e in self.queue]
+        self.queue.clear()
+        return outcomes
+
     def expire_lease(self, now: float, policy: HostPolicy) -> Decision:
         """The lease ran out with no result here (its worker died): fetch the URL again later.
 
@@ -498,6 +519,8 @@ class HostState:
         if lease is None or lease.lease_id != lease_id:
             return Decision(wake_at=self._wake_after_event())  # stale: already replaced
         self.lease = None
+        if report.blocked is not None:
+            return self._block(lease, report.blocked, now)
         # The host's delay runs from the end of the exchange, not its start: then the next
         # request reaches the server at least `delay` after this one did, however long this
         # one's connection took to set up (the server's log is what politeness is judged by).
@@ -543,6 +566,23 @@ class HostState:
                               f"{what} after {entry.attempt + 1} attempts"),),
             wake_at=self._wake_after_event(),
         )
+
+    def _block(self, lease: Lease, reason: str, now: float) -> Decision:
+        """The host's address was refused as non-public (a robots.txt or a page request):
+        no request left the process. The URL, the queue and every URL offered until
+        blocked_until end `filtered` with the reason; nothing is retried, and no failure or
+        backoff is counted, since the host never answered."""
+        if self.blocked is None:
+            log.warning("host %s refused: %s", self.host, reason)
+        self.blocked = reason
+        self.blocked_until = now + BLOCKED_HOST_SECONDS
+        self.robots_redirect = None
+        self.robots_hops = 0
+        outcomes = []
+        if lease.entry is not None:
+            outcomes.append(Outcome(lease.entry, PageState.FILTERED, reason, blocked=True))
+        outcomes.extend(self._drain_blocked(reason))
+        return Decision(outcomes=tuple(outcomes), wake_at=self._wake_after_event())
 
     def _backoff(self, policy: HostPolicy, report: FetchReport, ended: float) -> float:
         """Seconds to wait after a transient failure: doubling per consecutive failure from

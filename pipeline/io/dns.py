@@ -7,6 +7,9 @@ Overrides use curl's ``--resolve HOST:PORT:ADDRESS`` syntax, extended so that HO
 ``*.suffix`` (any subdomain of suffix) or ``*`` (any host) and PORT may be ``*``: the local
 synthetic web maps whole made-up domains onto loopback addresses this way.
 
+An answer says whether it came from an override: an operator's mapping is what allows a
+host to a non-public address (pipeline.io.fetch refuses other non-public answers).
+
 The system resolver (getaddrinfo) reports no TTL, so every answer lives for the configured
 ``ttl`` and every failure for ``negative_ttl``; the clock is injected so tests drive expiry.
 """
@@ -26,6 +29,14 @@ RESOLVE_FORM = "HOST:PORT:ADDRESS (e.g. a.test:80:127.0.0.1, *.test:*:127.0.0.2,
 
 class DNSError(OSError):
     """A host name has no usable address (now, or in the negative cache)."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """Where a host's connections go, and whether an operator's --resolve entry said so."""
+
+    address: str
+    mapped: bool  # True: from a --resolve override, which allows this address on purpose
 
 
 @dataclass(frozen=True)
@@ -139,13 +150,20 @@ class Resolver:
 
     def resolve(self, host: str, port: int) -> str:
         """The IP address to connect to for host:port; raises DNSError naming the host."""
+        return self.answer(host, port).address
+
+    def answer(self, host: str, port: int) -> Answer:
+        """resolve(), saying whether the address came from a --resolve override."""
         host = _normal_host(host)
         for override in self._ordered:
             if override.matches(host, port):
-                return override.address
+                return Answer(override.address, mapped=True)
         literal = host[1:-1] if host.startswith("[") and host.endswith("]") else host
         if _is_ip(literal):
-            return literal
+            return Answer(literal, mapped=False)
+        return Answer(self._lookup_cached(host, port), mapped=False)
+
+    def _lookup_cached(self, host: str, port: int) -> str:
         with self._lock:
             cached = self._cache.get(host)
             if cached is not None:

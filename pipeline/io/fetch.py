@@ -1,12 +1,19 @@
 """The crawler's one HTTP client: a GET bounded in time and size that reports, never raises.
 
 This module owns the network edge of a fetch: connection pools, connecting to the address
-pipeline.io.dns chose (while Host header, SNI and certificate checks use the URL's host), TLS,
-the total deadline, the body cap and content decoding. It does not follow redirects, retry,
-or pace requests: the host scheduler does all three, because every request a host receives
-must pass its politeness check (a hidden redirect or retry would be an unpaced request).
+pipeline.io.dns chose (while Host header, SNI and certificate checks use the URL's host), the
+refusal of non-public addresses, TLS, the total deadline, the body cap and content decoding.
+It does not follow redirects, retry, or pace requests: the host scheduler does all three,
+because every request a host receives must pass its politeness check (a hidden redirect or
+retry would be an unpaced request).
 
 Why these choices:
+- Non-public destinations are refused where the socket is opened, on the very address it
+  would connect to (pipeline.core.addresses decides), for every new connection: pages,
+  redirect targets and robots.txt alike, and a name that resolves (or later re-resolves) to
+  a private address too. Only a --resolve mapping or a FetchConfig.allow_networks range lets
+  a connection reach one. A refusal is an answer like any other error (`blocked_address`),
+  and no packet has left the process. docs/security.md has the threat and the ranges.
 - No requests.Session. Its threading contract is undocumented (psf/requests#2766), and what
   it adds over the transport adapter is what a crawler must not have: a cookie jar, proxies
   and certificates taken from the environment, redirect following. Every fetch goes through
@@ -44,6 +51,7 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConnectionError
 from urllib3.util.ssl_ import create_urllib3_context
 
+from pipeline.core.addresses import IPNetwork, Refusal, parse_networks, refusal
 from pipeline.core.records import header_value
 from pipeline.io.dns import DNSError, Resolver
 
@@ -55,6 +63,9 @@ ERROR_DNS = "dns"
 ERROR_TLS = "tls"  # handshake or certificate failure
 ERROR_PROTOCOL = "protocol"  # not HTTP, malformed headers or chunks, short body, bad gzip
 ERROR_INVALID_URL = "invalid_url"  # not http(s), or no usable host
+# Not a public address, and neither mapped by --resolve nor allowed: no connection was made.
+# error_detail is then the terminal reason, ``blocked address (<range>)``.
+ERROR_BLOCKED_ADDRESS = "blocked_address"
 ERROR_OTHER = "other"
 
 _READ_CHUNK = 64 * 1024
@@ -103,6 +114,8 @@ class FetchConfig:
     accept: str = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
     verify_tls: bool = True
     ca_bundle: str | None = None  # PEM file of trusted CAs; None: certifi's bundle
+    # CIDR ranges connections may reach although they are not public (--allow-network).
+    allow_networks: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.user_agent.strip():
@@ -116,6 +129,7 @@ class FetchConfig:
             raise ValueError(f"max_body_bytes must be >= 0, not {self.max_body_bytes}")
         if self.pool_connections < 1 or self.connections_per_host < 1:
             raise ValueError("pool_connections and connections_per_host must be at least 1")
+        parse_networks(self.allow_networks)  # raises ValueError naming the bad range
 
 
 class FetchClient:
@@ -124,6 +138,7 @@ class FetchClient:
     def __init__(self, config: FetchConfig, resolver: Resolver) -> None:
         self.config = config
         self.resolver = resolver
+        self._allowed = parse_networks(config.allow_networks)
         self._adapter = _CrawlerAdapter(config, _tls_context(config.verify_tls, config.ca_bundle))
         self._headers = {
             "User-Agent": config.user_agent,
@@ -136,7 +151,8 @@ class FetchClient:
         as a FetchResponse with error set; only programming errors raise."""
         started_at = time.time()
         start = time.monotonic()
-        attempt = _Attempt(resolver=self.resolver, deadline=start + self.config.timeout)
+        attempt = _Attempt(resolver=self.resolver, deadline=start + self.config.timeout,
+                           allowed=self._allowed)
         outer = getattr(_attempts, "current", None)
         _attempts.current = attempt
         try:
@@ -229,6 +245,9 @@ class FetchClient:
 def classify_error(exc: BaseException) -> tuple[str, str]:
     """(error class, short detail) for an exception raised while fetching."""
     chain = _exception_chain(exc)
+    for cause in chain:
+        if isinstance(cause, BlockedAddressError):
+            return ERROR_BLOCKED_ADDRESS, cause.refusal.reason
     checks: tuple[tuple[str, tuple[type[BaseException], ...]], ...] = (
         (ERROR_DNS, (DNSError, socket.gaierror)),
         # Before timeouts: urllib3's NewConnectionError subclasses its ConnectTimeoutError.
@@ -262,12 +281,23 @@ _NETWORK_ERRORS = (
 )
 
 
+class BlockedAddressError(OSError):
+    """A connection would have gone to a non-public address that nothing allows."""
+
+    def __init__(self, host: str, refused: Refusal) -> None:
+        super().__init__(f"{host} resolves to {refused.address}: {refused.reason}; map it with "
+                         "--resolve or allow its range with --allow-network to crawl it")
+        self.refusal = refused
+
+
 @dataclass
 class _Attempt:
-    """The fetch running on this thread: its resolver, deadline, and the address it used."""
+    """The fetch running on this thread: its resolver, deadline, the non-public ranges it may
+    reach, and the address it used."""
 
     resolver: Resolver
     deadline: float  # time.monotonic()
+    allowed: tuple[IPNetwork, ...] = ()
     ip: str | None = None
 
 
@@ -334,9 +364,16 @@ class _ResolvingConnection:
         if attempt is None:
             raise RuntimeError("crawler connections are opened only inside FetchClient.fetch")
         try:
-            address = attempt.resolver.resolve(self.host, self.port)
+            answer = attempt.resolver.answer(self.host, self.port)
         except DNSError as exc:
             raise NameResolutionError(self.host, self, exc) from exc  # type: ignore[arg-type]
+        address = answer.address
+        # The check is on the address the socket below connects to, nothing earlier: a name
+        # may resolve elsewhere by the time a connection is opened (DNS rebinding).
+        refused = None if answer.mapped else refusal(address, attempt.allowed)
+        if refused is not None:
+            blocked = BlockedAddressError(self.host, refused)
+            raise NewConnectionError(self, str(blocked)) from blocked  # type: ignore[arg-type]
         attempt.ip = self.resolved_ip = address
         remaining = attempt.deadline - time.monotonic()
         timeout = self.timeout if isinstance(self.timeout, int | float) else remaining

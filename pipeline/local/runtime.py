@@ -85,6 +85,8 @@ class CrawlSummary:
     hosts_throttled: int = 0  # times a host was slowed down for serving mostly duplicates
     redriven: int = 0  # dead letters parsed again (--redrive)
     urls_overflowed: int = 0  # URLs full host queues kept in overflow storage for a while
+    # URLs ended `filtered` because their host's address is not public (docs/security.md)
+    urls_blocked_address: int = 0
 
 
 def check_seeds(seeds: tuple[str, ...]) -> tuple[list[str], list[str]]:
@@ -269,6 +271,7 @@ def _run_local_crawl(
         hosts_throttled=tally.get(Counter.HOSTS_THROTTLED_FOR_DUPLICATES, 0),
         redriven=counters.urls_redriven,
         urls_overflowed=tally.get(Counter.URLS_OVERFLOWED, 0),
+        urls_blocked_address=tally.get(Counter.URLS_BLOCKED_ADDRESS, 0),
     )
     storage.write_file(storage.join(out_dir, "summary.json"),
                        (json.dumps(asdict(summary), indent=2) + "\n").encode())

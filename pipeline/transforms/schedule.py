@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -44,7 +44,7 @@ from pipeline.core.records import (
 )
 from pipeline.io.bigtable import BigtableConfig
 from pipeline.io.dns import parse_resolve
-from pipeline.io.fetch import FetchClient, FetchConfig, FetchResponse
+from pipeline.io.fetch import ERROR_BLOCKED_ADDRESS, FetchClient, FetchConfig, FetchResponse
 from pipeline.io.host_overflow import HostOverflow
 from pipeline.metrics import crawl_counter, crawl_maximum
 from pipeline.transforms.frontier import HostMessage
@@ -80,6 +80,7 @@ def _report(response: FetchResponse, lease: Lease) -> FetchReport:
         body=response.body if lease.kind is LeaseKind.ROBOTS else b"",
         elapsed=response.elapsed,
         finished_at=response.started_at + response.elapsed,
+        blocked=response.error_detail if response.error == ERROR_BLOCKED_ADDRESS else None,
     )
 
 
@@ -153,6 +154,7 @@ class HostSchedulerFn(beam.DoFn):
         self._hosts_throttled = crawl_counter(Counter.HOSTS_THROTTLED_FOR_DUPLICATES)
         self._overflowed = crawl_counter(Counter.URLS_OVERFLOWED)
         self._overflow_lost = crawl_counter(Counter.OVERFLOW_URLS_LOST)
+        self._blocked = crawl_counter(Counter.URLS_BLOCKED_ADDRESS)
         self._refilled_in_bundle: set[str] = set()
         self._due_lag = crawl_maximum(Maximum.DUE_LAG_MS)
 
@@ -193,8 +195,7 @@ class HostSchedulerFn(beam.DoFn):
         )
         self._accepted.inc(len(accepted))
         self._accepted_in_bundle += len(accepted)
-        for outcome in outcomes:
-            yield beam.pvalue.TaggedOutput(ROWS, outcome_row(self._config.crawl_id, host, outcome))
+        yield from self._rows(host, outcomes)
         if spilled:
             overflow = self._host_overflow()
             if overflow is not None:
@@ -313,11 +314,15 @@ class HostSchedulerFn(beam.DoFn):
     def _carry_out(
         self, host: str, decision: Decision, response: FetchResponse | None
     ) -> Iterator[object]:
-        crawl_id = self._config.crawl_id
-        for outcome in decision.outcomes:
-            yield beam.pvalue.TaggedOutput(ROWS, outcome_row(crawl_id, host, outcome))
+        yield from self._rows(host, decision.outcomes)
         if decision.page_done is not None and response is not None:
-            yield fetch_result(crawl_id, host, decision.page_done, response)
+            yield fetch_result(self._config.crawl_id, host, decision.page_done, response)
+
+    def _rows(self, host: str, outcomes: Iterable[Outcome]) -> Iterator[object]:
+        for outcome in outcomes:
+            if outcome.blocked:
+                self._blocked.inc()
+            yield beam.pvalue.TaggedOutput(ROWS, outcome_row(self._config.crawl_id, host, outcome))
 
     def _start_fetch(self, lease: Lease) -> None:
         assert self._client is not None and self._submit is not None
