@@ -45,3 +45,28 @@ def test_the_extractor_is_checked_and_the_help_says_what_each_scores():
     parser = argparse.ArgumentParser()
     add_crawl_arguments(parser)
     assert "F1 0.965" in parser.format_help()
+
+
+def test_allow_network_is_repeatable_reaches_the_fetch_config_and_explains_the_default():
+    import argparse
+
+    from pipeline.options import add_crawl_arguments, options_from_args
+
+    parser = argparse.ArgumentParser()
+    add_crawl_arguments(parser)
+    args = parser.parse_args(["http://a.test/", "--allow-network", "10.20.0.0/16",
+                              "--allow-network", "fd00::/8"])
+    opts = options_from_args(args)
+    assert opts.allow_networks == ("10.20.0.0/16", "fd00::/8")
+    assert opts.fetch_config().allow_networks == ("10.20.0.0/16", "fd00::/8")
+    assert options_from_args(parser.parse_args(["http://a.test/"])).allow_networks == ()
+    help_text = " ".join(parser.format_help().split())
+    assert "--allow-network CIDR" in help_text
+    assert "By default every connection to a loopback, private," in help_text
+    assert "is refused" in help_text and "docs/security.md" in help_text
+
+
+@pytest.mark.parametrize("spec", ["10.0.0.1/8", "intranet", "10.0.0.0/40"])
+def test_a_bad_allow_network_is_refused_before_anything_starts(spec):
+    with pytest.raises(ValueError, match="--allow-network"):
+        CrawlOptions(seeds=("http://a.test/",), allow_networks=(spec,))

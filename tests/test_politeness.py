@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.core.politeness import (
+    BLOCKED_HOST_SECONDS,
     FetchReport,
     HostPolicy,
     HostState,
@@ -456,3 +457,57 @@ def test_a_host_with_stored_overflow_stays_busy_and_a_missing_chunk_is_reported(
     del chunks[wanted.start]
     assert state.refilled(wanted, chunks) == 1
     assert [e.url[-1] for e in state.queue] == ["f"] and not state.has_overflow
+
+
+BLOCKED = "blocked address (loopback 127.0.0.0/8)"
+
+
+def test_a_host_refused_at_its_robots_txt_ends_every_url_filtered_and_is_not_retried():
+    state = HostState(host=HOST)
+    state.offer(urls("a", "b"), 0, POLICY)
+    lease = state.next_action(0.0, POLICY).fetch.lease
+    assert lease.kind is LeaseKind.ROBOTS
+    decision = state.complete(lease.lease_id, FetchReport(status=None, error="blocked_address",
+                                                          blocked=BLOCKED), 0.0, POLICY)
+    assert [(o.entry.url, o.state, o.reason, o.blocked) for o in decision.outcomes] == [
+        (f"http://{HOST}/{p}", PageState.FILTERED, BLOCKED, True) for p in ("a", "b")]
+    assert state.consecutive_failures == 0 and not state.queue and not state.busy
+    # URLs offered later end the same way without another attempt, whatever the time.
+    for now in (0.0, 60.0, 3600.0):
+        state.offer(urls(f"c{now}"), 1, POLICY)
+        later = state.next_action(now, POLICY)
+        assert later.fetch is None
+        assert [(o.state, o.reason, o.blocked) for o in later.outcomes] == [
+            (PageState.FILTERED, BLOCKED, True)]
+
+
+def test_a_page_refused_after_its_host_answered_robots_is_filtered_not_retried():
+    state = ready_host(b"")
+    state.offer(urls("b"), 0, POLICY)
+    lease = state.next_action(1.0, POLICY).fetch.lease
+    decision = state.complete(lease.lease_id, FetchReport(status=None, error="blocked_address",
+                                                          blocked=BLOCKED), 1.0, POLICY)
+    assert [(o.entry.url, o.reason) for o in decision.outcomes] == [
+        (f"http://{HOST}/a", BLOCKED), (f"http://{HOST}/b", BLOCKED)]
+    assert decision.page_done is None and not state.queue
+    assert all(o.entry.attempt == 0 for o in decision.outcomes)
+
+
+def test_a_refused_host_is_tried_again_robots_first_after_a_day():
+    state = HostState(host=HOST)
+    state.offer(urls("a"), 0, POLICY)
+    lease = state.next_action(0.0, POLICY).fetch.lease
+    state.complete(lease.lease_id, FetchReport(status=None, blocked=BLOCKED), 0.0, POLICY)
+    state.offer(urls("b"), 0, POLICY)
+    retry = state.next_action(BLOCKED_HOST_SECONDS, POLICY)
+    assert retry.fetch is not None and retry.fetch.lease.kind is LeaseKind.ROBOTS
+    assert state.blocked is None and not retry.outcomes
+
+
+def test_a_blocked_host_state_survives_the_state_coder():
+    state = HostState(host=HOST)
+    state.offer(urls("a"), 0, POLICY)
+    lease = state.next_action(0.0, POLICY).fetch.lease
+    state.complete(lease.lease_id, FetchReport(status=None, blocked=BLOCKED), 5.0, POLICY)
+    copy = pickle.loads(pickle.dumps(state))
+    assert (copy.blocked, copy.blocked_until) == (BLOCKED, 5.0 + BLOCKED_HOST_SECONDS)

@@ -190,3 +190,27 @@ def test_the_delay_runs_from_the_end_of_the_previous_exchange(harness):
     assert len(pool.submitted) == 2
     fire(2.6)
     assert [u for u, _, _ in pool.submitted][2:] == [f"http://{HOST}/b"]
+
+
+def test_a_refused_address_ends_the_hosts_urls_filtered_with_the_range_and_counts_them(harness):
+    from pipeline.io.fetch import ERROR_BLOCKED_ADDRESS
+    from pipeline.metrics import LocalTally
+
+    pool, offer, fire, timer = harness
+    LocalTally.reset()
+    reason = "blocked address (loopback 127.0.0.0/8)"
+    offer("a", "b")
+    fire(0.0)
+    url, started, future = pool.submitted[0]
+    future.set_result(FetchResponse(
+        url=url, started_at=started, elapsed=0.0, status=None, headers=(), body=b"",
+        truncated=False, ip=None, error=ERROR_BLOCKED_ADDRESS, error_detail=reason))
+    out = fire(0.01)
+    rows = [o.value for o in out if getattr(o, "tag", None) == "rows"]
+    assert [(r.url, r.state, r.reason, r.http_status) for r in rows] == [
+        (f"http://{HOST}/{p}", "filtered", reason, None) for p in ("a", "b")]
+    assert not [o for o in out if isinstance(o, FetchResult)]
+    out = offer("c") + fire(5.0)
+    assert [o.value.reason for o in out if getattr(o, "tag", None) == "rows"] == [reason]
+    assert len(pool.submitted) == 1  # the host is not tried again
+    assert LocalTally.snapshot()[0]["urls_blocked_address"] == 3
