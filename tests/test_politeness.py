@@ -20,6 +20,8 @@ from pipeline.core.politeness import (
     parse_retry_after,
 )
 from pipeline.core.records import PageState
+from pipeline.core.robots import ROBOTS_TTL_SECONDS as ROBOTS_TTL
+from pipeline.core.robots_relay import RobotsErrand, RobotsFetch, RobotsReply
 from pipeline.core.urls import url_hash
 
 HOST = "a.test"
@@ -151,7 +153,7 @@ def test_robots_timeout_disallows_everything():
     assert [o.state for o in decision.outcomes] == [PageState.DISALLOWED]
 
 
-def test_robots_redirect_hops_are_scheduled_requests_and_cross_host_is_not_followed():
+def test_robots_redirect_hops_are_scheduled_requests_and_cross_host_ones_are_asked_for():
     state = HostState(host=HOST)
     state.offer(urls("a"), 0, POLICY)
     lease = state.next_action(0.0, POLICY).fetch.lease
@@ -167,11 +169,169 @@ def test_robots_redirect_hops_are_scheduled_requests_and_cross_host_is_not_follo
     other = HostState(host=HOST)
     other.offer(urls("a"), 0, POLICY)
     lease = other.next_action(0.0, POLICY).fetch.lease
-    other.complete(lease.lease_id, FetchReport(status=301, location="http://b.test/robots.txt"),
-                   0.1, POLICY)
+    asked = other.complete(lease.lease_id,
+                           FetchReport(status=301, location="http://b.test/robots.txt"),
+                           0.1, POLICY)
+    # Not fetched under this host's lease: b.test is asked to fetch it under its own.
+    assert asked.fetch is None
+    assert [(m.host, m.url, m.asker) for m in asked.robots_messages] == \
+        [("b.test", "http://b.test/robots.txt", HOST)]
     decision = other.next_action(1.1, POLICY)
+    assert decision.fetch is None and decision.outcomes == ()
+
+
+# ------------------------------------------------------------ robots.txt from another host
+OTHER = "b.test"
+
+
+def other_urls(*paths: str) -> list[tuple[str, int, str | None]]:
+    return [(f"http://{OTHER}/{p}", url_hash(f"http://{OTHER}/{p}"), None) for p in paths]
+
+
+def asking_host(location: str = f"http://{OTHER}/robots.txt", at: float = 0.0):
+    """a.test with /private/b and /a queued, whose robots.txt answered 301 to `location`."""
+    state = HostState(host=HOST)
+    state.offer(urls("private/b", "a"), 0, POLICY)
+    lease = state.next_action(at, POLICY).fetch.lease
+    decision = state.complete(lease.lease_id, FetchReport(status=301, location=location),
+                              at + 0.1, POLICY)
+    return state, decision
+
+
+def serve_errand(errand, body: bytes = b"User-agent: *\nDisallow: /private/\nCrawl-delay: 3\n",
+                 at: float = 0.5, status: int = 200):
+    """b.test takes the errand, fetches under its own lease, and replies."""
+    other = HostState(host=OTHER)
+    other.ask_robots(errand, at, POLICY)
+    start = other.next_action(at, POLICY)
+    assert start.fetch is not None and start.fetch.lease.url == errand.url
+    done = other.complete(start.fetch.lease.lease_id, FetchReport(status=status, body=body),
+                          at + 0.1, POLICY)
+    return other, done
+
+
+def test_rules_reached_through_another_host_apply_to_the_host_that_asked():
+    state, asked = asking_host()
+    (errand,) = asked.robots_messages
+    other, done = serve_errand(errand)
+    (reply,) = done.robots_messages
+    assert reply.asker == HOST and reply.errand_id == errand.errand_id
+    applied = state.robots_answered(reply, 0.7, POLICY)
+    assert applied.robots_messages == ()
+    # b.test's Crawl-delay governs a.test, from a.test's own last exchange (ended at 0.1).
+    assert state.delay(POLICY) == 3.0 and state.next_allowed == 0.1 + 3.0
+    assert state.next_action(3.0, POLICY).fetch is None
+    decision = state.next_action(3.1, POLICY)
+    assert [(o.state, o.entry.url) for o in decision.outcomes] == \
+        [(PageState.DISALLOWED, f"http://{HOST}/private/b")]
+    assert decision.fetch is not None and decision.fetch.lease.url == f"http://{HOST}/a"
+    # The answer is as old as b.test's fetch of it: it expires 24 h after that, not later.
+    assert state.robots.fetched_at == 0.5 + 0.1
+
+
+def test_the_other_host_fetches_under_its_own_lease_and_delay_before_its_pages():
+    _, asked = asking_host()
+    (errand,) = asked.robots_messages
+    other = HostState(host=OTHER)
+    other.offer(other_urls("x"), 0, POLICY)
+    robots_lease = other.next_action(0.0, POLICY).fetch.lease  # its own robots.txt, in flight
+    other.ask_robots(errand, 0.2, POLICY)
+    assert other.next_action(0.3, POLICY).fetch is None  # one request in flight at most
+    # Its own /robots.txt answer is the one asked for: no second request.
+    done = other.complete(robots_lease.lease_id, robots(b"User-agent: *\nDisallow: /p/\n"),
+                          0.4, POLICY)
+    assert [r.asker for r in done.robots_messages] == [HOST]
+    assert not other.robots_desk.busy  # nothing more to fetch for others
+    page = other.next_action(1.4, POLICY).fetch
+    assert page is not None and page.lease.url == f"http://{OTHER}/x"
+
+
+def test_an_errand_for_another_url_waits_the_other_hosts_delay_and_goes_before_its_pages():
+    state, asked = asking_host(location=f"http://{OTHER}/shared/robots.txt")
+    (errand,) = asked.robots_messages
+    other = HostState(host=OTHER)
+    other.offer(other_urls("x"), 0, POLICY)
+    own = other.next_action(0.0, POLICY).fetch.lease
+    other.complete(own.lease_id, robots(), 0.0, POLICY)
+    assert other.ask_robots(errand, 0.2, POLICY).wake_at == 1.0
+    assert other.next_action(0.5, POLICY).fetch is None
+    fetch = other.next_action(1.0, POLICY).fetch
+    assert fetch is not None and fetch.lease.url == f"http://{OTHER}/shared/robots.txt"
+    assert not fetch.lease.own
+    done = other.complete(fetch.lease.lease_id, robots(b"User-agent: *\nDisallow: /a\n"),
+                          1.1, POLICY)
+    assert other.robots.allowed(f"http://{OTHER}/a", "testbot")  # its own rules unchanged
+    page = other.next_action(2.1, POLICY).fetch
+    assert page is not None and page.lease.url == f"http://{OTHER}/x"
+    state.robots_answered(done.robots_messages[0], 1.2, POLICY)
+    assert not state.robots.allowed(f"http://{HOST}/a", "testbot")
+
+
+def test_many_hosts_asking_for_one_file_cost_one_request_while_it_is_fresh():
+    other = HostState(host=OTHER)
+    errands = [RobotsErrand(OTHER, f"http://{OTHER}/robots.txt", f"asker-{n}.test", f"e{n}")
+               for n in range(3)]
+    for errand in errands[:2]:
+        assert other.ask_robots(errand, 0.0, POLICY).robots_messages == ()
+    other.ask_robots(errands[0], 0.0, POLICY)  # redelivered: still one reply
+    lease = other.next_action(0.0, POLICY).fetch.lease
+    done = other.complete(lease.lease_id, robots(b"User-agent: *\nDisallow: /p\n"), 0.1,
+                          POLICY)
+    assert sorted(r.asker for r in done.robots_messages) == ["asker-0.test", "asker-1.test"]
+    later = other.ask_robots(errands[2], 3600.0, POLICY)
+    assert [r.asker for r in later.robots_messages] == ["asker-2.test"]
+    assert other.next_action(3601.0, POLICY).fetch is None  # answered from what it keeps
+    stale = other.ask_robots(RobotsErrand(OTHER, errands[0].url, "late.test", "e9"),
+                             ROBOTS_TTL + 1.0, POLICY)
+    assert stale.robots_messages == ()  # older than 24 h: fetched again
+    assert other.next_action(ROBOTS_TTL + 1.0, POLICY).fetch is not None
+
+
+def test_no_reply_in_time_means_unreachable_and_a_late_or_repeated_reply_changes_nothing():
+    state, asked = asking_host()
+    (errand,) = asked.robots_messages
+    deadline = 0.1 + POLICY.robots_wait
+    assert state.next_action(5.0, POLICY).wake_at == deadline
+    decision = state.next_action(deadline, POLICY)
     assert decision.fetch is None
-    assert [o.state for o in decision.outcomes] == [PageState.DISALLOWED]
+    assert {o.state for o in decision.outcomes} == {PageState.DISALLOWED}
+    assert "did not answer" in decision.outcomes[0].reason
+    _, done = serve_errand(errand, at=deadline + 1)
+    before = (state.robots, state.next_allowed)
+    state.robots_answered(done.robots_messages[0], deadline + 2, POLICY)
+    assert (state.robots, state.next_allowed) == before
+
+
+def test_a_reply_that_redirects_again_is_followed_here_or_asked_for_again():
+    # Back to a.test itself: a.test fetches it as its own next hop.
+    state, asked = asking_host()
+    _, done = serve_errand(asked.robots_messages[0], body=b"", status=302)
+    reply = done.robots_messages[0]
+    moved = dataclasses.replace(reply, fetch=dataclasses.replace(
+        reply.fetch, location=f"http://{HOST}/real-robots.txt"))
+    state.robots_answered(moved, 0.7, POLICY)
+    hop = state.next_action(1.1, POLICY).fetch
+    assert hop is not None and hop.lease.url == f"http://{HOST}/real-robots.txt"
+    assert hop.lease.robots_hop == 2
+    # To a third host: another errand; after five redirects, allow all.
+    state, asked = asking_host()
+    for hop in range(2, 7):
+        errand = asked.robots_messages[0]
+        reply = RobotsReply(HOST, errand.errand_id, RobotsFetch.of(
+            errand.url, 301, None, 0.5, location=f"http://c{hop}.test/robots.txt"))
+        asked = state.robots_answered(reply, 0.5 + hop, POLICY)
+        if hop <= 5:
+            assert [m.host for m in asked.robots_messages] == [f"c{hop}.test"]
+    assert state.robots is not None and "more than 5 redirects" in state.robots.reason
+    assert state.robots.allowed(f"http://{HOST}/private/b", "testbot")
+
+
+def test_a_parked_host_answers_unreachable_without_a_request():
+    other = HostState(host=OTHER, parked_until=100.0)
+    errand = RobotsErrand(OTHER, f"http://{OTHER}/robots.txt", HOST, "e1")
+    (reply,) = other.ask_robots(errand, 50.0, POLICY).robots_messages
+    assert reply.fetch.policy.kind == "unreachable" and "parked" in reply.fetch.policy.reason
+    assert other.next_action(50.0, POLICY).fetch is None
 
 
 def test_retry_after_pushes_the_host_out_and_the_url_is_retried_then_fails():
@@ -279,6 +439,13 @@ class _Sim:
     in_flight: list[tuple[str, float]] = field(default_factory=list)  # (lease_id, started_at)
     lost: dict[str, float] = field(default_factory=dict)  # lease_id -> started_at
     next_path: int = 0
+    delays: list[float] = field(default_factory=list)  # the host's delay as each request started
+    errands: int = 0
+
+
+# Answers to a robots.txt request (own or asked for by another host): the rules, or a status;
+# 301 redirects to another host, 302 to this one.
+ROBOTS_ANSWERS = [200, 301, 302, 404, 503, None]
 
 
 events = st.lists(
@@ -289,13 +456,18 @@ events = st.lists(
         st.tuples(st.just("finish"), st.sampled_from([200, 404, 429, 503, None])),
         st.tuples(st.just("lose"), st.just(0)),
         st.tuples(st.just("late"), st.just(0)),
+        # robots.txt across hosts: another host asks this one; this one's errand is replied to
+        st.tuples(st.just("ask"), st.sampled_from(["/robots.txt", "another"])),
+        st.tuples(st.just("reply"), st.sampled_from(ROBOTS_ANSWERS)),
+        st.tuples(st.just("stale_reply"), st.just(0)),
+        st.tuples(st.just("robots_answer"), st.sampled_from(ROBOTS_ANSWERS)),
     ),
     min_size=1,
     max_size=80,
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(events, st.sampled_from([b"", b"User-agent: *\nCrawl-delay: 2\n"]))
 def test_politeness_holds_under_any_interleaving(ops, robots_body):
     policy = HostPolicy(user_agent="testbot", min_delay=1.0, fetch_timeout=3.0,
@@ -313,7 +485,16 @@ def test_politeness_holds_under_any_interleaving(ops, robots_body):
             assert not sim.in_flight, (sim.in_flight, ops)
             assert all(sim.now >= t + policy.lease_seconds for t in sim.lost.values())
             sim.starts.append(sim.now)
+            sim.delays.append(sim.state.delay(policy))
             sim.in_flight.append((decision.fetch.lease.lease_id, sim.now))
+
+    def robots_report(status: int | None) -> FetchReport:
+        if status == 301:
+            return FetchReport(status=301, location="http://b.test/robots.txt")
+        if status == 302:
+            return FetchReport(status=302, location=f"http://{HOST}/moved/robots.txt")
+        return FetchReport(status=200 if status is None else status,
+                           body=robots_body if status in (None, 200) else b"")
 
     for op, arg in ops:
         if op == "offer":
@@ -326,12 +507,20 @@ def test_politeness_holds_under_any_interleaving(ops, robots_body):
         elif op == "fire_twice":
             fire()
             fire()
+        elif op == "robots_answer" and sim.in_flight and sim.state.lease is not None \
+                and sim.state.lease.kind is LeaseKind.ROBOTS \
+                and sim.state.lease.lease_id == sim.in_flight[0][0]:
+            # The robots.txt request in flight is answered, a redirect perhaps.
+            lease_id, _ = sim.in_flight.pop(0)
+            sim.now += 0.01
+            sim.state.complete(lease_id, robots_report(arg), sim.now, policy)
+            sim.ends.append(sim.now)
         elif op == "finish" and sim.in_flight:
             lease_id, _ = sim.in_flight.pop(0)
             sim.now += 0.01
             lease = sim.state.lease
             if lease is not None and lease.lease_id == lease_id and lease.kind is LeaseKind.ROBOTS:
-                report = FetchReport(status=200 if arg is None else arg, body=robots_body)
+                report = robots_report(arg)
             else:
                 report = FetchReport(status=arg, error="timeout" if arg is None else None,
                                      retry_after="2" if arg == 429 else None)
@@ -347,15 +536,33 @@ def test_politeness_holds_under_any_interleaving(ops, robots_body):
             if sim.state.lease is None or sim.state.lease.lease_id != lost:
                 sim.state.complete(lost, FetchReport(status=200), sim.now, policy)
                 assert (sim.state.lease, tuple(sim.state.queue), sim.state.next_allowed) == before
+        elif op == "ask":
+            sim.errands += 1
+            path = arg if arg.startswith("/") else f"/shared/{sim.errands}/robots.txt"
+            sim.state.ask_robots(RobotsErrand(HOST, f"http://{HOST}{path}", "c.test",
+                                              f"e{sim.errands}"), sim.now, policy)
+        elif op == "reply" and sim.state.robots_awaited is not None:
+            awaited = sim.state.robots_awaited
+            report = robots_report(arg)
+            fetch = RobotsFetch.of(awaited.url, report.status, report.body, sim.now,
+                                   location=report.location)
+            sim.state.robots_answered(RobotsReply(HOST, awaited.errand_id, fetch), sim.now,
+                                      policy)
+        elif op == "stale_reply":
+            before = (sim.state.lease, sim.state.robots, sim.state.next_allowed)
+            sim.state.robots_answered(RobotsReply(HOST, "never-sent", RobotsFetch.of(
+                "http://b.test/robots.txt", 200, b"", sim.now)), sim.now, policy)
+            assert (sim.state.lease, sim.state.robots, sim.state.next_allowed) == before
 
-    # The robots answer decides the delay (Crawl-delay 2 or the 1 s minimum) for every gap,
-    # the one after the robots.txt request included.
-    required = sim.state.delay(policy) if sim.state.robots is not None else 1.0
-    for earlier, later in zip(sim.starts, sim.starts[1:], strict=False):
+    # The delay in force when a request starts (Crawl-delay 2 once robots.txt says so, else the
+    # 1 s minimum) separates it from the previous one, the robots.txt requests included (its
+    # own, and those it made for other hosts).
+    pairs = zip(sim.starts, sim.starts[1:], strict=False)
+    for (earlier, later), required in zip(pairs, sim.delays[1:], strict=True):
         assert later - earlier >= required - 1e-9, (sim.starts, ops)
     # The delay runs from the end of each exchange: no request starts within `required` of
     # the end of an earlier one.
-    for start in sim.starts:
+    for start, required in zip(sim.starts, sim.delays, strict=True):
         for end in sim.ends:
             assert not (end <= start < end + required - 1e-9), (start, end, ops)
 

@@ -14,6 +14,12 @@ Event contract, which makes duplicate timer firings and replays harmless:
                     ignored, so a result that arrives after its lease expired changes nothing.
   expire_lease(now) the lease outlived its deadline with no result in this process (the worker
                     that held it died): the URL is queued again and the host waits a full delay.
+  ask_robots(...)   another host whose robots.txt redirects here asks for the answer at a URL
+                    of this host (pipeline.core.robots_relay): replied to at once from a fresh
+                    kept answer, else fetched as this host's own request, before its pages.
+  robots_answered(...) the reply to this host's own errand: applied like the answer of a
+                    robots.txt hop it fetched itself; a reply to any other errand is stale and
+                    ignored. No reply by the errand's deadline: robots.txt is unreachable.
 """
 
 from __future__ import annotations
@@ -32,7 +38,15 @@ from urllib.parse import urljoin, urlsplit
 from pipeline.core.bloom import BloomFilter
 from pipeline.core.records import FrontierEntry, PageState
 from pipeline.core.robots import RobotsPolicy
+from pipeline.core.robots_relay import (
+    AwaitedRobots,
+    RobotsDesk,
+    RobotsErrand,
+    RobotsFetch,
+    RobotsReply,
+)
 from pipeline.core.traps import is_calendar_like, repeated_segment
+from pipeline.core.urls import InvalidURL, host_key, normalize_url
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +107,14 @@ class HostPolicy:
         # run this long the request it covered is certainly over.
         return self.fetch_timeout + self.lease_grace
 
+    @property
+    def robots_wait(self) -> float:
+        """How long a host waits for another host to answer its robots.txt errand: that host
+        may have a request in flight (a lease) and then its delay to wait before fetching,
+        and the errand and reply each cross the frontier once. Past it, robots.txt counts
+        as unreachable (disallow all, asked again after UNREACHABLE_RETRY_SECONDS)."""
+        return 2 * self.lease_seconds + self.max_crawl_delay
+
 
 class LeaseKind(StrEnum):
     ROBOTS = "robots"
@@ -110,6 +132,9 @@ class Lease:
     expires_at: float
     entry: FrontierEntry | None = None  # the page being fetched (None for robots)
     robots_hop: int = 0
+    # Robots only: the answer is a hop of this host's own robots.txt (False: fetched only for
+    # other hosts whose robots.txt redirects here).
+    own: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +165,8 @@ class Decision:
     links: tuple[str, ...] = ()  # URLs to send back to the frontier (redirect targets)
     wake_at: float | None = None  # when to fire the timer next (None: nothing to do)
     spill: tuple[FrontierEntry, ...] = ()  # accepted URLs the full queue hands back
+    # robots.txt errands for other hosts' keys and replies to hosts that asked this one
+    robots_messages: tuple[RobotsErrand | RobotsReply, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +242,11 @@ class HostState:
     overflow_read: int = 0
     overflow_deleted: int = 0
     overflow_urls: int = 0  # URLs in chunks not read back yet
+    last_ended_at: float | None = None  # when the last exchange with the host ended
+    # robots.txt across hosts (pipeline.core.robots_relay): the errand this host waits on for
+    # its own robots.txt, and what it fetches and keeps for other hosts.
+    robots_awaited: AwaitedRobots | None = None
+    robots_desk: RobotsDesk | None = None
 
     # ------------------------------------------------------------------------- pickling
     # The scheduler stores a HostState per event (PickleCoder). Pickling 2,000 queued
@@ -257,8 +289,14 @@ class HostState:
 
     @property
     def busy(self) -> bool:
-        """True while the host has work: queued or stored URLs, or a request in flight."""
-        return bool(self.queue) or self.lease is not None or self.has_overflow
+        """True while the host has work: queued or stored URLs, a request in flight, or
+        robots.txt to fetch for other hosts."""
+        return (bool(self.queue) or self.lease is not None or self.has_overflow
+                or self._errands_waiting)
+
+    @property
+    def _errands_waiting(self) -> bool:
+        return self.robots_desk is not None and self.robots_desk.busy
 
     @property
     def has_overflow(self) -> bool:
@@ -415,7 +453,7 @@ class HostState:
             # its result or expires the lease; until then, wake at the lease deadline.
             return Decision(wake_at=self.lease.expires_at)
         outcomes: list[Outcome] = []
-        if not self.queue:
+        if not self.queue and not self._errands_waiting:
             return Decision()
         if self.blocked is not None:
             if now < self.blocked_until:
@@ -423,13 +461,31 @@ class HostState:
             self.blocked = None  # its address may have changed: robots.txt first, as for new
             self.robots = None
         if budget_spent():
-            return Decision(outcomes=tuple(
-                self._drain_queue(PageState.OVER_BUDGET, "crawl page budget spent")))
+            return Decision(
+                outcomes=tuple(
+                    self._drain_queue(PageState.OVER_BUDGET, "crawl page budget spent")),
+                robots_messages=self._refuse_errands(now, "crawl page budget spent"))
         if now < self.next_allowed:
             return Decision(wake_at=self.next_allowed)
-        if self.robots is None or now >= self.robots.expires_at:
-            url = self.robots_redirect or self._robots_url()
-            return self._start(now, policy, LeaseKind.ROBOTS, url, None, self.robots_hops)
+        if self.queue and (self.robots is None or now >= self.robots.expires_at):
+            awaited = self.robots_awaited
+            if awaited is None:
+                url = self.robots_redirect or self._robots_url()
+                return self._start(now, policy, LeaseKind.ROBOTS, url, None, self.robots_hops)
+            if now >= awaited.deadline:
+                self._robots_not_answered(awaited, now, policy)
+            elif not self._errands_waiting:
+                return Decision(wake_at=awaited.deadline)
+        if self._errands_waiting:
+            # Other hosts wait on these, so they go before this host's pages.
+            assert self.robots_desk is not None
+            url = self.robots_desk.next_url()
+            assert url is not None
+            # This host's own /robots.txt, needed and not on its way: one request serves all.
+            own = (url == self._robots_url() and self.robots_redirect is None
+                   and self.robots_awaited is None
+                   and (self.robots is None or now >= self.robots.expires_at))
+            return self._start(now, policy, LeaseKind.ROBOTS, url, None, 0, own=own)
         while self.queue:
             entry = self.queue[0]
             denial = self.robots.denial_reason(entry.url, policy.user_agent)
@@ -468,6 +524,8 @@ class HostState:
         url: str,
         entry: FrontierEntry | None,
         robots_hop: int,
+        *,
+        own: bool = True,
     ) -> Decision:
         lease = Lease(
             lease_id=uuid.uuid4().hex,
@@ -477,6 +535,7 @@ class HostState:
             expires_at=now + policy.lease_seconds,
             entry=entry,
             robots_hop=robots_hop,
+            own=own,
         )
         self.lease = lease
         self.last_request_at = now
@@ -525,6 +584,7 @@ class HostState:
         # request reaches the server at least `delay` after this one did, however long this
         # one's connection took to set up (the server's log is what politeness is judged by).
         ended = report.finished_at if report.finished_at is not None else now
+        self.last_ended_at = ended
         self.last_elapsed = max(0.0, ended - lease.started_at)
         # A slow server gets more room before it starts failing: wait at least `slow_factor`
         # times as long as it took to answer.
@@ -598,38 +658,104 @@ class HostState:
     def _complete_robots(
         self, lease: Lease, report: FetchReport, now: float, policy: HostPolicy
     ) -> Decision:
-        status = report.status
-        if status is not None and 300 <= status < 400 and report.location:
-            target = urljoin(lease.url, report.location)
-            parts = urlsplit(target)
-            same_host = (parts.netloc or "").lower() == self.host
-            if lease.robots_hop + 1 > ROBOTS_MAX_REDIRECTS:
+        fetch = RobotsFetch.of(lease.url, report.status, report.body, now,
+                               location=report.location, error=report.error)
+        if self.robots_desk is None:
+            self.robots_desk = RobotsDesk()
+        # Kept even when nobody asked yet: a host that redirects here later costs no request.
+        replies = tuple(self.robots_desk.answered(fetch, now))
+        if not lease.own:
+            return Decision(robots_messages=replies, wake_at=self._wake_after_event())
+        ended = report.finished_at if report.finished_at is not None else now
+        decision = self._robots_hop(fetch, lease.robots_hop, ended, now, policy)
+        return dataclasses.replace(decision,
+                                   robots_messages=replies + decision.robots_messages)
+
+    def _robots_hop(self, fetch: RobotsFetch, hop: int, ended: float, now: float,
+                    policy: HostPolicy) -> Decision:
+        """The answer to hop `hop` of this host's robots.txt chain (0: its own /robots.txt),
+        fetched here or by another host; `ended`: when this host's last exchange ended."""
+        self.robots_awaited = None
+        if fetch.is_redirect:
+            assert fetch.location is not None
+            target = urljoin(fetch.url, fetch.location)
+            target_host = _host_of(target)
+            if hop + 1 > ROBOTS_MAX_REDIRECTS:
                 self.robots = RobotsPolicy.too_many_redirects(now)
-            elif not same_host:
-                # Following it would send a request to another host outside that host's
-                # schedule (invariant 1). Treat robots.txt as unreachable: disallow all, retry
-                # later.
-                self.robots = RobotsPolicy.from_response(
-                    None, None, now, error=f"redirected to another host ({parts.netloc})"
-                )
-            else:
+            elif target_host == self.host:
                 # The next hop is a request like any other: it waits for the host's delay.
                 self.robots_redirect = target
-                self.robots_hops = lease.robots_hop + 1
+                self.robots_hops = hop + 1
                 return Decision(wake_at=self._wake_after_event())
+            elif target_host is not None:
+                # Another host's request, so that host's to make (invariant 1): ask it through
+                # the frontier, and wait for its reply.
+                errand = RobotsErrand(target_host, target, self.host, uuid.uuid4().hex)
+                self.robots_awaited = AwaitedRobots(errand.errand_id, target, target_host,
+                                                    hop + 1, now + policy.robots_wait)
+                self.robots_redirect = None
+                self.robots_hops = 0
+                return Decision(robots_messages=(errand,), wake_at=self._wake_after_event())
+            else:  # a Location no URL can be made of: a redirect nobody can follow
+                self.robots = fetch.policy
         else:
-            self.robots = RobotsPolicy.from_response(status, report.body, now, error=report.error)
+            self.robots = fetch.policy
         # The robots.txt request itself counts (invariant 1): the first page waits the delay
         # robots.txt just announced.
-        ended = report.finished_at if report.finished_at is not None else now
         self.next_allowed = max(self.next_allowed, ended + self.delay(policy))
         self.robots_redirect = None
         self.robots_hops = 0
         return Decision(wake_at=self._wake_after_event())
 
+    def ask_robots(self, errand: RobotsErrand, now: float, policy: HostPolicy) -> Decision:
+        """Another host asks for the robots.txt answer at `errand.url`, a URL of this host."""
+        if self.robots_desk is None:
+            self.robots_desk = RobotsDesk()
+        if self.parked_until is not None and now < self.parked_until:
+            # The circuit is open: no request before the probe, so the answer is unreachable,
+            # as this host's own robots.txt would be.
+            reply = RobotsReply(errand.asker, errand.errand_id, RobotsFetch.unreachable(
+                errand.url, now, f"{self.host} is parked after consecutive failures"))
+            return Decision(robots_messages=(reply,), wake_at=self._wake_after_event())
+        reply = self.robots_desk.take(errand, now)
+        return Decision(robots_messages=(reply,) if reply is not None else (),
+                        wake_at=self._wake_after_event())
+
+    def robots_answered(self, reply: RobotsReply, now: float, policy: HostPolicy) -> Decision:
+        """Another host replied to an errand: applied if it is the one this host waits on."""
+        awaited = self.robots_awaited
+        if awaited is None or awaited.errand_id != reply.errand_id:
+            return Decision(wake_at=self._wake_after_event())  # stale or redelivered
+        # Its delay runs from this host's own last exchange (the redirect it answered).
+        ended = self.last_ended_at if self.last_ended_at is not None else now
+        return self._robots_hop(reply.fetch, awaited.hop, ended, now, policy)
+
+    def _robots_not_answered(self, awaited: AwaitedRobots, now: float,
+                             policy: HostPolicy) -> None:
+        self.robots_awaited = None
+        self.robots = RobotsPolicy.from_response(
+            None, None, now, error=(f"{awaited.host} did not answer for {awaited.url} within "
+                                    f"{policy.robots_wait:.0f}s"))
+        log.warning("host %s: %s", self.host, self.robots.reason)
+
+    def _refuse_errands(self, now: float, why: str) -> tuple[RobotsReply, ...]:
+        if not self._errands_waiting:
+            return ()
+        assert self.robots_desk is not None
+        return tuple(self.robots_desk.refuse_all(
+            {url: RobotsFetch.unreachable(url, now, why) for url in self.robots_desk.waiting}))
+
     def _wake_after_event(self) -> float | None:
         if self.lease is not None:
             return self.lease.expires_at
-        if self.queue:
+        if self.queue or self._errands_waiting:
             return self.next_allowed
+        return None
+
+
+def _host_of(url: str) -> str | None:
+    """The host key a URL's requests are scheduled under (None: no URL can be made of it)."""
+    try:
+        return host_key(normalize_url(url))
+    except InvalidURL:
         return None

@@ -7,7 +7,9 @@ any other), follows up to MAX_REDIRECTS redirects itself, and hands the final an
 
 What an answer means (RFC 9309 section 2.3.1, cached per section 2.4):
 - 2xx: the rules in the first ROBOTS_MAX_BYTES bytes of the body (2.5 asks for at least
-  500 KiB), decoded as UTF-8 with a BOM allowed and bad bytes replaced. Held ROBOTS_TTL_SECONDS.
+  500 KiB), decoded as UTF-8 with bad bytes replaced. A leading UTF-8 byte-order mark is
+  skipped, and so is any cut-off start of one (EF, EF BB), which would otherwise turn the first
+  line into garbage and lose the first group. Held ROBOTS_TTL_SECONDS.
 - 4xx ("unavailable"): allow all, held ROBOTS_TTL_SECONDS. So are more than MAX_REDIRECTS
   redirects (2.3.1.2) and a 3xx the caller could not follow (no usable Location).
 - 429 is the exception among 4xx: it is the host asking us to slow down, so it counts as
@@ -61,6 +63,15 @@ class RobotsKind(StrEnum):
     RULES = "rules"  # 2xx: obey the parsed rules
     ALLOW_ALL = "allow_all"  # 4xx or too many redirects: no restrictions
     UNREACHABLE = "unreachable"  # 5xx, 429, timeout or network error: disallow all
+
+
+@dataclass(frozen=True, slots=True)
+class RobotsVerdict:
+    """A robots.txt decision about one URL and what made it: "Disallow: /private/",
+    "Allow: /private/open/", "no rule matches", or the kind of answer (unreachable, ...)."""
+
+    allowed: bool
+    rule: str
 
 
 @dataclass(frozen=True)
@@ -181,6 +192,27 @@ class RobotsPolicy:
         by_rule = f" by rule {rule}" if rule else ""
         return f"robots: disallowed{by_rule} for {_product_token(user_agent)}"
 
+    def verdict(self, url: str, user_agent: str) -> RobotsVerdict:
+        """Whether `url` may be fetched, and what decided it: the same decision as `allowed`,
+        with the rule (or the kind of answer) behind it, for operators."""
+        allowed = self.allowed(url, user_agent)
+        if _is_robots_txt(url):
+            return RobotsVerdict(allowed, "/robots.txt is always allowed")
+        if self.kind is not RobotsKind.RULES:
+            return RobotsVerdict(allowed, self.reason.removeprefix("robots: "))
+        parser = self._parser()
+        group = _group_name(user_agent)
+        try:
+            if parser._get_matching_rule_set(group) is None:
+                return RobotsVerdict(allowed, f"no group for {_product_token(user_agent)} or *")
+            rule = _matching_rule(parser, url, group)
+        except (AttributeError, ImportError, TypeError):
+            return RobotsVerdict(allowed, "rule unknown")
+        if rule is None:
+            return RobotsVerdict(allowed, "no rule matches")
+        field, pattern = rule
+        return RobotsVerdict(allowed, f"{field.capitalize()}: {pattern}")
+
     def crawl_delay(self, user_agent: str) -> float | None:
         """Crawl-delay in seconds of the group for `user_agent`, uncapped; None if absent."""
         if self.kind is not RobotsKind.RULES:
@@ -207,13 +239,25 @@ def _parsed_rules(digest: bytes, compressed_body: bytes) -> Protego:
         if parser is not None:
             _parsed_cache.move_to_end(digest)
             return parser
-    text = zlib.decompress(compressed_body).decode("utf-8-sig", errors="replace")
+    text = _without_bom(zlib.decompress(compressed_body)).decode("utf-8", errors="replace")
     parser = Protego.parse(_rewrite_agent_lines(text))
     with _cache_lock:
         _parsed_cache[digest] = parser
         while len(_parsed_cache) > _PARSED_CACHE_SIZE:
             _parsed_cache.popitem(last=False)
     return parser
+
+
+_UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def _without_bom(body: bytes) -> bytes:
+    """The body without a leading UTF-8 byte-order mark or a cut-off start of one (EF, EF BB):
+    a BOM belongs to no directive, and a cut one would glue garbage to the first line."""
+    for size in (3, 2, 1):
+        if body[:size] == _UTF8_BOM[:size]:
+            return body[size:]
+    return body
 
 
 # "User-agent: X" as protego reads it (also "useragent" and "user agent", ':' or a blank).
@@ -275,21 +319,30 @@ def _is_robots_txt(url: str) -> bool:
     return path == "/robots.txt" or path.startswith("/robots.txt?")
 
 
-def _deciding_rule(parser: Protego, url: str, agent: str) -> str | None:
-    """The Disallow pattern that decided against `url`, for the reason string only.
+def _matching_rule(parser: Protego, url: str, agent: str) -> tuple[str, str] | None:
+    """The rule that decides `url` for `agent` as (field, pattern), None when no rule matches.
 
-    Protego has no public way to say which rule matched, so this reads its internals (sorted
-    rules of the chosen group, first match decides); if a protego release changes them, the
-    reason loses the rule and the decision is unaffected.
+    Protego has no public way to say which rule matched, so this reads its internals (the
+    group's rules sorted longest first, Allow before Disallow on a tie; the first match
+    decides, as in `_RuleSet.can_fetch`). If a protego release changes them, the explanation
+    is lost ("rule unknown") and the decision, which `can_fetch` makes, is unaffected.
     """
-    try:
-        from protego._utils import _quote_path
+    from protego._utils import _quote_path
 
-        rule_set = parser._get_matching_rule_set(agent)
-        target = _quote_path(url)
-        for rule in rule_set._rules:
-            if rule.value.match(target):
-                return rule.value._pattern if rule.field == "disallow" else None
+    rule_set = parser._get_matching_rule_set(agent)
+    if rule_set is None:
+        return None
+    target = _quote_path(url)
+    for rule in rule_set._rules:
+        if rule.value.match(target):
+            return rule.field, rule.value._pattern
+    return None
+
+
+def _deciding_rule(parser: Protego, url: str, agent: str) -> str | None:
+    """The Disallow pattern that decided against `url`, for the reason string only."""
+    try:
+        rule = _matching_rule(parser, url, agent)
     except (AttributeError, ImportError, TypeError):
         return None
-    return None
+    return rule[1] if rule is not None and rule[0] == "disallow" else None
