@@ -24,7 +24,7 @@ from pipeline.transforms.frontier import (
     PublishPageEvents,
     ReadFrontier,
 )
-from pipeline.transforms.schedule import ROWS, SPILL, ScheduleConfig, ScheduleFetches
+from pipeline.transforms.schedule import ROBOTS, ROWS, SPILL, ScheduleConfig, ScheduleFetches
 from pipeline.transforms.store import DEAD_LETTERS, LINKS, ReplayDeadLetters, StorePages
 from pipeline.transforms.table import WritePagesTable
 
@@ -82,7 +82,7 @@ def build_crawl(
 
         rows | "WritePagesToBigQuery" >> WritePagesToBigQuery(bigquery_table)
     (
-        (stored[LINKS], scheduled[SPILL])
+        (stored[LINKS], scheduled[SPILL], scheduled[ROBOTS])
         | "AllFrontierBatches" >> beam.Flatten()
         | "PublishFrontier" >> PublishFrontier(topic)
     )

@@ -13,7 +13,14 @@ import pytest
 
 from pipeline.core.budget import LocalPageBudget
 from pipeline.core.politeness import HostPolicy
-from pipeline.core.records import FetchResult, HostBatch, PageRow
+from pipeline.core.records import (
+    FetchResult,
+    HostBatch,
+    PageRow,
+    RobotsAnswer,
+    RobotsRequest,
+    frontier_message,
+)
 from pipeline.core.urls import url_hash
 from pipeline.io.fetch import FetchConfig, FetchResponse
 from pipeline.transforms.resources import worker_resources
@@ -214,3 +221,52 @@ def test_a_refused_address_ends_the_hosts_urls_filtered_with_the_range_and_count
     assert [o.value.reason for o in out if getattr(o, "tag", None) == "rows"] == [reason]
     assert len(pool.submitted) == 1  # the host is not tried again
     assert LocalTally.snapshot()[0]["urls_blocked_address"] == 3
+
+
+def test_a_robots_txt_redirect_to_another_host_travels_to_its_key_and_back():
+    """a.test's robots.txt moved to b.test: the DoFn emits a request for b.test's key, b.test's
+    state fetches it under its own lease, and the answer's rules govern a.test's pages."""
+    pool = FakePool()
+    policy = HostPolicy(user_agent="testbot", min_delay=1.0, fetch_timeout=5.0, lease_grace=1.0)
+    config = ScheduleConfig(crawl_id="c1", policy=policy, fetch=FetchConfig(user_agent="testbot"))
+    fn = HostSchedulerFn(config, LocalPageBudget("c-relay", None), clock=lambda: pool.clock[0],
+                         submit=pool.submit)
+    fn.setup()
+    states = {"a.test": FakeState(), "b.test": FakeState()}
+    timers = {"a.test": FakeTimer(), "b.test": FakeTimer()}
+
+    def deliver(host: str, message) -> list:
+        return list(fn.process((host, message), host_state=states[host], wake=timers[host]))
+
+    def fire(host: str, at: float) -> list:
+        pool.clock[0] = at
+        return list(fn.on_wake(key=host, host_state=states[host], wake=timers[host]))
+
+    def tagged(out: list, tag: str) -> list:
+        return [o.value for o in out if getattr(o, "tag", None) == tag]
+
+    paths = ("private/x", "open")
+    deliver("a.test", HostBatch(depth=0, kind="links", entries=tuple(
+        (f"http://a.test/{p}", url_hash(f"http://a.test/{p}"), None) for p in paths)))
+    fire("a.test", 0.0)
+    pool.finish(0, status=301, body=b"", headers=(("Location", "http://b.test/robots.txt"),))
+    (request,) = tagged(fire("a.test", 0.2), "robots")
+    assert isinstance(request, RobotsRequest) and request.host == "b.test"
+    # Through the frontier, as bytes, to b.test's key.
+    request = frontier_message(request.to_bytes())
+    assert deliver("b.test", request) == [] and timers["b.test"].at == 0.2
+    fire("b.test", 0.2)
+    assert [u for u, _, _ in pool.submitted] == ["http://a.test/robots.txt",
+                                                 "http://b.test/robots.txt"]
+    pool.finish(1, body=b"User-agent: *\nDisallow: /private/\n",
+                headers=(("Content-Type", "text/plain"),))
+    (answer,) = tagged(fire("b.test", 0.3), "robots")
+    assert isinstance(answer, RobotsAnswer) and answer.host == "a.test"
+    deliver("a.test", frontier_message(answer.to_bytes()))
+    assert timers["a.test"].at == 1.0  # a full delay after a.test's own last request
+    out = fire("a.test", 1.0)
+    (row,) = tagged(out, "rows")
+    assert row.url == "http://a.test/private/x" and row.state == "disallowed"
+    assert "Disallow" in row.reason or "/private/" in row.reason
+    assert pool.submitted[-1][0] == "http://a.test/open"
+    worker_resources().close()

@@ -29,6 +29,8 @@ class Counter(StrEnum):
     BATCHES_PUBLISHED_RELEASE = "batches_published_release"
     BATCHES_PUBLISHED_DEAD_LETTER = "batches_published_dead_letter"
     BATCHES_PUBLISHED_PAGE_CRAWLED = "batches_published_page_crawled"
+    BATCHES_PUBLISHED_ROBOTS_REQUEST = "batches_published_robots_request"
+    BATCHES_PUBLISHED_ROBOTS_ANSWER = "batches_published_robots_answer"
     # ScheduleFetches
     URLS_OFFERED = "urls_offered"
     URLS_ACCEPTED = "urls_accepted"
@@ -41,6 +43,7 @@ class Counter(StrEnum):
     URLS_OVERFLOWED = "urls_overflowed"
     OVERFLOW_URLS_LOST = "overflow_urls_lost"
     URLS_BLOCKED_ADDRESS = "urls_blocked_address"  # ended filtered: address not public
+    ROBOTS_MESSAGES_EMITTED = "robots_messages_emitted"  # requests and answers between hosts
     # StorePages
     PAGES_STORED = "pages_stored"
     LINK_BATCHES_EMITTED = "link_batches_emitted"

@@ -7,11 +7,15 @@ This module owns the shapes only; it does not decide anything about crawling.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import ClassVar
+
+from pipeline.core.robots import RobotsPolicy
+from pipeline.core.robots_relay import RobotsErrand, RobotsFetch, RobotsReply
 
 WIRE_VERSION = 1
 
@@ -169,10 +173,13 @@ class HostSignal:
             raise ValueError(f"host signal lacks a field: {exc}") from exc
 
 
-def frontier_message(data: bytes) -> FrontierBatch | SeenMarks | HostSignal | DeadLetter:
+def frontier_message(
+    data: bytes,
+) -> FrontierBatch | SeenMarks | HostSignal | DeadLetter | RobotsRequest | RobotsAnswer:
     """Decode what the frontier topic carries: a batch of URLs, a resumed crawl's seen-marks,
-    a host signal, or a dead letter that `crawler redrive` sent back to be processed again.
-    Raises ValueError saying what is wrong (an unknown kind included)."""
+    a host signal, a dead letter that `crawler redrive` sent back to be processed again, or a
+    robots.txt request or answer between two hosts. Raises ValueError saying what is wrong
+    (an unknown kind included)."""
     try:
         payload = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -189,6 +196,10 @@ def frontier_message(data: bytes) -> FrontierBatch | SeenMarks | HostSignal | De
         return SeenMarks.from_payload(payload)
     if kind in HostSignalKind.__members__.values():
         return HostSignal.from_payload(payload)
+    if kind == RobotsRequest.KIND:
+        return RobotsRequest.from_payload(payload)
+    if kind == RobotsAnswer.KIND:
+        return RobotsAnswer.from_payload(payload)
     if kind not in BatchKind.__members__.values():
         raise ValueError(f"frontier message of unknown kind {kind!r}")
     return FrontierBatch.from_payload(payload)
@@ -214,6 +225,105 @@ class HostSeenMarks:
 
     entries: tuple[tuple[str, int, str | None], ...]
     issued: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RobotsRequest:
+    """A robots.txt errand on the frontier: host `asker` asks host `host` (the key it is
+    routed to) for the answer at `url`, a robots.txt redirect target on `host`."""
+
+    crawl_id: str
+    host: str
+    url: str
+    asker: str
+    errand_id: str
+    kind: str = "robots_request"
+    version: int = WIRE_VERSION
+
+    KIND: ClassVar[str] = "robots_request"
+
+    @classmethod
+    def of(cls, crawl_id: str, errand: RobotsErrand) -> RobotsRequest:
+        return cls(crawl_id, errand.host, errand.url, errand.asker, errand.errand_id)
+
+    def errand(self) -> RobotsErrand:
+        return RobotsErrand(self.host, self.url, self.asker, self.errand_id)
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(asdict(self), separators=(",", ":")).encode()
+
+    @classmethod
+    def from_payload(cls, payload: dict) -> RobotsRequest:
+        try:
+            return cls(crawl_id=str(payload["crawl_id"]), host=str(payload["host"]),
+                       url=str(payload["url"]), asker=str(payload["asker"]),
+                       errand_id=str(payload["errand_id"]))
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"robots request lacks a field: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class RobotsAnswer:
+    """The answer to a RobotsRequest, routed back to the asking host's key (`host`).
+
+    It carries the answer as fetched: status, redirect target, error, and the body of a 2xx
+    (capped at ROBOTS_MAX_BYTES, zlib-compressed, base64 in JSON: a large file stays well
+    under Pub/Sub's message limit).
+    """
+
+    crawl_id: str
+    host: str
+    errand_id: str
+    url: str
+    fetched_at: float
+    status: int | None
+    robots_kind: str
+    location: str | None = None
+    error: str | None = None
+    compressed_body: bytes = b""
+    body_digest: bytes = b""
+    body_size: int = 0
+    kind: str = "robots_answer"
+    version: int = WIRE_VERSION
+
+    KIND: ClassVar[str] = "robots_answer"
+
+    @classmethod
+    def of(cls, crawl_id: str, reply: RobotsReply) -> RobotsAnswer:
+        policy = reply.fetch.policy
+        return cls(crawl_id, reply.asker, reply.errand_id, reply.fetch.url, policy.fetched_at,
+                   policy.status, str(policy.kind), reply.fetch.location, policy.error,
+                   policy.compressed_body, policy.body_digest, policy.body_size)
+
+    def reply(self) -> RobotsReply:
+        policy = RobotsPolicy(self.robots_kind, self.fetched_at, self.status, self.error,
+                              self.compressed_body, self.body_digest, self.body_size)
+        return RobotsReply(self.host, self.errand_id, RobotsFetch(self.url, policy,
+                                                                  self.location))
+
+    def to_bytes(self) -> bytes:
+        payload = asdict(self)
+        for name in ("compressed_body", "body_digest"):
+            payload[name] = base64.b64encode(payload[name]).decode()
+        return json.dumps(payload, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_payload(cls, payload: dict) -> RobotsAnswer:
+        try:
+            status = payload["status"]
+            return cls(
+                crawl_id=str(payload["crawl_id"]), host=str(payload["host"]),
+                errand_id=str(payload["errand_id"]), url=str(payload["url"]),
+                fetched_at=float(payload["fetched_at"]),
+                status=None if status is None else int(status),
+                robots_kind=str(payload["robots_kind"]), location=payload.get("location"),
+                error=payload.get("error"),
+                compressed_body=base64.b64decode(payload.get("compressed_body", "")),
+                body_digest=base64.b64decode(payload.get("body_digest", "")),
+                body_size=int(payload.get("body_size", 0)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"robots answer is malformed: {exc}") from exc
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ class CrawlCounters:
 
     seeds_published: int
     batches_received: int
-    batches_published: int  # links + spill + host signals
+    batches_published: int  # links + spill + host signals + robots.txt requests and answers
     link_batches_emitted: int
     links_published: int
     urls_decoded: int
@@ -36,6 +36,8 @@ class CrawlCounters:
     host_signals_published: int = 0
     urls_redriven: int = 0  # dead letters read back from the frontier: each gets a new row
     redrive_published: int = 0  # dead letters this run moved onto the frontier itself
+    robots_messages_emitted: int = 0  # robots.txt requests and answers between hosts
+    robots_messages_published: int = 0
 
     @classmethod
     def from_metrics(cls, counters: Mapping[str, int], seeds_published: int,
@@ -48,7 +50,9 @@ class CrawlCounters:
             batches_received=get(Counter.BATCHES_RECEIVED),
             batches_published=get(Counter.BATCHES_PUBLISHED_LINKS)
             + get(Counter.BATCHES_PUBLISHED_SPILL) + get(Counter.BATCHES_PUBLISHED_THROTTLE)
-            + get(Counter.BATCHES_PUBLISHED_RELEASE),
+            + get(Counter.BATCHES_PUBLISHED_RELEASE)
+            + get(Counter.BATCHES_PUBLISHED_ROBOTS_REQUEST)
+            + get(Counter.BATCHES_PUBLISHED_ROBOTS_ANSWER),
             link_batches_emitted=get(Counter.LINK_BATCHES_EMITTED),
             links_published=get(Counter.BATCHES_PUBLISHED_LINKS),
             urls_decoded=get(Counter.URLS_DECODED),
@@ -65,6 +69,9 @@ class CrawlCounters:
             + get(Counter.BATCHES_PUBLISHED_RELEASE),
             urls_redriven=get(Counter.URLS_REDRIVEN),
             redrive_published=redrive_published,
+            robots_messages_emitted=get(Counter.ROBOTS_MESSAGES_EMITTED),
+            robots_messages_published=get(Counter.BATCHES_PUBLISHED_ROBOTS_REQUEST)
+            + get(Counter.BATCHES_PUBLISHED_ROBOTS_ANSWER),
         )
 
     @property
@@ -88,6 +95,7 @@ class CrawlCounters:
             and self.urls_redriven >= self.redrive_published
             and self.link_batches_emitted == self.links_published
             and self.host_signals_emitted == self.host_signals_published
+            and self.robots_messages_emitted == self.robots_messages_published
         )
 
 

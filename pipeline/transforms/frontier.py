@@ -21,6 +21,8 @@ from pipeline.core.records import (
     HostBatch,
     HostSeenMarks,
     HostSignal,
+    RobotsAnswer,
+    RobotsRequest,
     SeenMarks,
     frontier_message,
 )
@@ -33,8 +35,9 @@ log = logging.getLogger(__name__)
 REDRIVE = "redrive"
 
 
-# What a host's scheduler is handed: URLs to offer, seen-marks, or a signal about the host.
-HostMessage = HostBatch | HostSeenMarks | HostSignal
+# What a host's scheduler is handed: URLs to offer, seen-marks, a signal about the host, or a
+# robots.txt request from another host or the answer to one of its own.
+HostMessage = HostBatch | HostSeenMarks | HostSignal | RobotsRequest | RobotsAnswer
 
 
 def split_by_host(
@@ -102,6 +105,9 @@ class DecodeFrontierFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(REDRIVE, batch)
             return
         self._received.inc()
+        if isinstance(batch, RobotsRequest | RobotsAnswer):
+            yield batch.host, batch  # the key it is for: the host that fetches, or that asked
+            return
         if isinstance(batch, HostSignal):
             try:
                 yield host_key(normalize_url(batch.url)), batch

@@ -4,7 +4,9 @@ The DoFn is a thin shell over pipeline.core.politeness.HostState: it stores one 
 key, turns Beam events (an element, a timer firing) into state-machine events, and carries out
 the decisions: fetches start on a process-wide pool (so the runner's thread never blocks, the
 pattern of Beam's AsyncWrapper) and their results are collected on the key's next timer firing.
-It does not parse, store or publish anything.
+It does not parse, store or publish anything: robots.txt errands for other hosts, and replies
+to hosts that asked this one, leave on the 'robots' output for the frontier to carry to the
+other host's key.
 """
 
 from __future__ import annotations
@@ -41,7 +43,10 @@ from pipeline.core.records import (
     HostSignal,
     HostSignalKind,
     PageRow,
+    RobotsAnswer,
+    RobotsRequest,
 )
+from pipeline.core.robots_relay import RobotsErrand
 from pipeline.io.bigtable import BigtableConfig
 from pipeline.io.dns import parse_resolve
 from pipeline.io.fetch import ERROR_BLOCKED_ADDRESS, FetchClient, FetchConfig, FetchResponse
@@ -54,6 +59,7 @@ log = logging.getLogger(__name__)
 
 ROWS = "rows"
 SPILL = "spill"
+ROBOTS = "robots"
 
 # How soon to look again when a fetch is still running at the time the host became due.
 _POLL_MIN = 0.02
@@ -152,6 +158,7 @@ class HostSchedulerFn(beam.DoFn):
         self._hosts_idled = crawl_counter(Counter.HOSTS_IDLED)
         self._leases_expired = crawl_counter(Counter.LEASES_EXPIRED)
         self._hosts_throttled = crawl_counter(Counter.HOSTS_THROTTLED_FOR_DUPLICATES)
+        self._robots_messages = crawl_counter(Counter.ROBOTS_MESSAGES_EMITTED)
         self._overflowed = crawl_counter(Counter.URLS_OVERFLOWED)
         self._overflow_lost = crawl_counter(Counter.OVERFLOW_URLS_LOST)
         self._blocked = crawl_counter(Counter.URLS_BLOCKED_ADDRESS)
@@ -176,6 +183,9 @@ class HostSchedulerFn(beam.DoFn):
         policy = self._config.policy
         state: HostState = host_state.read() or HostState(host=host)
         was_busy = state.busy
+        if isinstance(batch, RobotsRequest | RobotsAnswer):
+            yield from self._robots_message(host, batch, state, host_state, wake, was_busy)
+            return
         if isinstance(batch, HostSignal):
             throttle = batch.signal is HostSignalKind.THROTTLE
             if throttle and not state.duplicate_heavy:
@@ -210,6 +220,26 @@ class HostSchedulerFn(beam.DoFn):
         now = self._clock()
         if state.busy and not was_busy:
             state.busy_since = now
+        self._arm(state, wake, now)
+        self._count_activity(was_busy, state)
+        host_state.write(state)
+
+    def _robots_message(self, host: str, message: RobotsRequest | RobotsAnswer,
+                        state: HostState, host_state, wake, was_busy: bool) -> Iterator[object]:
+        """Another host asks this one for a robots.txt answer, or answers this one's errand."""
+        policy = self._config.policy
+        now = self._clock()
+        if isinstance(message, RobotsRequest):
+            decision = state.ask_robots(message.errand(), now, policy)
+        else:
+            decision = state.robots_answered(message.reply(), now, policy)
+        yield from self._carry_out(host, decision, None)
+        if state.busy and not was_busy:
+            state.busy_since = now
+        # The timer already set (a running fetch's next poll, say) stays unless this event
+        # needs the host sooner.
+        wakes = [t for t in (state.wake_at, decision.wake_at) if t is not None]
+        state.wake_at = min(wakes) if wakes else None
         self._arm(state, wake, now)
         self._count_activity(was_busy, state)
         host_state.write(state)
@@ -315,6 +345,12 @@ class HostSchedulerFn(beam.DoFn):
         self, host: str, decision: Decision, response: FetchResponse | None
     ) -> Iterator[object]:
         yield from self._rows(host, decision.outcomes)
+        for message in decision.robots_messages:
+            self._robots_messages.inc()
+            yield beam.pvalue.TaggedOutput(ROBOTS, (
+                RobotsRequest.of(self._config.crawl_id, message)
+                if isinstance(message, RobotsErrand)
+                else RobotsAnswer.of(self._config.crawl_id, message)))
         if decision.page_done is not None and response is not None:
             yield fetch_result(self._config.crawl_id, host, decision.page_done, response)
 
@@ -348,7 +384,7 @@ class HostSchedulerFn(beam.DoFn):
 
 class ScheduleFetches(beam.PTransform):
     """(host, HostMessage) -> fetched pages (main), terminal rows ('rows'), spilled URLs
-    ('spill')."""
+    ('spill'), robots.txt requests and answers for other hosts' keys ('robots')."""
 
     def __init__(
         self,
@@ -366,4 +402,4 @@ class ScheduleFetches(beam.PTransform):
     def expand(self, host_batches):
         return host_batches | "HostScheduler" >> beam.ParDo(
             HostSchedulerFn(self._config, self._budget, self._clock, counters=self._counters)
-        ).with_outputs(ROWS, SPILL, main="fetched")
+        ).with_outputs(ROWS, SPILL, ROBOTS, main="fetched")
