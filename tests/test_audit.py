@@ -29,6 +29,7 @@ from testweb.web import (
     HostRole,
     PageFault,
     Response,
+    RobotsHost,
     RobotsKind,
     SyntheticWeb,
     WebSpec,
@@ -234,6 +235,25 @@ def test_page_requested_before_following_a_robots_redirect(web: SyntheticWeb, bu
                       if not (r.host == host and r.path == "/robots-moved.txt")]
     report = crawl.audit(web, budget)
     assert _violations(report, "robots", host, "before reading robots.txt")
+
+
+def test_a_robots_txt_read_on_another_host_must_come_before_the_first_page() -> None:
+    web = SyntheticWeb(WebSpec(hosts=0, robots_elsewhere=True), 18080)
+    crawl = perfect_crawl(web, 40)
+    assert crawl.audit(web, 40).violations == []
+    home, moved = web.robots_host(RobotsHost.HOME), web.robots_host(RobotsHost.MOVED)
+    first_page = min(r.arrival_ns for r in crawl.requests
+                     if r.host == moved and r.path != "/robots.txt")
+    crawl.requests = [replace(r, arrival_ns=first_page + 1) if (r.host, r.path) ==
+                      (home, "/robots.txt") else r for r in crawl.requests]
+    report = crawl.audit(web, 40)
+    assert _violations(report, "robots", moved, "redirects to robots-home.test/robots.txt")
+    # A request the shared file forbids is caught on the hosts that redirect to it, too.
+    crawl = perfect_crawl(web, 40)
+    crawl.requests.append(LoggedRequest(moved, "/private/report.html", first_page + 10**10,
+                                        200))
+    report = crawl.audit(web, 40)
+    assert _violations(report, "robots", moved, "/private/report.html", "disallows")
 
 
 def test_url_fetched_twice_or_never(web: SyntheticWeb, budget: int, crawl: Crawl) -> None:

@@ -26,6 +26,7 @@ from testweb.web import (
     DISALLOW_ALL_KINDS,
     Expected,
     HostRole,
+    RobotsHost,
     RobotsKind,
     SyntheticWeb,
     WebSpec,
@@ -117,8 +118,11 @@ def test_profiles_cover_every_kind(small_web: SyntheticWeb, default_web: Synthet
     for web, least in ((small_web, 1), (default_web, 10)):
         robots = Counter(web.robots_kind(h) for h in web.hosts())
         roles = Counter(web.profile(h).role for h in web.hosts())
-        assert set(robots) == set(RobotsKind) and min(robots.values()) >= least
-        assert set(roles) == set(HostRole) - {HostRole.FAULT} and min(roles.values()) >= least
+        # Robots files on another host exist only with WebSpec(robots_elsewhere=True).
+        assert set(robots) == set(RobotsKind) - {RobotsKind.ELSEWHERE}
+        assert min(robots.values()) >= least
+        assert set(roles) == set(HostRole) - {HostRole.FAULT, HostRole.ROBOTS}
+        assert min(roles.values()) >= least
         assert all(web.robots_kind(web.split_url(s)[0]) in (RobotsKind.ALLOW_ALL,
                                                             RobotsKind.EMPTY)
                    for s in web.seeds())
@@ -561,3 +565,37 @@ def test_testweb_command_prints_how_to_crawl(capsys: pytest.CaptureFixture[str],
     bad = parser.parse_args(["--pages-per-host", "3"])
     assert run_testweb(bad) == 2
     assert "pages_per_host=3" in capsys.readouterr().err
+
+
+def test_robots_hosts_share_one_file_across_hosts_and_leave_the_rest_of_the_web_alone() -> None:
+    port = 8123
+    plain = SyntheticWeb(WebSpec(hosts=20), port)
+    web = SyntheticWeb(WebSpec(hosts=20, robots_elsewhere=True), port)
+    home, moved, relayed = (web.robots_host(kind) for kind in RobotsHost)
+    assert web.hosts() == plain.hosts() + [home, moved, relayed]
+    for host in plain.hosts():  # every other host serves what it served without them
+        for url in [plain.url(host, "/robots.txt"), *plain.page_urls(host)[:12]]:
+            h, path = plain.split_url(url)
+            assert web.render(h, path, 1).body == plain.render(h, path, 1).body, url
+    assert web.seeds() == plain.seeds() + [web.url(h, "/") for h in (home, moved, relayed)]
+    # robots-relayed.test -> robots-moved.test -> robots-home.test, whose file governs all.
+    first = web.render(relayed, "/robots.txt", 1)
+    assert (first.status, first.header("Location")) == (302, web.url(moved, "/robots.txt"))
+    second = web.render(moved, "/robots.txt", 1)
+    assert (second.status, second.header("Location")) == (301, web.url(home, "/robots.txt"))
+    assert web.render(home, "/robots.txt", 1).status == 200
+    for host in (home, moved, relayed):
+        assert web.robots_source(host) == (home, "/robots.txt")
+        assert web.robots_file(host) == web.robots_file(home)
+        assert web.delay_for(host, 0.2, 5.0) == 1.0
+        assert not web.is_allowed(host, "/private/report.html", "anybot/1.0")
+        assert web.is_allowed(host, "/private/open/guide.html", "anybot/1.0")
+    alone = SyntheticWeb(WebSpec(hosts=0, robots_elsewhere=True), port)
+    assert alone.hosts() == [home, moved, relayed]
+    truth = alone.expected(alone.seeds(), max_depth=None, max_pages_per_host=40,
+                           user_agent="anybot/1.0")
+    assert Counter(str(e.state) for e in truth.values()) == {"fetched": 15, "disallowed": 3}
+    with pytest.raises(KeyError, match="robots_elsewhere"):
+        plain.robots_host(RobotsHost.HOME)
+    with pytest.raises(ValueError, match="at least one host"):
+        WebSpec(hosts=0)

@@ -207,7 +207,8 @@ def _check_circuit(web: SyntheticWeb, by_host: Mapping[str, list[LoggedRequest]]
 def _check_robots(web: SyntheticWeb, by_host: Mapping[str, list[LoggedRequest]],
                   expected: Mapping[str, Expected], report: AuditReport,
                   user_agent: str) -> None:
-    """Invariant 2: robots.txt first; nothing it forbids; 5xx or hang forbids everything."""
+    """Invariant 2: robots.txt first; nothing it forbids; 5xx or hang forbids everything; a
+    robots.txt that redirects to another host is read there before the host's first page."""
     fetched_hosts = {e.host for e in expected.values() if e.state == PageState.FETCHED}
     for host in web.hosts():
         host_requests = by_host.get(host, [])
@@ -216,6 +217,10 @@ def _check_robots(web: SyntheticWeb, by_host: Mapping[str, list[LoggedRequest]],
         if host_requests and host_requests[0].path != "/robots.txt":
             report.violations.append(
                 f"robots: {host}: first request was {host_requests[0].path}, not /robots.txt")
+        source_host, source_path = web.robots_source(host)
+        if source_host != host:
+            _check_read_elsewhere(host, host_requests, robots_paths, source_host, source_path,
+                                  by_host.get(source_host, []), report)
         robots_read = False
         for request in host_requests:
             if request.path in robots_paths:
@@ -239,6 +244,21 @@ def _check_robots(web: SyntheticWeb, by_host: Mapping[str, list[LoggedRequest]],
         ):
             report.violations.append(
                 f"robots: {host}: robots.txt answers 404 (allow all) but no page was requested")
+
+
+def _check_read_elsewhere(host: str, host_requests: list[LoggedRequest],
+                          robots_paths: frozenset[str], source_host: str, source_path: str,
+                          source_requests: list[LoggedRequest], report: AuditReport) -> None:
+    """The file that governs `host` lives on `source_host`: it was requested there before
+    `host`'s first page request."""
+    first_page = next((r for r in host_requests if r.path not in robots_paths), None)
+    if first_page is None:
+        return
+    read = [r for r in source_requests if r.path == source_path]
+    if not read or read[0].arrival_ns > first_page.arrival_ns:
+        report.violations.append(
+            f"robots: {host}: requested {first_page.path} before its robots.txt, which "
+            f"redirects to {source_host}{source_path}, was read there")
 
 
 def _check_exactly_once(web: SyntheticWeb, by_host: Mapping[str, list[LoggedRequest]],

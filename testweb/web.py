@@ -32,6 +32,12 @@ loops, path and session-id traps, a host of copied articles) and near-duplicate 
 regular hosts; without it, the web is byte for byte what it was before faults existed. With
 `WebSpec(faults=True, only_faults=(...))` the web is just the named fault hosts, each its own
 seed: a crawl of one fault takes seconds instead of a whole web's crawl.
+
+With `WebSpec(robots_elsewhere=True)` the web also has three hosts whose robots.txt is one file
+(RobotsHost): robots-home.test serves it, robots-moved.test's robots.txt redirects there, and
+robots-relayed.test's redirects to robots-moved.test's, so it reaches the file in two hops
+across hosts (RFC 9309 2.3.1.2). Each is its own seed and links only to itself, so the rest of
+the web is what it was without them; `hosts=0` makes a web of just these three.
 """
 
 from __future__ import annotations
@@ -162,6 +168,8 @@ class WebSpec:
     # linked URLs of the dead host), with no regular hosts; `hosts` and `seed_hosts` do not
     # shape it then.
     only_faults: tuple[FaultHost, ...] = ()
+    # The RobotsHost hosts, whose robots.txt is another host's (each its own seed).
+    robots_elsewhere: bool = False
 
     def __post_init__(self) -> None:
         if self.only_faults:
@@ -172,8 +180,10 @@ class WebSpec:
             if unknown or len(set(self.only_faults)) != len(self.only_faults):
                 raise ValueError(f"only_faults={self.only_faults} must name distinct FaultHost "
                                  f"members ({', '.join(FaultHost)})")
-        elif self.hosts < 1:
+        elif self.hosts < 1 and not self.robots_elsewhere:
             raise ValueError(f"hosts={self.hosts}: a web needs at least one host")
+        elif self.hosts < 0:
+            raise ValueError(f"hosts={self.hosts} must not be negative")
         if self.pages_per_host < MIN_PAGES_PER_HOST:
             raise ValueError(
                 f"pages_per_host={self.pages_per_host} is below {MIN_PAGES_PER_HOST}: every "
@@ -203,6 +213,8 @@ class RobotsKind(StrEnum):
     UNAVAILABLE = "unavailable"  # 503: disallow all
     HANG = "hang"  # answers 503 after hang_seconds: a timeout, disallow all
     REDIRECT = "redirect"  # 301 to /robots-moved.txt on the same host, which has rules
+    ELSEWHERE = "elsewhere"  # a redirect to another host's robots.txt (RobotsHost), whose rules
+    # govern this host too
 
 
 DISALLOW_ALL_KINDS = frozenset({RobotsKind.SERVER_ERROR, RobotsKind.UNAVAILABLE, RobotsKind.HANG})
@@ -213,6 +225,26 @@ class HostRole(StrEnum):
     SLOW = "slow"  # every answer, robots.txt included, comes after slow_seconds
     CALENDAR = "calendar"  # a home page and an endless month-to-month chain, nothing else
     FAULT = "fault"  # one of the FaultHost hosts (WebSpec.faults only)
+    ROBOTS = "robots"  # one of the RobotsHost hosts (WebSpec.robots_elsewhere only)
+
+
+class RobotsHost(StrEnum):
+    """The hosts of WebSpec.robots_elsewhere, named robots-<value>.test: one robots.txt file
+    (rules with Crawl-delay: 1) governs all three."""
+
+    HOME = "home"  # serves the file at /robots.txt
+    MOVED = "moved"  # /robots.txt answers 301 to robots-home.test's /robots.txt
+    RELAYED = "relayed"  # /robots.txt answers 302 to robots-moved.test's /robots.txt
+
+
+# Where each RobotsHost's /robots.txt redirects (None: it serves the file).
+_ROBOTS_ELSEWHERE: dict[RobotsHost, RobotsHost | None] = {
+    RobotsHost.HOME: None, RobotsHost.MOVED: RobotsHost.HOME,
+    RobotsHost.RELAYED: RobotsHost.MOVED,
+}
+# Their pages: one the shared rules disallow, one they allow by an Allow rule.
+_ROBOTS_HOST_PAGES = ("/about.html", "/private/report.html", "/news.html",
+                      "/private/open/guide.html", "/archive.html")
 
 
 class FaultHost(StrEnum):
@@ -676,11 +708,15 @@ class SyntheticWeb:
         self._plans = {name: self._plan_host(profile) for name, profile in self._profiles.items()}
         if spec.only_faults:
             self._seeds = self._add_fault_hosts(tuple(FaultHost(k) for k in spec.only_faults))
-        else:
+        elif spec.hosts:
             self._seeds = self._link_hosts()
             if spec.faults:
                 self._add_fault_hosts(tuple(FaultHost))
                 self._plan_stories()
+        else:
+            self._seeds = []
+        # Seeds of their own, kept apart from _seeds: regular pages link _seeds in footers.
+        self._robots_hosts = self._add_robots_hosts() if spec.robots_elsewhere else []
         for plan in self._plans.values():
             self._register_paths(plan)
         self._page = lru_cache(maxsize=16384)(self._materialise)
@@ -696,9 +732,11 @@ class SyntheticWeb:
         """A handful of home pages on plain hosts; every host is reachable from them. With
         WebSpec.only_faults: the URLs a seed host's home would link on each fault host."""
         if self.spec.only_faults:
-            return [self.url(host, path) for host in self._seeds
-                    for path in _linked_paths(self._profiles[host].fault)]
-        return [self.url(host, "/") for host in self._seeds]
+            seeds = [self.url(host, path) for host in self._seeds
+                     for path in _linked_paths(self._profiles[host].fault)]
+        else:
+            seeds = [self.url(host, "/") for host in self._seeds]
+        return seeds + [self.url(host, "/") for host in self._robots_hosts]
 
     def profile(self, host: str) -> HostProfile:
         try:
@@ -727,6 +765,32 @@ class SyntheticWeb:
         path = parts.path or "/"
         return (parts.hostname or "").lower(), path + (f"?{parts.query}" if parts.query else "")
 
+    def robots_host(self, kind: RobotsHost) -> str:
+        name = f"robots-{kind}{TEST_TLD}"
+        if name not in self._profiles:
+            raise KeyError(f"{name} is not on this web: build it with "
+                           f"WebSpec(robots_elsewhere=True)")
+        return name
+
+    def robots_redirect(self, host: str) -> str | None:
+        """Where the host's /robots.txt redirects on another host (None: it does not)."""
+        if self.robots_kind(host) is not RobotsKind.ELSEWHERE:
+            return None
+        target = _ROBOTS_ELSEWHERE[RobotsHost(host.removeprefix("robots-")
+                                              .removesuffix(TEST_TLD))]
+        assert target is not None
+        return self.url(self.robots_host(target), _ROBOTS_PATH)
+
+    def robots_source(self, host: str) -> tuple[str, str]:
+        """(host, path) of the robots.txt file whose rules govern `host`, redirects followed
+        (the host itself for every host but the RobotsHost ones that redirect)."""
+        seen = [host]
+        while (target := self.robots_redirect(seen[-1])) is not None:
+            seen.append(self.split_url(target)[0])
+        final = seen[-1]
+        return final, _MOVED_ROBOTS_PATH if self.robots_kind(final) is RobotsKind.REDIRECT \
+            else _ROBOTS_PATH
+
     def robots_paths(self, host: str) -> frozenset[str]:
         """Paths a crawler may request on `host` as robots.txt (redirects included)."""
         if self.robots_kind(host) is RobotsKind.REDIRECT:
@@ -746,6 +810,8 @@ class SyntheticWeb:
             return _rules_file(host, "0.75")
         if kind is RobotsKind.REDIRECT:
             return _moved_rules_file(host)
+        if kind is RobotsKind.ELSEWHERE:
+            return self.robots_file(self.robots_source(host)[0])
         return None
 
     def is_allowed(self, host: str, path_and_query: str, user_agent: str) -> bool:
@@ -1218,6 +1284,11 @@ class SyntheticWeb:
         if plan.profile.fault is not None:
             self._register_fault_paths(plan)
             return
+        if plan.profile.role is HostRole.ROBOTS:
+            paths["/"] = "robots-home"
+            for path in _ROBOTS_HOST_PAGES:
+                paths[path] = "robots-page"
+            return
         index = plan.profile.index
         paths["/"] = "home"
         for section in ("articles", "products", "forum"):
@@ -1298,6 +1369,20 @@ class SyntheticWeb:
                 (name, path) for path in _linked_paths(kind))
         return names
 
+    def _add_robots_hosts(self) -> list[str]:
+        """The RobotsHost hosts, after every other host; returns their names."""
+        names = []
+        first = len(self._profiles)
+        for number, kind in enumerate(RobotsHost):
+            name = f"robots-{kind}{TEST_TLD}"
+            robots = RobotsKind.RULES if _ROBOTS_ELSEWHERE[kind] is None \
+                else RobotsKind.ELSEWHERE
+            profile = HostProfile(first + number, name, robots, HostRole.ROBOTS)
+            self._profiles[name] = profile
+            self._plans[name] = _HostPlan(profile=profile)
+            names.append(name)
+        return names
+
     def _plan_stories(self) -> None:
         """Stories (a near-duplicate pair and a look-alike pair) on a few regular hosts."""
         for index in _STORY_HOSTS:
@@ -1355,7 +1440,7 @@ class SyntheticWeb:
             if path == _WIRE_ORIGINAL:
                 return self.url(host, "/wire/copy-1.html")
             return self.url(host, _WIRE_ORIGINAL) if path.startswith("/wire/copy-") else None
-        if plan.profile.role in (HostRole.CALENDAR, HostRole.FAULT):
+        if plan.profile.role in (HostRole.CALENDAR, HostRole.FAULT, HostRole.ROBOTS):
             return None
         original = f"/articles/{plan.print_article}.html"
         if path == original:
@@ -1737,6 +1822,18 @@ class SyntheticWeb:
         page = self._html_page(plan, path, "home", f"Welcome to {host}", links)
         return self._with_fault(plan, page)
 
+    def _page_robots_home(self, plan: _HostPlan, path: str) -> _Page:
+        host = plan.profile.name
+        w = self._writer(plan, path)
+        links = [w.to(host, "/", "Home", area="nav")]
+        links.extend(w.to(host, target, _fault_title(target)) for target in _ROBOTS_HOST_PAGES)
+        return self._html_page(plan, path, "home", f"Welcome to {host}", links)
+
+    def _page_robots_page(self, plan: _HostPlan, path: str) -> _Page:
+        w = self._writer(plan, path)
+        return self._html_page(plan, path, "article", _fault_title(path),
+                               [w.to(plan.profile.name, "/", "Home", area="nav")])
+
     def _page_fault_page(self, plan: _HostPlan, path: str) -> _Page:
         kind = plan.profile.fault
         host = plan.profile.name
@@ -1949,6 +2046,12 @@ class SyntheticWeb:
         if kind is RobotsKind.REDIRECT and path == _ROBOTS_PATH:
             location = self.url(host, _MOVED_ROBOTS_PATH)
             return Response(301, (("Content-Type", "text/plain"), ("Location", location)),
+                            f"Moved to {location}\n".encode())
+        if kind is RobotsKind.ELSEWHERE:
+            location = self.robots_redirect(host)
+            assert location is not None
+            status = 302 if host == self.robots_host(RobotsHost.RELAYED) else 301
+            return Response(status, (("Content-Type", "text/plain"), ("Location", location)),
                             f"Moved to {location}\n".encode())
         if kind is RobotsKind.NOT_FOUND:
             return _text_response(404, "no robots.txt here\n")
