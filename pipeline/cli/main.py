@@ -1,4 +1,5 @@
-"""The `crawler` command: `crawl` runs a crawl locally, `testweb` serves the synthetic web.
+"""The `crawler` command: `crawl` runs a crawl locally, `testweb` serves the synthetic web,
+`robots check` says what a robots.txt file allows.
 
 This module owns argument parsing and what the user sees; the work is done by
 pipeline.local.runtime and testweb.
@@ -82,6 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
                                              "again after a fix")
     add_redrive_arguments(redrive)
     redrive.set_defaults(func=run_redrive)
+
+    from pipeline.cli.robots import add_robots_arguments
+
+    robots = sub.add_parser("robots", help="robots.txt tools: `robots check` says which URLs "
+                                           "a robots.txt file allows")
+    add_robots_arguments(robots)
 
     query = sub.add_parser("query", help="run SQL over a crawl's `pages` table (DuckDB)")
     query.add_argument("crawl_dir", help="OUT/CRAWL_ID directory of a finished crawl")

@@ -294,6 +294,12 @@ def _rewrite_agent_lines(text: str) -> str:
     return "\n".join(lines)
 
 
+def product_token(user_agent: str) -> str:
+    """The product token robots.txt groups are matched against ('PoliteBot' of
+    'PoliteBot/1.0 (+https://...)'); ValueError if the agent does not start with one."""
+    return _product_token(user_agent)
+
+
 @lru_cache(maxsize=64)
 def _product_token(user_agent: str) -> str:
     token = _PRODUCT_TOKEN.match(user_agent.strip())
