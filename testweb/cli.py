@@ -44,13 +44,17 @@ def add_testweb_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only-faults", default="", metavar="KIND,KIND",
                         help="with --faults: serve only these fault hosts, each its own seed "
                              f"({', '.join(kind.value for kind in FaultHost)})")
+    parser.add_argument("--robots-elsewhere", action="store_true",
+                        help="add three hosts (robots-home.test, robots-moved.test, "
+                             "robots-relayed.test) whose robots.txt is one file, reached from "
+                             "the other two by redirects across hosts")
 
 
 def run_testweb(args: argparse.Namespace) -> int:
     try:
         spec = WebSpec(seed=args.seed, hosts=args.hosts, pages_per_host=args.pages_per_host,
                        hang_seconds=args.hang_seconds, slow_seconds=args.slow_seconds,
-                       faults=args.faults,
+                       faults=args.faults, robots_elsewhere=args.robots_elsewhere,
                        only_faults=tuple(FaultHost(kind.strip())
                                          for kind in args.only_faults.split(",") if kind.strip()))
     except ValueError as exc:
