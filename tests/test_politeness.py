@@ -334,6 +334,23 @@ def test_a_parked_host_answers_unreachable_without_a_request():
     assert other.next_action(50.0, POLICY).fetch is None
 
 
+def test_a_host_whose_address_is_refused_answers_unreachable_and_is_never_asked_again():
+    blocked = "blocked address (loopback 127.0.0.0/8)"
+    other = HostState(host=OTHER)
+    waiting = RobotsErrand(OTHER, f"http://{OTHER}/robots.txt", HOST, "e1")
+    other.ask_robots(waiting, 0.0, POLICY)
+    lease = other.next_action(0.0, POLICY).fetch.lease
+    refused = other.complete(lease.lease_id, FetchReport(status=None, blocked=blocked), 0.0,
+                             POLICY)
+    (reply,) = refused.robots_messages
+    assert reply.errand_id == "e1" and reply.fetch.policy.kind == "unreachable"
+    assert blocked in reply.fetch.policy.reason and not other.busy
+    later = RobotsErrand(OTHER, f"http://{OTHER}/robots.txt", "c.test", "e2")
+    (reply,) = other.ask_robots(later, 5.0, POLICY).robots_messages
+    assert reply.asker == "c.test" and blocked in reply.fetch.policy.reason
+    assert other.next_action(5.0, POLICY).fetch is None and not other.busy
+
+
 def test_retry_after_pushes_the_host_out_and_the_url_is_retried_then_fails():
     policy = HostPolicy(user_agent="testbot", min_delay=1.0, max_attempts=2)
     state = HostState(host=HOST)

@@ -457,7 +457,8 @@ class HostState:
             return Decision()
         if self.blocked is not None:
             if now < self.blocked_until:
-                return Decision(outcomes=tuple(self._drain_blocked(self.blocked)))
+                return Decision(outcomes=tuple(self._drain_blocked(self.blocked)),
+                                robots_messages=self._refuse_errands(now, self.blocked))
             self.blocked = None  # its address may have changed: robots.txt first, as for new
             self.robots = None
         if budget_spent():
@@ -642,7 +643,10 @@ class HostState:
         if lease.entry is not None:
             outcomes.append(Outcome(lease.entry, PageState.FILTERED, reason, blocked=True))
         outcomes.extend(self._drain_blocked(reason))
-        return Decision(outcomes=tuple(outcomes), wake_at=self._wake_after_event())
+        # Hosts whose robots.txt redirects here get no answer from this address either.
+        return Decision(outcomes=tuple(outcomes),
+                        robots_messages=self._refuse_errands(now, reason),
+                        wake_at=self._wake_after_event())
 
     def _backoff(self, policy: HostPolicy, report: FetchReport, ended: float) -> float:
         """Seconds to wait after a transient failure: doubling per consecutive failure from
@@ -711,11 +715,16 @@ class HostState:
         """Another host asks for the robots.txt answer at `errand.url`, a URL of this host."""
         if self.robots_desk is None:
             self.robots_desk = RobotsDesk()
-        if self.parked_until is not None and now < self.parked_until:
+        refusal = None
+        if self.blocked is not None and now < self.blocked_until:
+            refusal = f"{self.host}: {self.blocked}"  # no request may reach its address
+        elif self.parked_until is not None and now < self.parked_until:
             # The circuit is open: no request before the probe, so the answer is unreachable,
             # as this host's own robots.txt would be.
-            reply = RobotsReply(errand.asker, errand.errand_id, RobotsFetch.unreachable(
-                errand.url, now, f"{self.host} is parked after consecutive failures"))
+            refusal = f"{self.host} is parked after consecutive failures"
+        if refusal is not None:
+            reply = RobotsReply(errand.asker, errand.errand_id,
+                                RobotsFetch.unreachable(errand.url, now, refusal))
             return Decision(robots_messages=(reply,), wake_at=self._wake_after_event())
         reply = self.robots_desk.take(errand, now)
         return Decision(robots_messages=(reply,) if reply is not None else (),
