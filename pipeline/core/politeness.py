@@ -713,8 +713,6 @@ class HostState:
 
     def ask_robots(self, errand: RobotsErrand, now: float, policy: HostPolicy) -> Decision:
         """Another host asks for the robots.txt answer at `errand.url`, a URL of this host."""
-        if self.robots_desk is None:
-            self.robots_desk = RobotsDesk()
         refusal = None
         if self.blocked is not None and now < self.blocked_until:
             refusal = f"{self.host}: {self.blocked}"  # no request may reach its address
@@ -726,6 +724,8 @@ class HostState:
             reply = RobotsReply(errand.asker, errand.errand_id,
                                 RobotsFetch.unreachable(errand.url, now, refusal))
             return Decision(robots_messages=(reply,), wake_at=self._wake_after_event())
+        if self.robots_desk is None:
+            self.robots_desk = RobotsDesk()
         reply = self.robots_desk.take(errand, now)
         return Decision(robots_messages=(reply,) if reply is not None else (),
                         wake_at=self._wake_after_event())
