@@ -49,7 +49,7 @@ DEAD_LETTERS = "dead_letters"
 TEXTS = "texts"
 
 
-PARSE_ATTEMPTS = 3
+PARSE_ATTEMPTS = 3  # default of --parse-attempts
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +76,8 @@ def page_links(page_url: str, hrefs: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def store_page(
-    result: FetchResult, warc: SegmentWriter, *, agent: str | None = None, fast: bool = False
+    result: FetchResult, warc: SegmentWriter, *, agent: str | None = None, fast: bool = False,
+    parse_attempts: int = PARSE_ATTEMPTS,
 ) -> StoredPage:
     """Write one response's WARC record and decide its row: the heart of StorePages.
 
@@ -120,7 +121,8 @@ def store_page(
         kind = (content_type or "no content type").split(";")[0].strip()
         reason = "; ".join(filter(None, (f"not HTML ({kind}): not parsed", truncated)))
         return StoredPage(PageRow(**row, state=PageState.FETCHED, reason=reason), None)
-    parsed, error, attempts = _parse_with_retries(result, content_type, agent, fast)
+    parsed, error, attempts = _parse_with_retries(result, content_type, agent, fast,
+                                                  parse_attempts)
     if parsed is None:
         # Poison: the page crashes the parser every time. It is dead-lettered with its
         # stored response, and the crawl goes on.
@@ -172,26 +174,29 @@ def dedup_text(
 
 
 def _parse_with_retries(
-    result: FetchResult, content_type: str | None, agent: str | None, fast: bool = False
+    result: FetchResult, content_type: str | None, agent: str | None, fast: bool = False,
+    parse_attempts: int = PARSE_ATTEMPTS,
 ) -> tuple[ParsedPage | None, str, int]:
-    """parse_page, tried PARSE_ATTEMPTS times: (page, "", attempts) or (None, error, attempts).
+    """parse_page, tried parse_attempts times: (page, "", attempts) or (None, error, attempts).
 
     Any exception counts: a parser bug must cost one page, not the bundle it is in.
     """
     error = ""
-    for attempt in range(1, PARSE_ATTEMPTS + 1):
+    for attempt in range(1, parse_attempts + 1):
         try:
             page = parse_page(result.url, result.body, content_type, agent=agent, fast=fast)
             return page, "", attempt
         except Exception as exc:  # noqa: BLE001 - see docstring
             error = f"{type(exc).__name__}: {exc}"[:500]
             log.warning("parsing %s failed (attempt %d): %s", result.url, attempt, error)
-    return None, error, PARSE_ATTEMPTS
+    return None, error, parse_attempts
 
 
 class StorePagesFn(beam.DoFn):
-    def __init__(self, out: str, crawl_id: str, agent: str | None, fast: bool = False) -> None:
+    def __init__(self, out: str, crawl_id: str, agent: str | None, fast: bool = False,
+                 parse_attempts: int = PARSE_ATTEMPTS) -> None:
         self._out = out
+        self._parse_attempts = parse_attempts
         self._crawl_id = crawl_id
         self._agent = agent
         self._fast = fast
@@ -209,7 +214,8 @@ class StorePagesFn(beam.DoFn):
 
     def process(self, result: FetchResult) -> None:
         assert self._warc is not None
-        self._buffer.append(store_page(result, self._warc, agent=self._agent, fast=self._fast))
+        self._buffer.append(store_page(result, self._warc, agent=self._agent, fast=self._fast,
+                                       parse_attempts=self._parse_attempts))
         self._bytes.inc(len(result.body))
 
     def finish_bundle(self) -> Iterator[WindowedValue]:
@@ -369,9 +375,13 @@ class StorePages(beam.PTransform):
     """
 
     def __init__(self, out: str, crawl_id: str, agent: str | None = None,
-                 duplicates: DuplicatePolicy | None = None, fast: bool = False) -> None:
+                 duplicates: DuplicatePolicy | None = None, fast: bool = False,
+                 parse_attempts: int = PARSE_ATTEMPTS) -> None:
         super().__init__()
+        if parse_attempts < 1:
+            raise ValueError(f"parse_attempts must be at least 1, got {parse_attempts}")
         self._fast = fast
+        self._parse_attempts = parse_attempts
         self._out = out
         self._crawl_id = crawl_id
         self._agent = agent
@@ -382,7 +392,8 @@ class StorePages(beam.PTransform):
             fetched
             | "Reshuffle" >> beam.Reshuffle()
             | "WriteRecordsAndParse" >> beam.ParDo(
-                StorePagesFn(self._out, self._crawl_id, self._agent, self._fast)
+                StorePagesFn(self._out, self._crawl_id, self._agent, self._fast,
+                             self._parse_attempts)
             ).with_outputs(LINKS, DEAD_LETTERS, TEXTS, main="rows")
         )
         deduped = (
