@@ -1,72 +1,440 @@
-"""Every knob of a crawl in one place: CrawlOptions, whose help texts are the documentation.
+"""Every knob of a crawl in one place: OPTIONS, whose help texts are the documentation.
 
-This module owns option names, defaults and validation, and the translation of options into
-the value objects the transforms take. It does not run anything.
+This module owns option names, defaults, help texts and validation, and everything generated
+from them: the Beam `CrawlPipelineOptions` (what `python -m pipeline.main` and a Flex Template
+job parse), the `crawler crawl` arguments, the template's `metadata.json`, and the options
+tables of docs/options.md and README.md (`python -m pipeline.options --write` regenerates the
+files; a test checks they are current). `CrawlOptions` is the typed, frozen view the graph,
+the transforms and the local runtime read, with the value objects the transforms take. It does
+not run anything.
+
+Each option is declared once, as an `Option`. Beam spells options `--max_pages`; the
+`crawler` command has always spelled them `--max-pages`: Beam's parser accepts both, the
+command shows its own.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import secrets
+import sys
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
 from pipeline.core.addresses import parse_network
 from pipeline.core.near_duplicates import DuplicatePolicy
 from pipeline.core.politeness import HostPolicy
+from pipeline.io.bigtable import BigtableConfig
 from pipeline.io.dns import parse_resolve
 from pipeline.io.fetch import FetchConfig
+from pipeline.io.resources import RESOURCES
 
 DEFAULT_USER_AGENT = "beam-crawler/0.1 (+https://github.com/beam-crawler)"
-# A crawl id names Pub/Sub topics, output directories and the last part of Bigtable row keys
-# (`reversed-host/url-hash/crawl-id`), so it may not hold '/' or anything a topic refuses.
+LOCAL_PROJECT = "local-crawler"  # the project the local emulators accept
 # Main-text extractors (docs/benchmarks.md, "Extraction quality"): on the 181 real pages,
 # trafilatura with the crawler's settings scores F1 0.965 at ~34 ms/page, its fast mode 0.961
 # at ~32 ms. The Rust port rs-trafilatura has no wheel on PyPI (its build needs crates.io).
 EXTRACTORS = ("trafilatura", "trafilatura-fast")
+# A crawl id names Pub/Sub topics, output directories and the last part of Bigtable row keys
+# (`reversed-host/url-hash/crawl-id`), so it may not hold '/' or anything a topic refuses.
 _CRAWL_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+TEMPLATE_NAME = "beam-crawler"
+TEMPLATE_DESCRIPTION = (
+    "A polite web crawler as a streaming pipeline: reads URL batches from the frontier "
+    "subscription, fetches each host at most once per delay, writes WARC/WET segments to "
+    "Cloud Storage, page rows to Bigtable (and optionally BigQuery), and loops links back "
+    "to the frontier topic."
+)
 
 
 def new_crawl_id() -> str:
     return time.strftime("c%Y%m%d-%H%M%S-", time.gmtime()) + secrets.token_hex(2)
 
 
+# --- Value types: an argparse converter and the template regex of the same values ----------
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class ValueType:
+    """How an option's text becomes a value, and the regex a template checks the text with.
+
+    The regexes avoid lookarounds and classes like \\d, so they mean the same to Python, to
+    Java (the Dataflow service) and to RE2."""
+
+    parse: Callable[[str], Any]
+    regex: str
+    param_type: str  # ParameterMetadata.paramType
+
+
+POSITIVE_INT = ValueType(_positive_int, r"^[0-9]*[1-9][0-9]*$", "NUMBER")
+NON_NEGATIVE_INT = ValueType(_non_negative_int, r"^[0-9]+$", "NUMBER")
+# A decimal number with a non-zero digit somewhere: > 0 (exponents are not needed here).
+POSITIVE_FLOAT = ValueType(
+    _positive_float, r"^(?:[0-9]*[1-9][0-9]*(?:\.[0-9]*)?|[0-9]*\.[0-9]*[1-9][0-9]*)$", "NUMBER")
+NON_NEGATIVE_FLOAT = ValueType(_non_negative_float, r"^(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)$",
+                               "NUMBER")
+# Between 0 and 1: a decimal below 1, or d.ddd e-N with N of at most two digits (1e-1000 is 0).
+FRACTION = ValueType(
+    _fraction, r"^(?:0*\.[0-9]*[1-9][0-9]*|[1-9](?:\.[0-9]+)?[eE]-0*[1-9][0-9]?)$", "NUMBER")
+TEXT = ValueType(str, r"^\S(?:.*\S)?$", "TEXT")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option, declared once: its name, value type, default and help.
+
+    `dest` names it in `crawler crawl`'s arguments and in CrawlOptions; `beam_name` in Beam's
+    pipeline options and the template (the same but where Beam already has the name);
+    `flag` is the `crawler crawl` spelling.
+    `cli`: part of `crawler crawl`; `template`: a parameter of the Flex Template job (options
+    that only make sense on one machine, or that Beam itself owns, are not).
+    """
+
+    dest: str
+    help: str
+    default: Any = None
+    value: ValueType | None = TEXT
+    flag: str = ""
+    beam_name: str = ""
+    action: str | None = None
+    choices: tuple[str, ...] | None = None
+    metavar: str | None = None
+    cli: bool = True
+    template: bool = True
+    label: str = ""
+    regex: str | None = None  # the template's check, when stricter than the value type's
+    param_type: str | None = None
+    template_required: bool = False  # required in a template job despite a local default
+
+    def __post_init__(self) -> None:
+        if not self.flag:
+            object.__setattr__(self, "flag", "--" + self.dest.replace("_", "-"))
+        if not self.beam_name:
+            object.__setattr__(self, "beam_name", self.dest)
+        if not self.label:
+            object.__setattr__(self, "label", self.dest.replace("_", " ").capitalize())
+
+    @property
+    def beam_flag(self) -> str:
+        if self.action == "store_false":
+            return "--no_" + self.beam_name
+        return "--" + self.beam_name
+
+    @property
+    def help_text(self) -> str:
+        """The help with its default filled in, as the template shows it."""
+        if self.template_required:
+            return self.description
+        return self.help % {"default": self.default}
+
+    @property
+    def description(self) -> str:
+        """The help without its `(default: ...)` (a table shows the default apart)."""
+        return self.help.removesuffix(" " + _D) % {"default": self.default}
+
+    @property
+    def template_regex(self) -> str:
+        if self.regex is not None:
+            return self.regex
+        if self.choices is not None:
+            return "^(?:" + "|".join(re.escape(choice) for choice in self.choices) + ")$"
+        assert self.value is not None, f"{self.dest}: a template option needs a value type"
+        return self.value.regex
+
+    def add_to(self, parser: argparse.ArgumentParser, flags: Iterable[str], dest: str) -> None:
+        kwargs: dict[str, Any] = {"dest": dest, "default": self.default, "help": self.help}
+        if self.action is not None:
+            kwargs["action"] = self.action
+        else:
+            if self.value is not None and self.value.parse is not str:
+                kwargs["type"] = self.value.parse
+            if self.choices is not None:
+                kwargs["choices"] = self.choices
+            if self.metavar is not None:
+                kwargs["metavar"] = self.metavar
+        parser.add_argument(*flags, **kwargs)
+
+
+_D = "(default: %(default)s)"
+
+OPTIONS: tuple[Option, ...] = (
+    # --- Where the crawl goes
+    Option("out", "output root: WARC/WET segments and the Parquet `pages` table go under "
+           f"OUT/CRAWL_ID/; a job on Google Cloud needs gs://bucket/prefix {_D}",
+           default="crawl-out", label="Output root", template_required=True,
+           regex=r"^gs://[a-z0-9][-_.a-z0-9]{1,220}[a-z0-9](?:/.*)?$",
+           param_type="GCS_WRITE_FOLDER"),
+    Option("crawl_id", "name of this crawl; frontier messages carry it, so a job needs one "
+           "(default: c<UTC date-time>-<random>)", label="Crawl id",
+           regex=r"^[A-Za-z0-9._-]{1,64}$", template_required=True),
+    # --- Budgets and scope
+    Option("max_pages", "global page budget: at most this many pages are requested; the rest "
+           f"end `over_budget` {_D}", default=10_000, value=POSITIVE_INT),
+    Option("max_pages_per_host", "per-host page budget; also sizes each host's seen-set "
+           "(default: no limit beyond --max-pages)", value=POSITIVE_INT),
+    Option("max_depth", "links more than this many hops from a seed end `filtered` "
+           "(default: no limit)", value=NON_NEGATIVE_INT),
+    Option("max_calendar_pages", "calendar-like URLs (a year and month in the path or a date "
+           "in the query) accepted per host before the rest end `filtered` as a trap "
+           f"{_D}", default=100, value=POSITIVE_INT),
+    Option("max_redirect_hops", "a redirect chain longer than this many hops ends `filtered` "
+           f"{_D}", default=5, value=NON_NEGATIVE_INT),
+    # --- Politeness
+    Option("min_delay", "seconds between two requests to one host, at least; robots.txt "
+           f"Crawl-delay and backoff can only make it longer {_D}", default=1.0,
+           value=POSITIVE_FLOAT),
+    Option("max_crawl_delay", "cap on a robots.txt Crawl-delay, in seconds; a capped host is "
+           f"logged {_D}", default=30.0, value=POSITIVE_FLOAT),
+    Option("slow_factor", "a host waits at least this many times its last response time "
+           "before its next request, so a slow server gets room before it fails; 0 turns it "
+           f"off {_D}", default=2.0, value=NON_NEGATIVE_FLOAT),
+    Option("user_agent", "User-Agent header, and the product token robots.txt groups are "
+           f"matched against {_D}", default=DEFAULT_USER_AGENT,
+           # Beam's SetupOptions has its own --user_agent (for Google API calls).
+           beam_name="crawler_user_agent", label="User agent"),
+    Option("resolve", "like curl: connect to ADDRESS for HOST:PORT instead of asking DNS; "
+           "HOST may be *.suffix and PORT may be *; repeatable. A mapped host may be reached "
+           "at ADDRESS even when it is not public", default=[],
+           action="append", metavar="HOST:PORT:ADDRESS", template=False),
+    Option("allow_networks", "let the crawler connect to this non-public range (e.g. "
+           "10.20.0.0/16 for an intranet crawl); repeatable. By default every connection to "
+           "a loopback, private, link-local (cloud metadata), carrier-grade NAT, multicast, "
+           "reserved or documentation address is refused, however the URL reached the "
+           "crawler (link, redirect, robots.txt, DNS answer), and the URL ends `filtered`: "
+           "any page could otherwise aim the crawler at internal services (docs/security.md)",
+           default=[], flag="--allow-network", action="append", metavar="CIDR",
+           # A fleet crawls the public web; an intranet crawl runs on a machine inside it.
+           template=False),
+    # --- Fetching
+    Option("fetch_timeout", "total seconds one request may take (connect, headers, body) "
+           f"before it counts as a timeout {_D}", default=30.0, value=POSITIVE_FLOAT),
+    Option("connect_timeout", "seconds to wait for a connection, within --fetch-timeout "
+           f"{_D}", default=10.0, value=POSITIVE_FLOAT),
+    Option("max_body_bytes", "bodies are truncated past this many decoded bytes; the record "
+           f"says so {_D}", default=10 * 1024 * 1024, value=POSITIVE_INT),
+    Option("max_attempts", "a URL whose fetch fails transiently (timeout, 429, 5xx) is tried "
+           f"this many times, with host backoff between, then ends `failed` {_D}",
+           default=3, value=POSITIVE_INT),
+    Option("fetch_concurrency", "requests in flight at once across all hosts in one process "
+           f"(on Dataflow: per worker) {_D}", default=128, value=POSITIVE_INT),
+    Option("lease_grace", "seconds a fetch's lease outlives --fetch-timeout; a lease whose "
+           "fetch no process holds any more (a worker died) expires after it and the URL is "
+           f"fetched again {_D}", default=10.0, value=POSITIVE_FLOAT),
+    Option("retry_base", "seconds a host waits after its first transient failure; doubled "
+           "per consecutive failure, jittered, capped at --retry-cap, never less than a "
+           f"Retry-After {_D}", default=2.0, value=POSITIVE_FLOAT),
+    Option("retry_cap", "longest backoff after failures, in seconds; also caps a Retry-After "
+           f"{_D}", default=600.0, value=POSITIVE_FLOAT),
+    Option("circuit_failures", "consecutive failed requests after which a host is parked "
+           f"{_D}", default=10, value=POSITIVE_INT),
+    Option("circuit_seconds", f"how long a parked host waits before one probe request {_D}",
+           default=3600.0, value=POSITIVE_FLOAT),
+    # --- Host state
+    Option("host_queue_cap", "URLs a host's state holds; more wait in overflow chunks in "
+           f"Bigtable and come back in order as the queue empties {_D}", default=2000,
+           value=POSITIVE_INT),
+    Option("bloom_fp_rate", "false-positive rate of each host's seen-set: the chance that a "
+           f"new URL is taken for one already seen and skipped {_D}", default=1e-4,
+           value=FRACTION, label="Bloom false-positive rate"),
+    # --- Parsing and content
+    Option("extractor", "main-text extractor: trafilatura (F1 0.965 on the real-pages "
+           "benchmark) or trafilatura-fast (no fallback extractors: F1 0.961, a few ms less "
+           f"per page) {_D}", default="trafilatura", choices=EXTRACTORS, param_type="ENUM"),
+    Option("parse_attempts", "a page whose parsing raises is tried this many times, then "
+           f"recorded `dead_lettered` and published as a dead letter {_D}", default=3,
+           value=POSITIVE_INT),
+    Option("near_duplicate_bits", "a fetched page whose text's 64-bit simhash is within this "
+           f"many bits of an earlier page of its host gets `near_duplicate_of` {_D}",
+           default=3, value=NON_NEGATIVE_INT, regex=r"^(?:[0-9]|1[0-6])$"),
+    Option("duplicate_window", "a host's last this many pages with text decide whether it "
+           f"serves mostly duplicates {_D}", default=20, value=POSITIVE_INT),
+    Option("duplicate_slowdown", "a host whose recent pages are mostly duplicates (half of "
+           "its last --duplicate-window pages with text) waits this many times its delay "
+           f"between requests until its pages are distinct again {_D}", default=4.0,
+           value=POSITIVE_FLOAT, regex=r"^(?:[0-9]*[1-9][0-9]*(?:\.[0-9]*)?)$"),
+    # --- Stores and cloud resources
+    Option("project", "Google Cloud project of the Pub/Sub topics and Bigtable instance; on "
+           "Dataflow it is also the job's project, Beam's own --project "
+           f"(default: {LOCAL_PROJECT}, which the local emulators accept)", template=False),
+    Option("bigtable_instance", "Bigtable instance for page rows, the crawl record and the "
+           "shared page budget; locally the emulator is started unless "
+           f"BIGTABLE_EMULATOR_HOST is set {_D}", default="local",
+           regex=r"^[a-z][-a-z0-9]{4,31}[a-z0-9]$", template_required=True),
+    Option("pages_table", f"Bigtable table of page rows {_D}", default=RESOURCES.pages_table,
+           regex=r"^[-_.a-zA-Z0-9]{1,50}$"),
+    Option("crawls_table", f"Bigtable table of crawl records and counters {_D}",
+           default=RESOURCES.crawls_table, regex=r"^[-_.a-zA-Z0-9]{1,50}$"),
+    Option("frontier_table", f"Bigtable table of host queue overflow chunks {_D}",
+           default=RESOURCES.frontier_table, regex=r"^[-_.a-zA-Z0-9]{1,50}$"),
+    Option("bigquery_table", "also stream page rows to this BigQuery table (created if "
+           "missing, partitioned by fetch day, clustered by host)",
+           metavar="PROJECT:DATASET.TABLE", label="BigQuery table",
+           regex=r"^(?:[a-z0-9][-.a-z0-9]*[a-z0-9]:)?[a-z][-a-z0-9]{4,28}[a-z0-9][:.]"
+                 r"[A-Za-z0-9_]{1,1024}\.[-A-Za-z0-9_]{1,1024}$"),
+    # A local crawl names its topics after itself (frontier-CRAWL_ID, a fresh subscription
+    # per run); these name the fleet's.
+    Option("frontier_subscription", "Pub/Sub subscription the job reads frontier batches "
+           f"from {_D}", default=RESOURCES.frontier_subscription, cli=False,
+           regex=r"^[A-Za-z][-A-Za-z0-9_.~+%]{2,254}$"),
+    Option("frontier_topic", f"Pub/Sub topic links and host overflow go back to {_D}",
+           default=RESOURCES.frontier_topic, cli=False,
+           regex=r"^[A-Za-z][-A-Za-z0-9_.~+%]{2,254}$"),
+    Option("dead_letter_topic", "Pub/Sub topic of pages no parse attempt could handle "
+           f"{_D}", default=RESOURCES.dead_letter_topic, cli=False,
+           regex=r"^[A-Za-z][-A-Za-z0-9_.~+%]{2,254}$"),
+    Option("events_topic", f"Pub/Sub topic of page-crawled events {_D}",
+           default=RESOURCES.events_topic, cli=False,
+           regex=r"^[A-Za-z][-A-Za-z0-9_.~+%]{2,254}$"),
+    Option("budget_block", "pages each process claims at a time from the shared page budget "
+           "in Bigtable: one read-modify-write per block; at most block - 1 pages per "
+           f"process stay unused when the budget runs out {_D}", default=16,
+           value=POSITIVE_INT),
+    # --- Running on this machine
+    Option("shared_budget", "claim --max-pages from the crawl record in Bigtable in blocks "
+           "of --budget-block, as a job with many workers always does (overshoot 0); by "
+           "default a local crawl counts in its one process, exactly", default=False,
+           action="store_true", value=None, template=False),
+    Option("resume", "continue crawl --crawl-id under --out from what it stored (after a "
+           "crash or kill): done URLs are not fetched again, links of stored pages are "
+           "crawled; seeds default to the crawl's own", default=False, action="store_true",
+           value=None, template=False),
+    Option("redrive", "with --resume: first move the crawl's kept dead letters back onto "
+           "its frontier, so their stored responses are parsed again by this (fixed) "
+           "version; see `crawler redrive`", default=False, action="store_true", value=None,
+           template=False),
+    Option("progress", "do not draw the progress line (for logs and CI)", default=True,
+           flag="--no-progress", action="store_false", value=None, template=False),
+)
+
+_BY_DEST = {option.dest: option for option in OPTIONS}
+
+
+def option(dest: str) -> Option:
+    return _BY_DEST[dest]
+
+
+class CrawlPipelineOptions(PipelineOptions):
+    """The crawl's options as Beam pipeline options (`--max_pages`, or `--max-pages`)."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
+        # One parser holds every options class when Beam lists all options (the Dataflow
+        # runner does, to send them with the job): a flag another class already declares
+        # (Beam's --project) is that class's; CrawlOptions reads it from there.
+        taken = {flag for action in parser._actions for flag in action.option_strings}
+        for opt in OPTIONS:
+            flags = [flag for flag in dict.fromkeys((opt.beam_flag, opt.flag))
+                     if flag not in taken]
+            if flags:
+                opt.add_to(parser, flags, opt.beam_name)
+
+
+def add_crawl_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `crawler crawl` arguments: the seeds, then every option of OPTIONS marked cli."""
+    parser.add_argument("seeds", nargs="*", metavar="URL", help="seed URLs to start from")
+    parser.add_argument("--seeds-file", type=Path,
+                        help="file with one seed URL per line (# starts a comment)")
+    for opt in OPTIONS:
+        if opt.cli:
+            opt.add_to(parser, [opt.flag], opt.dest)
+
+
 @dataclass(frozen=True)
 class CrawlOptions:
+    """The typed view of a crawl's options, and the value objects the transforms take.
+
+    Built from the command line (options_from_args) or from Beam pipeline options
+    (from_pipeline_options); defaults are OPTIONS' (a test keeps them equal)."""
+
     seeds: tuple[str, ...]
     out: str = "crawl-out"
     crawl_id: str = field(default_factory=new_crawl_id)
     max_pages: int | None = 10_000
     max_pages_per_host: int | None = None
     max_depth: int | None = None
+    max_calendar_pages: int | None = 100
+    max_redirect_hops: int = 5
     min_delay: float = 1.0
     max_crawl_delay: float = 30.0
+    slow_factor: float = 2.0
     user_agent: str = DEFAULT_USER_AGENT
     resolve: tuple[str, ...] = ()
     allow_networks: tuple[str, ...] = ()  # --allow-network: non-public ranges allowed
     fetch_timeout: float = 30.0
+    connect_timeout: float = 10.0
     max_body_bytes: int = 10 * 1024 * 1024
     max_attempts: int = 3
     fetch_concurrency: int = 128
-    host_queue_cap: int = 2000
-    bloom_fp_rate: float = 1e-4
-    max_calendar_pages: int | None = 100
+    lease_grace: float = 10.0
+    retry_base: float = 2.0
+    retry_cap: float = 600.0
     circuit_failures: int = 10
     circuit_seconds: float = 3600.0
-    retry_base: float = 2.0
+    host_queue_cap: int = 2000
+    bloom_fp_rate: float = 1e-4
     extractor: str = "trafilatura"
+    parse_attempts: int = 3
     near_duplicate_bits: int = 3
+    duplicate_window: int = 20
     duplicate_slowdown: float = 4.0
-    project: str = "local-crawler"
+    project: str = LOCAL_PROJECT
     bigtable_instance: str = "local"
+    pages_table: str = RESOURCES.pages_table
+    crawls_table: str = RESOURCES.crawls_table
+    frontier_table: str = RESOURCES.frontier_table
     bigquery_table: str | None = None
-    frontier_topic: str | None = None
-    progress: bool = True
+    frontier_subscription: str = RESOURCES.frontier_subscription
+    frontier_topic: str = RESOURCES.frontier_topic
+    dead_letter_topic: str = RESOURCES.dead_letter_topic
+    events_topic: str = RESOURCES.events_topic
+    budget_block: int = 16
+    shared_budget: bool = False
     resume: bool = False
     redrive: bool = False
-    shared_budget: bool = False
+    progress: bool = True
 
     def __post_init__(self) -> None:
         if self.max_pages is not None and self.max_pages < 1:
@@ -79,6 +447,8 @@ class CrawlOptions:
             raise ValueError("--min-delay must be positive: politeness needs a delay")
         if self.fetch_timeout <= 0:
             raise ValueError("--fetch-timeout must be positive")
+        if self.connect_timeout <= 0:
+            raise ValueError("--connect-timeout must be positive")
         if not 0 < self.bloom_fp_rate < 1:
             raise ValueError("--bloom-fp-rate must be between 0 and 1")
         for spec in self.resolve:
@@ -98,9 +468,45 @@ class CrawlOptions:
             raise ValueError(f"--extractor {self.extractor!r}: use one of {', '.join(EXTRACTORS)}")
         if self.duplicate_slowdown < 1:
             raise ValueError("--duplicate-slowdown must be at least 1")
+        if self.duplicate_window < 1:
+            raise ValueError("--duplicate-window must be at least 1")
+        if self.parse_attempts < 1:
+            raise ValueError("--parse-attempts must be at least 1")
+        if self.budget_block < 1:
+            raise ValueError("--budget-block must be at least 1")
+        if self.slow_factor < 0 or self.lease_grace <= 0 or self.retry_cap <= 0:
+            raise ValueError("--slow-factor must be 0 or more, --lease-grace and --retry-cap "
+                             "positive")
+        if self.max_redirect_hops < 0:
+            raise ValueError("--max-redirect-hops must be 0 or more")
         if self.shared_budget and self.resume:
             raise ValueError("--shared-budget does not go with --resume: a resumed local crawl "
                              "counts what it already requested in its own process")
+
+    @classmethod
+    def from_pipeline_options(cls, options: PipelineOptions,
+                              seeds: tuple[str, ...] = ()) -> CrawlOptions:
+        """The crawl's options as a job's pipeline options carry them (Beam's --project is
+        the crawl's project)."""
+        view = options.view_as(CrawlPipelineOptions)
+        values = {opt.dest: getattr(view, opt.beam_name) for opt in OPTIONS}
+        values["project"] = options.view_as(GoogleCloudOptions).project
+        return cls.from_values(values, seeds)
+
+    @classmethod
+    def from_values(cls, values: dict[str, Any], seeds: tuple[str, ...]) -> CrawlOptions:
+        """From option dests to values, as a parser leaves them (None: the default)."""
+        kwargs: dict[str, Any] = {}
+        for opt in OPTIONS:
+            if opt.dest not in values:
+                continue
+            value = values[opt.dest]
+            if value is None and opt.dest in _DEFAULTED:
+                continue
+            if isinstance(value, list):
+                value = tuple(value)
+            kwargs[opt.dest] = value
+        return cls(seeds=tuple(seeds), **kwargs)
 
     def host_policy(self) -> HostPolicy:
         budget = self.max_pages_per_host or self.max_pages or 100_000
@@ -109,11 +515,16 @@ class CrawlOptions:
             min_delay=self.min_delay,
             max_crawl_delay=max(self.max_crawl_delay, self.min_delay),
             fetch_timeout=self.fetch_timeout,
+            lease_grace=self.lease_grace,
             max_depth=self.max_depth,
             max_pages_per_host=self.max_pages_per_host,
             max_attempts=self.max_attempts,
+            retry_base=self.retry_base,
+            retry_cap=self.retry_cap,
+            max_redirect_hops=self.max_redirect_hops,
             queue_cap=self.host_queue_cap,
             max_calendar_pages=self.max_calendar_pages,
+            slow_factor=self.slow_factor,
             circuit_failures=self.circuit_failures,
             circuit_seconds=self.circuit_seconds,
             # A host's seen-set holds every URL it is offered, about 4x the pages it may fetch
@@ -121,154 +532,40 @@ class CrawlOptions:
             bloom_capacity=min(4 * budget, 1_000_000),
             bloom_fp_rate=self.bloom_fp_rate,
             duplicate_slowdown=self.duplicate_slowdown,
-            retry_base=self.retry_base,
         )
 
     def duplicate_policy(self) -> DuplicatePolicy:
-        return DuplicatePolicy(bits=self.near_duplicate_bits)
+        defaults = DuplicatePolicy()
+        return DuplicatePolicy(
+            bits=self.near_duplicate_bits,
+            window=self.duplicate_window,
+            # A host is never judged on fewer pages than its window holds.
+            min_pages=min(defaults.min_pages, self.duplicate_window),
+        )
+
+    def bigtable_config(self) -> BigtableConfig:
+        return BigtableConfig(
+            project=self.project, instance=self.bigtable_instance, pages_table=self.pages_table,
+            crawls_table=self.crawls_table, frontier_table=self.frontier_table,
+        )
 
     def fetch_config(self) -> FetchConfig:
         return FetchConfig(
             user_agent=self.user_agent,
             timeout=self.fetch_timeout,
-            connect_timeout=min(10.0, self.fetch_timeout),
+            connect_timeout=min(self.connect_timeout, self.fetch_timeout),
             max_body_bytes=self.max_body_bytes,
             allow_networks=self.allow_networks,
         )
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
-
-
-def add_crawl_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("seeds", nargs="*", metavar="URL", help="seed URLs to start from")
-    parser.add_argument("--seeds-file", type=Path,
-                        help="file with one seed URL per line (# starts a comment)")
-    parser.add_argument("--out", default="crawl-out",
-                        help="output root: WARC/WET segments and the Parquet `pages` table go "
-                             "under OUT/CRAWL_ID/ (default: %(default)s)")
-    parser.add_argument("--crawl-id", default=None,
-                        help="name of this crawl (default: c<UTC date-time>-<random>)")
-    parser.add_argument("--max-pages", type=_positive_int, default=10_000,
-                        help="global page budget: at most this many pages are requested; the "
-                             "rest end `over_budget` (default: %(default)s)")
-    parser.add_argument("--max-pages-per-host", type=_positive_int, default=None,
-                        help="per-host page budget; also sizes each host's seen-set "
-                             "(default: no limit beyond --max-pages)")
-    parser.add_argument("--max-depth", type=int, default=None,
-                        help="links more than this many hops from a seed end `filtered` "
-                             "(default: no limit)")
-    parser.add_argument("--min-delay", type=_positive_float, default=1.0,
-                        help="seconds between two requests to one host, at least; robots.txt "
-                             "Crawl-delay and backoff can only make it longer "
-                             "(default: %(default)s)")
-    parser.add_argument("--max-crawl-delay", type=_positive_float, default=30.0,
-                        help="cap on a robots.txt Crawl-delay, in seconds; a capped host is "
-                             "logged (default: %(default)s)")
-    parser.add_argument("--user-agent", default=DEFAULT_USER_AGENT,
-                        help="User-Agent header, and the product token robots.txt groups are "
-                             "matched against (default: %(default)s)")
-    parser.add_argument("--resolve", action="append", default=[], metavar="HOST:PORT:ADDRESS",
-                        help="like curl: connect to ADDRESS for HOST:PORT instead of asking "
-                             "DNS; HOST may be *.suffix and PORT may be *; repeatable. A "
-                             "mapped host may be reached at ADDRESS even when it is not public")
-    parser.add_argument("--allow-network", action="append", default=[], metavar="CIDR",
-                        dest="allow_networks",
-                        help="let the crawler connect to this non-public range (e.g. "
-                             "10.20.0.0/16 for an intranet crawl); repeatable. By default "
-                             "every connection to a loopback, private, link-local (cloud "
-                             "metadata), carrier-grade NAT, multicast, reserved or "
-                             "documentation address is refused, however the URL reached the "
-                             "crawler (link, redirect, robots.txt, DNS answer), and the URL "
-                             "ends `filtered`: any page could otherwise aim the crawler at "
-                             "internal services (docs/security.md)")
-    parser.add_argument("--fetch-timeout", type=_positive_float, default=30.0,
-                        help="total seconds one request may take (connect, headers, body) "
-                             "before it counts as a timeout (default: %(default)s)")
-    parser.add_argument("--max-body-bytes", type=_positive_int, default=10 * 1024 * 1024,
-                        help="bodies are truncated past this many decoded bytes; the record "
-                             "says so (default: %(default)s)")
-    parser.add_argument("--max-attempts", type=_positive_int, default=3,
-                        help="a URL whose fetch fails transiently (timeout, 429, 5xx) is tried "
-                             "this many times, with host backoff between, then ends `failed` "
-                             "(default: %(default)s)")
-    parser.add_argument("--fetch-concurrency", type=_positive_int, default=128,
-                        help="requests in flight at once across all hosts in this process "
-                             "(default: %(default)s)")
-    parser.add_argument("--bloom-fp-rate", type=float, default=1e-4,
-                        help="false-positive rate of each host's seen-set: the chance that a "
-                             "new URL is taken for one already seen and skipped "
-                             "(default: %(default)s)")
-    parser.add_argument("--max-calendar-pages", type=_positive_int, default=100,
-                        help="calendar-like URLs (a year and month in the path or a date in "
-                             "the query) accepted per host before the rest end `filtered` as a "
-                             "trap (default: %(default)s)")
-    parser.add_argument("--circuit-failures", type=_positive_int, default=10,
-                        help="consecutive failed requests after which a host is parked "
-                             "(default: %(default)s)")
-    parser.add_argument("--circuit-seconds", type=_positive_float, default=3600.0,
-                        help="how long a parked host waits before one probe request "
-                             "(default: %(default)s)")
-    parser.add_argument("--retry-base", type=_positive_float, default=2.0,
-                        help="seconds a host waits after its first transient failure; doubled "
-                             "per consecutive failure, jittered, capped at 600 s, never less "
-                             "than a Retry-After (default: %(default)s)")
-    parser.add_argument("--host-queue-cap", type=_positive_int, default=2000,
-                        help="URLs a host's state holds; more wait in overflow chunks in "
-                             "Bigtable and come back in order as the queue empties "
-                             "(default: %(default)s)")
-    parser.add_argument("--extractor", choices=EXTRACTORS, default="trafilatura",
-                        help="main-text extractor: trafilatura (F1 0.965 on the real-pages "
-                             "benchmark) or trafilatura-fast (no fallback extractors: F1 0.961, "
-                             "a few ms less per page) (default: %(default)s)")
-    parser.add_argument("--near-duplicate-bits", type=int, default=3,
-                        help="a fetched page whose text's 64-bit simhash is within this many "
-                             "bits of an earlier page of its host gets `near_duplicate_of` "
-                             "(default: %(default)s)")
-    parser.add_argument("--duplicate-slowdown", type=_positive_float, default=4.0,
-                        help="a host whose recent pages are mostly duplicates (half of its "
-                             "last 20 pages with text) waits this many times its delay "
-                             "between requests until its pages are distinct again "
-                             "(default: %(default)s)")
-    parser.add_argument("--project", default="local-crawler",
-                        help="Google Cloud project of the Pub/Sub topics and Bigtable instance "
-                             "(default: %(default)s, which the local emulators accept)")
-    parser.add_argument("--bigtable-instance", default="local",
-                        help="Bigtable instance for page rows and the crawl record; locally the "
-                             "emulator is started unless BIGTABLE_EMULATOR_HOST is set "
-                             "(default: %(default)s)")
-    parser.add_argument("--bigquery-table", default=None, metavar="PROJECT:DATASET.TABLE",
-                        help="also stream page rows to this BigQuery table (created if "
-                             "missing, partitioned by fetch day, clustered by host)")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue crawl --crawl-id under --out from what it stored "
-                             "(after a crash or kill): done URLs are not fetched again, links "
-                             "of stored pages are crawled; seeds default to the crawl's own")
-    parser.add_argument("--redrive", action="store_true",
-                        help="with --resume: first move the crawl's kept dead letters back "
-                             "onto its frontier, so their stored responses are parsed again "
-                             "by this (fixed) version; see `crawler redrive`")
-    parser.add_argument("--shared-budget", action="store_true",
-                        help="claim --max-pages from the crawl record in Bigtable in blocks of "
-                             "16, as a job with many workers does (overshoot 0, at most 15 "
-                             "pages unused per process); by default a local crawl counts in "
-                             "its one process, exactly")
-    parser.add_argument("--no-progress", action="store_true",
-                        help="do not draw the progress line (for logs and CI)")
+# Fields whose None means "not given": the dataclass default applies (crawl ids are made up
+# per crawl; the project defaults to the emulators' when neither flag declares one).
+_DEFAULTED = frozenset({"crawl_id", "project"})
 
 
 def options_from_args(args: argparse.Namespace) -> CrawlOptions:
+    """CrawlOptions from `crawler crawl`'s parsed arguments (add_crawl_arguments)."""
     seeds = list(args.seeds)
     if args.seeds_file is not None:
         try:
@@ -277,43 +574,151 @@ def options_from_args(args: argparse.Namespace) -> CrawlOptions:
             raise ValueError(f"cannot read --seeds-file {args.seeds_file}: {exc}") from exc
         seeds.extend(line.strip() for line in lines
                      if line.strip() and not line.lstrip().startswith("#"))
-    kwargs = {}
     if args.resume and not args.crawl_id:
         raise ValueError("--resume needs --crawl-id (the directory name under --out)")
     if args.redrive and not args.resume:
         raise ValueError("--redrive goes with --resume (it continues an existing crawl)")
-    if args.crawl_id:
-        kwargs["crawl_id"] = args.crawl_id
-    return CrawlOptions(
-        seeds=tuple(seeds),
-        out=args.out,
-        max_pages=args.max_pages,
-        max_pages_per_host=args.max_pages_per_host,
-        max_depth=args.max_depth,
-        min_delay=args.min_delay,
-        max_crawl_delay=args.max_crawl_delay,
-        user_agent=args.user_agent,
-        resolve=tuple(args.resolve),
-        allow_networks=tuple(args.allow_networks),
-        fetch_timeout=args.fetch_timeout,
-        max_body_bytes=args.max_body_bytes,
-        max_attempts=args.max_attempts,
-        fetch_concurrency=args.fetch_concurrency,
-        bloom_fp_rate=args.bloom_fp_rate,
-        max_calendar_pages=args.max_calendar_pages,
-        circuit_failures=args.circuit_failures,
-        circuit_seconds=args.circuit_seconds,
-        retry_base=args.retry_base,
-        extractor=args.extractor,
-        host_queue_cap=args.host_queue_cap,
-        near_duplicate_bits=args.near_duplicate_bits,
-        duplicate_slowdown=args.duplicate_slowdown,
-        progress=not args.no_progress,
-        resume=args.resume,
-        redrive=args.redrive,
-        shared_budget=args.shared_budget,
-        project=args.project,
-        bigtable_instance=args.bigtable_instance,
-        bigquery_table=args.bigquery_table,
-        **kwargs,
-    )
+    values = {opt.dest: getattr(args, opt.dest) for opt in OPTIONS if opt.cli}
+    return CrawlOptions.from_values(values, tuple(seeds))
+
+
+# --- Generated files ---------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+METADATA_PATH = Path("templates/metadata.json")
+OPTIONS_DOC_PATH = Path("docs/options.md")
+README_PATH = Path("README.md")
+README_BEGIN = "<!-- options table: generated by `python -m pipeline.options --write` -->"
+README_END = "<!-- end of options table -->"
+# The options README.md shows; docs/options.md has all of them.
+README_OPTIONS = ("max_pages", "max_pages_per_host", "max_depth", "min_delay", "resolve",
+                  "allow_networks", "user_agent", "extractor", "host_queue_cap", "shared_budget")
+
+
+def template_metadata() -> dict[str, Any]:
+    """The Flex Template's metadata.json: one parameter per template option."""
+    parameters = []
+    for opt in OPTIONS:
+        if not opt.template:
+            continue
+        parameter: dict[str, Any] = {
+            "name": opt.beam_name,
+            "label": opt.label,
+            "helpText": opt.help_text,
+            "isOptional": not opt.template_required,
+            "regexes": [opt.template_regex],
+            "paramType": opt.param_type or (opt.value.param_type if opt.value else "TEXT"),
+        }
+        if opt.choices is not None:
+            parameter["enumOptions"] = [{"value": choice} for choice in opt.choices]
+        if opt.default is not None and not opt.template_required:
+            parameter["defaultValue"] = str(opt.default)
+        parameters.append(parameter)
+    return {
+        "name": TEMPLATE_NAME,
+        "description": TEMPLATE_DESCRIPTION,
+        "streaming": True,
+        "parameters": parameters,
+    }
+
+
+def _default_cell(opt: Option) -> str:
+    if opt.dest == "project":
+        return LOCAL_PROJECT
+    if opt.action == "store_true":
+        return "off"
+    if opt.action == "store_false":
+        return "on"
+    if opt.default in (None, []):
+        return ""
+    return f"`{opt.default}`"
+
+
+def _spelling(opt: Option) -> str:
+    metavar = f" {opt.metavar}" if opt.metavar and opt.action == "append" else ""
+    if opt.cli:
+        return f"`{opt.flag}{metavar}`"
+    return f"`{opt.beam_flag}`"
+
+
+def options_table(dests: Iterable[str] | None = None) -> str:
+    """A markdown table of options: flag, default, help (the help's own words)."""
+    chosen = [option(d) for d in dests] if dests is not None else list(OPTIONS)
+    lines = ["| option | default | what it does |", "|---|---|---|"]
+    for opt in chosen:
+        text = opt.description.replace("|", "\\|")
+        lines.append(f"| {_spelling(opt)} | {_default_cell(opt)} | {text} |")
+    return "\n".join(lines) + "\n"
+
+
+def options_doc() -> str:
+    where = {True: "yes", False: "no"}
+    lines = [
+        "# Options",
+        "",
+        "Generated from `pipeline/options.py` by `python -m pipeline.options --write`; edit "
+        "the help texts there.",
+        "",
+        "Every option is one entry of `OPTIONS`. `crawler crawl` spells it with dashes "
+        "(`--max-pages`); `python -m pipeline.main` and the Flex Template take Beam's spelling "
+        "(`--max_pages`, the template parameter's name), and the launcher also accepts the "
+        "dashed one. Options marked *crawl* no are the fleet's own (a local crawl names its "
+        "topics and subscription after itself); options marked *template* no only make sense "
+        "on one machine or belong to Beam.",
+        "",
+        "| option | Beam / template name | crawl | template | default | what it does |",
+        "|---|---|---|---|---|---|",
+    ]
+    for opt in OPTIONS:
+        text = opt.description.replace("|", "\\|")
+        beam = f"`{opt.beam_flag}`" if opt.dest != "project" else "`--project` (Beam's)"
+        lines.append(f"| `{opt.flag}` | {beam} | {where[opt.cli]} | {where[opt.template]} | "
+                     f"{_default_cell(opt)} | {text} |")
+    return "\n".join(lines) + "\n"
+
+
+def readme_with_table(readme: str) -> str:
+    """README.md with its options table regenerated between the markers."""
+    begin, end = readme.find(README_BEGIN), readme.find(README_END)
+    if begin < 0 or end < begin:
+        raise ValueError(f"README.md lacks the markers {README_BEGIN!r} ... {README_END!r}")
+    return (readme[:begin + len(README_BEGIN)] + "\n\n" + options_table(README_OPTIONS)
+            + "\n" + readme[end:])
+
+
+def generated_files(root: Path = ROOT) -> dict[Path, str]:
+    """Every file generated from OPTIONS, path -> content."""
+    return {
+        METADATA_PATH: json.dumps(template_metadata(), indent=2, ensure_ascii=False) + "\n",
+        OPTIONS_DOC_PATH: options_doc(),
+        README_PATH: readme_with_table((root / README_PATH).read_text(encoding="utf-8")),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline.options",
+        description="Print or write the files generated from the crawl's options.")
+    parser.add_argument("--metadata", action="store_true", help="print templates/metadata.json")
+    parser.add_argument("--docs", action="store_true", help="print docs/options.md")
+    parser.add_argument("--write", action="store_true",
+                        help="write metadata.json, docs/options.md and README.md's table")
+    args = parser.parse_args(argv)
+    files = generated_files()
+    if args.write:
+        for path, content in files.items():
+            (ROOT / path).parent.mkdir(parents=True, exist_ok=True)
+            (ROOT / path).write_text(content, encoding="utf-8")
+            print(f"wrote {path}")
+    if args.metadata:
+        sys.stdout.write(files[METADATA_PATH])
+    if args.docs:
+        sys.stdout.write(files[OPTIONS_DOC_PATH])
+    if not (args.write or args.metadata or args.docs):
+        parser.print_help()
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -70,3 +70,117 @@ def test_allow_network_is_repeatable_reaches_the_fetch_config_and_explains_the_d
 def test_a_bad_allow_network_is_refused_before_anything_starts(spec):
     with pytest.raises(ValueError, match="--allow-network"):
         CrawlOptions(seeds=("http://a.test/",), allow_networks=(spec,))
+
+
+# --- One declaration per option ---------------------------------------------------------
+
+def _crawl_parser():
+    import argparse
+
+    from pipeline.options import add_crawl_arguments
+
+    parser = argparse.ArgumentParser()
+    add_crawl_arguments(parser)
+    return parser
+
+
+# The `crawler crawl` flags and defaults from before options were declared once.
+EARLIER_FLAGS = {
+    "--out": "crawl-out", "--crawl-id": None, "--max-pages": 10_000,
+    "--max-pages-per-host": None, "--max-depth": None, "--min-delay": 1.0,
+    "--max-crawl-delay": 30.0, "--resolve": [], "--fetch-timeout": 30.0,
+    "--max-body-bytes": 10 * 1024 * 1024, "--max-attempts": 3, "--fetch-concurrency": 128,
+    "--bloom-fp-rate": 1e-4, "--max-calendar-pages": 100, "--circuit-failures": 10,
+    "--circuit-seconds": 3600.0, "--retry-base": 2.0, "--host-queue-cap": 2000,
+    "--extractor": "trafilatura", "--near-duplicate-bits": 3, "--duplicate-slowdown": 4.0,
+    "--bigtable-instance": "local", "--bigquery-table": None, "--resume": False,
+    "--redrive": False, "--shared-budget": False, "--seeds-file": None,
+}
+
+
+def test_every_earlier_flag_keeps_its_name_and_default():
+    parser = _crawl_parser()
+    by_flag = {flag: action for action in parser._actions for flag in action.option_strings}
+    for flag, default in EARLIER_FLAGS.items():
+        assert flag in by_flag, flag
+        assert by_flag[flag].default == default, flag
+    from pipeline.options import options_from_args
+
+    opts = options_from_args(parser.parse_args(["http://a.test/"]))
+    assert (opts.user_agent, opts.project, opts.progress) == (
+        CrawlOptions(seeds=()).user_agent, "local-crawler", True)
+    assert "--no-progress" in by_flag and "--user-agent" in by_flag and "--project" in by_flag
+
+
+def test_the_dataclass_defaults_are_the_declared_ones():
+    import dataclasses
+
+    from pipeline.options import _DEFAULTED, OPTIONS
+
+    fields = {f.name: f for f in dataclasses.fields(CrawlOptions) if f.name != "seeds"}
+    assert set(fields) == {opt.dest for opt in OPTIONS}
+    for opt in OPTIONS:
+        if opt.dest in _DEFAULTED:
+            continue
+        default = fields[opt.dest].default
+        assert default == (tuple(opt.default) if isinstance(opt.default, list) else opt.default), (
+            opt.dest)
+
+
+NEW_KNOBS = ["--lease-grace", "7", "--retry-cap", "90", "--slow-factor", "0",
+             "--max-redirect-hops", "2", "--duplicate-window", "6", "--parse-attempts", "5",
+             "--budget-block", "4", "--connect-timeout", "3"]
+
+
+def test_the_knobs_that_had_no_flag_reach_the_policies():
+    from pipeline.options import options_from_args
+
+    opts = options_from_args(_crawl_parser().parse_args(["http://a.test/", *NEW_KNOBS]))
+    policy = opts.host_policy()
+    assert (policy.lease_grace, policy.retry_cap, policy.slow_factor,
+            policy.max_redirect_hops) == (7.0, 90.0, 0.0, 2)
+    duplicates = opts.duplicate_policy()
+    assert duplicates.window == 6 and duplicates.min_pages == 6
+    assert opts.fetch_config().connect_timeout == 3.0
+    assert (opts.parse_attempts, opts.budget_block) == (5, 4)
+
+
+def test_beam_spelling_and_the_command_spelling_give_the_same_crawl():
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline.options import options_from_args
+
+    dashed = ["--crawl-id", "c1", "--max-pages", "50", "--user-agent", "bot/2", *NEW_KNOBS]
+    beam = ["--crawl_id", "c1", "--max_pages", "50", "--crawler_user_agent", "bot/2",
+            *["--" + arg[2:].replace("-", "_") if arg.startswith("--") else arg
+              for arg in NEW_KNOBS]]
+    from_cli = options_from_args(_crawl_parser().parse_args(dashed))
+    for flags in (beam, dashed):
+        from_beam = CrawlOptions.from_pipeline_options(PipelineOptions(flags))
+        assert from_beam == from_cli
+
+
+def test_beams_own_project_is_the_crawls_project_and_the_options_list_with_beams():
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    options = PipelineOptions(["--project", "my-project", "--max_pages", "9"])
+    assert CrawlOptions.from_pipeline_options(options).project == "my-project"
+    everything = options.get_all_options()  # one parser with every options class: no clash
+    assert everything["max_pages"] == 9 and everything["project"] == "my-project"
+
+
+def test_the_committed_docs_and_readme_tables_are_generated_from_the_options():
+    from pipeline.options import ROOT, generated_files
+
+    for path, content in generated_files().items():
+        assert (ROOT / path).read_text(encoding="utf-8") == content, (
+            f"{path} is stale: run python -m pipeline.options --write")
+
+
+def test_the_generator_prints_the_metadata(capsys):
+    import json
+
+    from pipeline.options import main, template_metadata
+
+    assert main(["--metadata"]) == 0
+    assert json.loads(capsys.readouterr().out) == template_metadata()

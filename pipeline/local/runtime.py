@@ -30,7 +30,6 @@ from pipeline.core.urls import InvalidURL, normalize_url
 from pipeline.graph import build_crawl
 from pipeline.io import storage
 from pipeline.io.bigtable import (
-    BigtableConfig,
     CrawlExists,
     create_crawl,
     open_tables,
@@ -149,7 +148,7 @@ def _run_local_crawl(
             "user_agent": opts.user_agent, "created_at": time.time(),
         })
     emulators = start_missing_emulators(log_dir)
-    bigtable = BigtableConfig(project=opts.project, instance=opts.bigtable_instance)
+    bigtable = opts.bigtable_config()
     tables = None
     result = None
     started = time.monotonic()
@@ -182,7 +181,8 @@ def _run_local_crawl(
         budget: LocalPageBudget | BlockPageBudget
         if opts.shared_budget:
             BlockPageBudget.forget(opts.crawl_id)
-            budget = shared_page_budget(bigtable, opts.crawl_id, opts.max_pages)
+            budget = shared_page_budget(bigtable, opts.crawl_id, opts.max_pages,
+                                        block=opts.budget_block)
         else:
             budget = LocalPageBudget(opts.crawl_id, opts.max_pages)
         pipeline_options = PipelineOptions(
