@@ -1,8 +1,9 @@
 """The crawl as one Beam graph: frontier -> host scheduler -> store -> table, links looping back.
 
-This module owns how the public transforms are wired together; it reads no options of its own
-beyond CrawlOptions and starts nothing (the local runtime and, on Google Cloud, the Flex
-Template launcher run it).
+This module owns how the public transforms are wired together, and refuses a wiring that
+cannot keep its promises on the runner at hand (a page budget counted in one process, on a
+runner with many). It reads no options of its own beyond CrawlOptions and starts nothing: the
+local runtime (pipeline.local.runtime) and the launcher for any runner (pipeline.main) run it.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ import time
 from collections.abc import Callable
 
 import apache_beam as beam
+from apache_beam.options.pipeline_options import DirectOptions
+from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner, SwitchingDirectRunner
 
-from pipeline.core.budget import PageBudget
+from pipeline.core.budget import LocalPageBudget, PageBudget
 from pipeline.io.bigtable import BigtableConfig
 from pipeline.io.events import event_of
 from pipeline.options import CrawlOptions
@@ -39,6 +42,25 @@ def schedule_config(opts: CrawlOptions) -> ScheduleConfig:
     )
 
 
+def check_budget_fits_runner(p: beam.Pipeline, budget: PageBudget) -> None:
+    """Raise ValueError if `budget` counts in one process but `p` may run in several.
+
+    A LocalPageBudget is exact only where every DoFn instance shares one process: Beam's
+    direct runners, unless told to use several processes. Elsewhere each worker process
+    would count its own --max-pages, and the crawl would request pages times processes.
+    """
+    if not isinstance(budget, LocalPageBudget):
+        return
+    one_process = isinstance(p.runner, SwitchingDirectRunner | BundleBasedDirectRunner) and (
+        p.options.view_as(DirectOptions).direct_running_mode != "multi_processing")
+    if not one_process:
+        raise ValueError(
+            f"a process-local page budget (LocalPageBudget) cannot bound a crawl on "
+            f"{type(p.runner).__name__}: every worker process would spend the whole budget. "
+            "Use the shared budget in Bigtable (pipeline.transforms.budget.shared_page_budget), "
+            "as pipeline.main does.")
+
+
 def build_crawl(
     p: beam.Pipeline,
     opts: CrawlOptions,
@@ -56,6 +78,7 @@ def build_crawl(
     pages no retry could parse to `dead_letter_topic`. Rows always go to the Parquet table;
     with `bigtable` also to Bigtable, after which each fetched page's event goes to
     `events_topic`; with `bigquery_table` also to BigQuery."""
+    check_budget_fits_runner(p, budget)
     frontier = p | "ReadFrontier" >> ReadFrontier(subscription, opts.crawl_id)
     scheduled = frontier.batches | "ScheduleFetches" >> ScheduleFetches(
         schedule_config(opts), budget, clock, counters=bigtable
@@ -66,6 +89,7 @@ def build_crawl(
     stored = fetched | "StorePages" >> StorePages(
         opts.out, opts.crawl_id, agent=opts.user_agent.split("/")[0],
         duplicates=opts.duplicate_policy(), fast=opts.extractor == "trafilatura-fast",
+        parse_attempts=opts.parse_attempts,
     )
     rows = (scheduled[ROWS], replayed[ROWS], stored["rows"]) | "AllRows" >> beam.Flatten()
     rows | "WritePagesTable" >> WritePagesTable(opts.out, opts.crawl_id)

@@ -1,0 +1,145 @@
+"""The launcher: `python -m pipeline.main` submits the crawl's graph to any Beam runner.
+
+It takes Beam's usual flags (`--runner`, `--project`, `--region`, `--temp_location`, ...) and
+the crawl's options (pipeline.options), builds the graph of pipeline.graph with the fleet's
+cloud resources (topics, subscription and tables named by options, defaults in
+pipeline.io.resources) and the page budget shared through Bigtable, calls run() and returns.
+It never waits for the job: in a Flex Template the launch ends once the job is submitted, and
+the job runs on.
+
+On Dataflow it also asks for what the crawl needs there (docs/architecture.md, "Running on
+Dataflow"): a streaming job on Streaming Engine; one SDK process per worker, so the process
+that started a host's fetch is the one whose timer collects it; workers on the image that has
+this package installed (`--sdk_container_image`); output on Cloud Storage.
+
+It does not create topics, tables or subscriptions (terraform/ does), publish seeds (whoever
+starts a crawl does, to the frontier topic, with the job's --crawl_id), or patch any runner.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import (
+    DebugOptions,
+    GoogleCloudOptions,
+    PipelineOptions,
+    SetupOptions,
+    StandardOptions,
+    WorkerOptions,
+)
+from apache_beam.runners.runner import PipelineResult
+
+from pipeline.graph import build_crawl
+from pipeline.io.storage import is_gcs
+from pipeline.options import CrawlOptions, CrawlPipelineOptions
+from pipeline.transforms.budget import shared_page_budget
+
+log = logging.getLogger(__name__)
+
+# Dataflow starts one SDK process per vCPU by default. A host's fetch runs on a thread pool of
+# the process whose timer started it, and the result waits there for the host's next timer
+# firing; with one process per worker, every firing of a key on that worker finds it.
+ONE_SDK_PROCESS_PER_WORKER = "no_use_multiple_sdk_containers"
+
+
+class LaunchError(ValueError):
+    """The options cannot make a job that does what the crawl promises; says what to add."""
+
+
+def is_dataflow(options: PipelineOptions) -> bool:
+    runner = options.view_as(StandardOptions).runner
+    name = runner if isinstance(runner, str) else type(runner).__name__ if runner else ""
+    return name.lower().removesuffix("runner") == "dataflow"
+
+
+def job_options(argv: list[str] | None) -> tuple[PipelineOptions, CrawlOptions]:
+    """Beam's options for the job, completed with what the crawl needs, and the crawl's own.
+
+    Raises LaunchError naming the missing or wrong option.
+    """
+    options = PipelineOptions(argv)
+    options.view_as(CrawlPipelineOptions)  # the crawl's flags are parsed, not "unknown"
+    if options.view_as(CrawlPipelineOptions).crawl_id is None:
+        raise LaunchError(
+            "--crawl_id is required: frontier messages name the crawl they belong to, and "
+            "whoever publishes the seeds must use the job's crawl id")
+    crawl = CrawlOptions.from_pipeline_options(options)
+    if crawl.resume or crawl.redrive or crawl.resolve:
+        raise LaunchError("--resume, --redrive and --resolve belong to a crawl on one machine "
+                          "(`crawler crawl`), not to a job")
+    options.view_as(StandardOptions).streaming = True
+    # Every DoFn comes from the installed package; nothing of __main__ is needed.
+    options.view_as(SetupOptions).save_main_session = False
+    if is_dataflow(options):
+        _complete_for_dataflow(options, crawl)
+    return options, crawl
+
+
+def _complete_for_dataflow(options: PipelineOptions, crawl: CrawlOptions) -> None:
+    if not options.view_as(GoogleCloudOptions).project:
+        raise LaunchError("--project is required on Dataflow: the job's project, which also "
+                          "holds the crawl's topics and Bigtable instance")
+    if not is_gcs(crawl.out):
+        raise LaunchError(f"--out {crawl.out!r}: on Dataflow the segments and the pages table "
+                          "go to Cloud Storage; give --out gs://BUCKET/PREFIX")
+    worker = options.view_as(WorkerOptions)
+    if not worker.sdk_container_image:
+        raise LaunchError(
+            "--sdk_container_image is required on Dataflow: the stock worker image does not "
+            "have this package, and every DoFn of the crawl would fail to unpickle "
+            "(ModuleNotFoundError: pipeline); give the image built from templates/Dockerfile")
+    setup = options.view_as(SetupOptions)
+    if setup.sdk_location == "default":
+        setup.sdk_location = "container"  # the image has the SDK; do not stage another
+    options.view_as(GoogleCloudOptions).enable_streaming_engine = True
+    debug = options.view_as(DebugOptions)
+    if debug.lookup_experiment("use_multiple_sdk_containers"):
+        raise LaunchError("the experiment use_multiple_sdk_containers would let a host's timer "
+                          "fire in another process than its fetch; drop it")
+    debug.add_experiment(ONE_SDK_PROCESS_PER_WORKER)
+
+
+def build_fleet(p: beam.Pipeline, crawl: CrawlOptions) -> None:
+    """The crawl's graph on the fleet's resources, with the page budget shared in Bigtable."""
+    bigtable = crawl.bigtable_config()
+    project = crawl.project
+    build_crawl(
+        p, crawl,
+        subscription=f"projects/{project}/subscriptions/{crawl.frontier_subscription}",
+        topic=f"projects/{project}/topics/{crawl.frontier_topic}",
+        dead_letter_topic=f"projects/{project}/topics/{crawl.dead_letter_topic}",
+        budget=shared_page_budget(bigtable, crawl.crawl_id, crawl.max_pages,
+                                  block=crawl.budget_block),
+        bigtable=bigtable,
+        events_topic=f"projects/{project}/topics/{crawl.events_topic}",
+        bigquery_table=crawl.bigquery_table,
+    )
+
+
+def run(argv: list[str] | None = None) -> PipelineResult:
+    """Build the job from argv and submit it; returns at once with the runner's result."""
+    options, crawl = job_options(argv)
+    p = beam.Pipeline(options=options)
+    build_fleet(p, crawl)
+    return p.run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: "
+                                                   "%(message)s")
+    try:
+        result = run(argv)
+    except LaunchError as exc:
+        print(f"pipeline.main: {exc}", file=sys.stderr)
+        return 2
+    job_id = getattr(result, "job_id", None)
+    log.info("submitted%s; state %s", f" job {job_id()}" if callable(job_id) else "",
+             result.state)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,255 @@
+"""The launcher builds a job Dataflow can run, offline: Beam's Dataflow dry run translates the
+whole graph without credentials or network, and every DoFn of the job unpickles where only the
+installed package is importable, as on a worker started from the crawler's image."""
+
+from __future__ import annotations
+
+import base64
+import bz2
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+import zlib
+from pathlib import Path
+
+import apache_beam as beam
+import pytest
+from apache_beam.internal import pickler
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.portability import common_urns, python_urns
+from apache_beam.portability.api import beam_runner_api_pb2
+from apache_beam.runners.dataflow.internal import apiclient
+from google.cloud import dataflow
+
+from pipeline.core.budget import LocalPageBudget
+from pipeline.graph import build_crawl
+from pipeline.io.resources import RESOURCES
+from pipeline.main import ONE_SDK_PROCESS_PER_WORKER, LaunchError, job_options, run
+from pipeline.options import CrawlOptions
+from pipeline.transforms.frontier import PublishFn
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = "fake-crawl-project"
+IMAGE = "europe-west1-docker.pkg.dev/fake-crawl-project/crawler/crawler:test"
+# A bucket name that is valid: with an invalid one Beam tries to create a default bucket over
+# the network.
+FLAGS = [
+    "--runner", "DataflowRunner", "--dry_run=True", "--project", PROJECT,
+    "--region", "europe-west1", "--temp_location", "gs://some-bucket/tmp",
+    "--sdk_container_image", IMAGE, "--out", "gs://some-bucket/crawl",
+    "--crawl_id", "c-dataflow", "--bigtable_instance", "crawler-pages",
+]
+
+
+@pytest.fixture(scope="module")
+def job() -> apiclient.Job:
+    result = run(FLAGS)
+    assert result.job is not None, "the dry run returned no job"
+    return result.job
+
+
+def _transforms(job: apiclient.Job, urn: str) -> dict[str, beam_runner_api_pb2.PTransform]:
+    return {t.unique_name: t for t in job.proto_pipeline.components.transforms.values()
+            if t.spec.urn == urn}
+
+
+def _dofn_payloads(job: apiclient.Job) -> dict[str, bytes]:
+    payloads = {}
+    for name, transform in _transforms(job, common_urns.primitives.PAR_DO.urn).items():
+        pardo = beam_runner_api_pb2.ParDoPayload.FromString(transform.spec.payload)
+        assert pardo.do_fn.urn == python_urns.PICKLED_DOFN_INFO, name
+        payloads[name] = pardo.do_fn.payload
+    return payloads
+
+
+def test_the_launcher_builds_a_streaming_job(job):
+    assert job.proto.type == dataflow.JobType.JOB_TYPE_STREAMING
+
+
+def test_the_job_runs_one_sdk_process_per_worker_on_streaming_engine_and_the_crawler_image(job):
+    # What Dataflow receives with the job (the dry run stops before building it).
+    environment = apiclient.Environment(
+        packages=[], options=job.options,
+        environment_version=apiclient._FNAPI_ENVIRONMENT_MAJOR_VERSION,
+        proto_pipeline_staged_url="gs://some-bucket/tmp/pipeline.pb",
+        proto_pipeline=job.proto_pipeline,
+    ).proto
+    experiments = set(environment.experiments)
+    assert ONE_SDK_PROCESS_PER_WORKER in experiments
+    assert "use_multiple_sdk_containers" not in experiments
+    assert "enable_streaming_engine" in experiments
+    images = [image.container_image for pool in environment.worker_pools
+              for image in pool.sdk_harness_container_images]
+    assert images == [IMAGE]
+    docker = [env for env in job.proto_pipeline.components.environments.values()
+              if env.urn == common_urns.environments.DOCKER.urn]
+    assert [beam_runner_api_pb2.DockerPayload.FromString(env.payload).container_image
+            for env in docker] == [IMAGE]
+
+
+def test_the_host_scheduler_is_stateful_with_a_processing_time_timer(job):
+    scheduler = [t for name, t in _transforms(job, common_urns.primitives.PAR_DO.urn).items()
+                 if name.endswith("ParDo(HostSchedulerFn)")]
+    assert len(scheduler) == 1
+    pardo = beam_runner_api_pb2.ParDoPayload.FromString(scheduler[0].spec.payload)
+    assert set(pardo.state_specs) == {"host"}
+    timers = dict(pardo.timer_family_specs)
+    assert len(timers) == 1
+    (timer,) = timers.values()
+    assert timer.time_domain == beam_runner_api_pb2.TimeDomain.PROCESSING_TIME
+
+
+def test_the_job_reads_the_fleet_subscription_and_publishes_to_the_fleet_topics(job):
+    reads = _transforms(job, common_urns.composites.PUBSUB_READ.urn)
+    assert len(reads) == 1
+    (read,) = reads.values()
+    payload = beam_runner_api_pb2.PubSubReadPayload.FromString(read.spec.payload)
+    assert payload.subscription == (
+        f"projects/{PROJECT}/subscriptions/{RESOURCES.frontier_subscription}")
+    topics = set()
+    for payload in _dofn_payloads(job).values():
+        fn = pickler.loads(payload)[0]
+        if isinstance(fn, PublishFn):
+            topics.add(fn._topic)
+    assert topics == {
+        f"projects/{PROJECT}/topics/{name}"
+        for name in (RESOURCES.frontier_topic, RESOURCES.dead_letter_topic,
+                     RESOURCES.events_topic)
+    }
+
+
+# Runs in a fresh interpreter: drops the development install of the package (an editable
+# finder pointing at a source tree) and every path of a source tree, shows `pipeline` is then
+# not importable, adds the installed copy and unpickles every payload from there.
+_UNPICKLE = textwrap.dedent("""
+    import importlib.util, json, sys
+    target, payloads_file, *source_trees = sys.argv[1:]
+    sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
+    sys.path[:] = [p for p in sys.path if p and not any(p.startswith(s) for s in source_trees)]
+    assert importlib.util.find_spec("pipeline") is None, "a source tree is still importable"
+    sys.path.insert(0, target)
+    from apache_beam.internal import pickler
+    payloads = json.load(open(payloads_file))
+    report = {"failed": {}, "loaded": []}
+    for name, payload in payloads.items():
+        try:
+            pickler.loads(payload.encode("latin-1"))
+        except Exception as exc:
+            report["failed"][name] = f"{type(exc).__name__}: {exc}"
+            continue
+        report["loaded"].append(name)
+    report["project_modules"] = {
+        name: getattr(module, "__file__", None) for name, module in sys.modules.items()
+        if name.split(".")[0] in ("pipeline", "testweb")}
+    print(json.dumps(report))
+""")
+
+
+@pytest.fixture(scope="module")
+def installed_package(tmp_path_factory) -> Path:
+    """The project built as a wheel and installed into a directory of its own."""
+    work = tmp_path_factory.mktemp("package")
+    source = work / "source"
+    for name in ("pipeline", "testweb"):
+        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    build = subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir",
+         str(work / "dist"), str(source)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    (wheel,) = (work / "dist").glob("*.whl")
+    target = work / "site"
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+         "--target", str(target), str(wheel)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
+    return target
+
+
+def test_every_dofn_of_the_job_unpickles_from_the_installed_package_alone(
+        job, installed_package, tmp_path):
+    payloads = _dofn_payloads(job)
+    # The DoFns that need the package: the crawl's own, and Beam's wrapping its functions.
+    assert len([name for name, payload in payloads.items()
+                if b"pipeline." in _pickle_bytes(payload)]) >= 14
+    payloads_file = tmp_path / "payloads.json"
+    payloads_file.write_text(json.dumps({k: v.decode("latin-1") for k, v in payloads.items()}))
+    source_trees = sorted({str(ROOT), str(Path(pipeline_source()).parent)})
+    result = subprocess.run(
+        [sys.executable, "-I", "-c", _UNPICKLE, str(installed_package), str(payloads_file),
+         *source_trees],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-5000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["failed"] == {}
+    assert sorted(report["loaded"]) == sorted(payloads)
+    modules = report["project_modules"]
+    assert "pipeline.transforms.schedule" in modules
+    outside = {name: path for name, path in modules.items()
+               if path is not None and not path.startswith(str(installed_package))}
+    assert outside == {}
+
+
+def _pickle_bytes(payload: bytes) -> bytes:
+    """The pickle inside a payload (base64 of a zlib or bz2 stream, as Beam's pickler
+    writes it)."""
+    compressed = base64.b64decode(payload)
+    try:
+        return zlib.decompress(compressed)
+    except zlib.error:
+        return bz2.decompress(compressed)
+
+
+def pipeline_source() -> str:
+    import pipeline
+
+    return str(Path(pipeline.__file__).resolve().parent)
+
+
+def test_a_process_local_budget_on_a_runner_with_many_processes_is_refused():
+    options, crawl = job_options(FLAGS)
+    p = beam.Pipeline(options=options)
+    with pytest.raises(ValueError, match="LocalPageBudget.*DataflowRunner"):
+        build_crawl(
+            p, crawl, subscription=f"projects/{PROJECT}/subscriptions/s",
+            topic=f"projects/{PROJECT}/topics/t", dead_letter_topic=f"projects/{PROJECT}/topics/d",
+            budget=LocalPageBudget(crawl.crawl_id, crawl.max_pages),
+        )
+
+
+def test_a_process_local_budget_is_accepted_on_the_direct_runner():
+    p = beam.Pipeline(options=PipelineOptions([], runner="DirectRunner", streaming=True))
+    crawl = CrawlOptions(seeds=(), crawl_id="c-local")
+    build_crawl(p, crawl, subscription="projects/local-crawler/subscriptions/s",
+                topic="projects/local-crawler/topics/t",
+                dead_letter_topic="projects/local-crawler/topics/d",
+                budget=LocalPageBudget(crawl.crawl_id, crawl.max_pages))
+    names = {t.full_label for t in p.transforms_stack[0].parts}
+    assert "ScheduleFetches" in names
+
+
+@pytest.mark.parametrize(("drop", "replace", "message"), [
+    ("--sdk_container_image", None, "--sdk_container_image is required"),
+    ("--out", ["--out", "crawl-out"], "Cloud Storage"),
+    ("--crawl_id", None, "--crawl_id is required"),
+])
+def test_the_launcher_says_which_option_a_dataflow_job_lacks(drop, replace, message):
+    i = FLAGS.index(drop)
+    flags = FLAGS[:i] + FLAGS[i + 2:] + (replace or [])
+    with pytest.raises(LaunchError, match=message):
+        job_options(flags)
+
+
+def test_the_crawl_options_reach_the_job():
+    _, crawl = job_options([*FLAGS, "--max_pages", "500", "--min-delay", "2.5",
+                            "--user-agent", "fleetbot/1.0"])
+    assert (crawl.max_pages, crawl.min_delay, crawl.user_agent) == (500, 2.5, "fleetbot/1.0")
+    assert crawl.project == PROJECT and crawl.bigtable_instance == "crawler-pages"
