@@ -14,6 +14,8 @@ this package installed (`--sdk_container_image`); output on Cloud Storage.
 
 It does not create topics, tables or subscriptions (terraform/ does), publish seeds (whoever
 starts a crawl does, to the frontier topic, with the job's --crawl_id), or patch any runner.
+On a local runner the job lives only as long as this process: a crawl on one machine is
+`crawler crawl` (pipeline.local.runtime), which runs the same graph and waits for it.
 """
 
 from __future__ import annotations
@@ -132,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                                                    "%(message)s")
     try:
         result = run(argv)
-    except LaunchError as exc:
+    except ValueError as exc:  # LaunchError, or an option CrawlOptions refuses
         print(f"pipeline.main: {exc}", file=sys.stderr)
         return 2
     job_id = getattr(result, "job_id", None)

@@ -253,3 +253,15 @@ def test_the_crawl_options_reach_the_job():
                             "--user-agent", "fleetbot/1.0"])
     assert (crawl.max_pages, crawl.min_delay, crawl.user_agent) == (500, 2.5, "fleetbot/1.0")
     assert crawl.project == PROJECT and crawl.bigtable_instance == "crawler-pages"
+
+
+def test_the_launcher_command_reports_a_refused_option_in_one_line(capsys):
+    from pipeline.main import main
+
+    i = FLAGS.index("--crawl_id")
+    assert main([*FLAGS[:i], *FLAGS[i + 2:], "--crawl_id", "a/b"]) == 2
+    assert main([*FLAGS, "--experiments", "use_multiple_sdk_containers"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 2 and all(line.startswith("pipeline.main: ") for line in lines)
+    assert "--crawl-id 'a/b'" in lines[0]
+    assert "use_multiple_sdk_containers" in lines[1]
