@@ -63,7 +63,6 @@ def job_options(argv: list[str] | None) -> tuple[PipelineOptions, CrawlOptions]:
     Raises LaunchError naming the missing or wrong option.
     """
     options = PipelineOptions(argv)
-    options.view_as(CrawlPipelineOptions)  # the crawl's flags are parsed, not "unknown"
     if options.view_as(CrawlPipelineOptions).crawl_id is None:
         raise LaunchError(
             "--crawl_id is required: frontier messages name the crawl they belong to, and "

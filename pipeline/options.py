@@ -101,8 +101,9 @@ def _fraction(text: str) -> float:
 class ValueType:
     """How an option's text becomes a value, and the regex a template checks the text with.
 
-    The regexes avoid lookarounds and classes like \\d, so they mean the same to Python, to
-    Java (the Dataflow service) and to RE2."""
+    The regexes use no lookarounds or backreferences, so they mean the same to Python, to Java
+    (the Dataflow service) and to RE2; tests/test_template_metadata.py checks that whatever
+    one matches the crawl accepts."""
 
     parse: Callable[[str], Any]
     regex: str
@@ -188,7 +189,7 @@ class Option:
         kwargs: dict[str, Any] = {"dest": dest, "default": self.default, "help": self.help}
         if self.action is not None:
             kwargs["action"] = self.action
-        else:
+        if self.action not in ("store_true", "store_false"):
             if self.value is not None and self.value.parse is not str:
                 kwargs["type"] = self.value.parse
             if self.choices is not None:
