@@ -225,6 +225,17 @@ def test_a_process_local_budget_on_a_runner_with_many_processes_is_refused():
         )
 
 
+def test_a_process_local_budget_on_a_direct_runner_with_several_processes_is_refused():
+    p = beam.Pipeline(options=PipelineOptions(
+        ["--direct_running_mode=multi_processing"], runner="DirectRunner", streaming=True))
+    crawl = CrawlOptions(seeds=(), crawl_id="c-local")
+    with pytest.raises(ValueError, match="LocalPageBudget"):
+        build_crawl(p, crawl, subscription="projects/local-crawler/subscriptions/s",
+                    topic="projects/local-crawler/topics/t",
+                    dead_letter_topic="projects/local-crawler/topics/d",
+                    budget=LocalPageBudget(crawl.crawl_id, crawl.max_pages))
+
+
 def test_a_process_local_budget_is_accepted_on_the_direct_runner():
     p = beam.Pipeline(options=PipelineOptions([], runner="DirectRunner", streaming=True))
     crawl = CrawlOptions(seeds=(), crawl_id="c-local")
