@@ -9,11 +9,12 @@ from hypothesis import strategies as st
 from pipeline.io.bigquery import bigquery_schema
 from pipeline.io.bigtable import CRAWLS_FAMILY, FRONTIER_FAMILY, PAGES_FAMILY
 from pipeline.io.pages_table import PAGES_COLUMNS
-from pipeline.io.resources import CloudResources
+from pipeline.io.resources import RESOURCES, CloudResources
 
 
 def test_the_defaults_are_the_fleet_names() -> None:
     names = CloudResources()
+    assert names == RESOURCES
     assert names.topics() == ("crawler-frontier", "crawler-dead-letters", "crawler-page-events")
     assert names.subscriptions() == {
         "crawler-frontier-fleet": "crawler-frontier",
@@ -40,8 +41,8 @@ def test_bigquery_columns_follow_the_parquet_column_list() -> None:
     [
         ("frontier_topic", "goog-frontier"),
         ("frontier_topic", "ab"),
-        ("redrive_subscription", "1-starts-with-a-digit"),
-        ("page_events_topic", "has space"),
+        ("dead_letter_subscription", "1-starts-with-a-digit"),
+        ("events_topic", "has space"),
         ("pages_table", "-pages"),
         ("crawls_table", "x" * 51),
         ("bigquery_dataset", "crawler-data"),

@@ -35,9 +35,9 @@ _RULES: dict[str, tuple[re.Pattern[str], str]] = {
 _KIND_OF_FIELD = {
     "frontier_topic": "pubsub",
     "dead_letter_topic": "pubsub",
-    "page_events_topic": "pubsub",
+    "events_topic": "pubsub",
     "frontier_subscription": "pubsub",
-    "redrive_subscription": "pubsub",
+    "dead_letter_subscription": "pubsub",
     "pages_table": "bigtable",
     "crawls_table": "bigtable",
     "frontier_table": "bigtable",
@@ -52,11 +52,11 @@ class CloudResources:
 
     frontier_topic: str = "crawler-frontier"
     dead_letter_topic: str = "crawler-dead-letters"
-    page_events_topic: str = "crawler-page-events"
+    events_topic: str = "crawler-page-events"
     # The pipeline reads this one; one subscription for the whole fleet.
     frontier_subscription: str = "crawler-frontier-fleet"
     # Keeps dead letters until `crawler redrive` moves them back onto the frontier.
-    redrive_subscription: str = "crawler-dead-letters-redrive"
+    dead_letter_subscription: str = "crawler-dead-letters-redrive"
     pages_table: str = "pages"
     crawls_table: str = "crawls"
     frontier_table: str = "frontier"
@@ -71,13 +71,13 @@ class CloudResources:
                 raise ValueError(f"{field.name} {value!r} is not a valid name: {rule}")
 
     def topics(self) -> tuple[str, ...]:
-        return (self.frontier_topic, self.dead_letter_topic, self.page_events_topic)
+        return (self.frontier_topic, self.dead_letter_topic, self.events_topic)
 
     def subscriptions(self) -> dict[str, str]:
         """Each subscription the fleet needs, with the topic it reads."""
         return {
             self.frontier_subscription: self.frontier_topic,
-            self.redrive_subscription: self.dead_letter_topic,
+            self.dead_letter_subscription: self.dead_letter_topic,
         }
 
     def column_families(self) -> dict[str, tuple[str, ...]]:
@@ -100,3 +100,6 @@ class CloudResources:
     def bigquery_table_spec(self) -> str:
         """`DATASET.TABLE`; prefix the project (`PROJECT:`) for Beam and the bq tool."""
         return f"{self.bigquery_dataset}.{self.bigquery_table}"
+
+
+RESOURCES = CloudResources()
