@@ -13,7 +13,10 @@ messages of a cancelled pull for about a minute.
 
 from __future__ import annotations
 
+import argparse
+import json
 import re
+import sys
 from dataclasses import dataclass, fields
 
 from pipeline.io.bigquery import bigquery_schema
@@ -103,3 +106,26 @@ class CloudResources:
 
 
 RESOURCES = CloudResources()
+
+
+def bigquery_schema_json() -> str:
+    """The `pages` table's schema as Terraform's google_bigquery_table takes it (a JSON array
+    of fields), the content of terraform/pages_schema.json."""
+    return json.dumps(bigquery_schema()["fields"], indent=2) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline.io.resources",
+        description="Print what Terraform needs from the code's resource definitions.",
+    )
+    parser.add_argument("what", choices=["bigquery-schema"],
+                        help="bigquery-schema: the pages table's columns "
+                             "(save as terraform/pages_schema.json)")
+    parser.parse_args(argv)
+    sys.stdout.write(bigquery_schema_json())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
