@@ -10,7 +10,6 @@ locals {
   crawler_counters = [
     "pages_stored",
     "requests",
-    "robots_requests",
     "urls_accepted",
     "urls_redriven",
     "rows_written",
