@@ -33,8 +33,8 @@ resource "google_dataflow_flex_template_job" "crawler" {
   parameters              = local.job_parameters
   labels                  = var.labels
 
-  # Destroying or replacing the job drains it: in-flight pages finish and every accepted URL
-  # keeps its row; cancel would drop what the pipeline holds.
+  # Destroying or replacing the job drains it: it stops reading the frontier and finishes what
+  # it has buffered; cancel would discard that.
   on_delete = "drain"
 
   enable_streaming_engine = true
