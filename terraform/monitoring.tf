@@ -1,4 +1,4 @@
-# A dashboard and alerts from the crawler's own counters (pipeline/metrics.py, Beam namespace
+# A dashboard and alerts from the crawler's own counters (pipeline/core/counters.py, Beam namespace
 # "crawler"). Dataflow exports each user counter as the gauge
 # dataflow.googleapis.com/job/user_counter, the counter's name in its metric_name label and its
 # value the job's running total; a Beam distribution arrives as NAME_MIN, NAME_MAX, NAME_MEAN
@@ -6,7 +6,7 @@
 
 locals {
   # Every crawler counter these queries read; tests/test_terraform.py checks each against the
-  # counters the code increments.
+  # counters the code defines (pipeline.core.counters).
   crawler_counters = [
     "pages_stored",
     "requests",
