@@ -64,10 +64,12 @@ resource "google_compute_router_nat" "crawler" {
     source_ip_ranges_to_nat = ["ALL_IP_RANGES"]
   }
 
-  # A worker keeps connections to thousands of hosts at once.
-  enable_dynamic_port_allocation = true
-  min_ports_per_vm               = 4096
-  max_ports_per_vm               = 65536
+  # A worker keeps connections to thousands of hosts at once. Dynamic port allocation needs
+  # endpoint-independent mapping off.
+  enable_dynamic_port_allocation      = true
+  enable_endpoint_independent_mapping = false
+  min_ports_per_vm                    = 4096
+  max_ports_per_vm                    = 65536
 
   log_config {
     enable = true
