@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -60,3 +62,12 @@ def test_any_lowercase_dashed_name_is_a_valid_topic_and_table(name: str) -> None
     names = CloudResources(frontier_topic=name, pages_table=name[:50])
     assert names.topics()[0] == name
     assert name[:50] in names.column_families()
+
+
+def test_the_schema_command_prints_what_terraform_reads(capsys: pytest.CaptureFixture) -> None:
+    from pipeline.io.resources import bigquery_schema_json, main
+
+    assert main(["bigquery-schema"]) == 0
+    printed = capsys.readouterr().out
+    assert printed == bigquery_schema_json()
+    assert [field["name"] for field in json.loads(printed)] == [c.name for c in PAGES_COLUMNS]
