@@ -47,6 +47,13 @@ resource "google_dataflow_flex_template_job" "crawler" {
   machine_type            = var.machine_type
   max_workers             = var.max_workers
 
+  lifecycle {
+    precondition {
+      condition     = contains(keys(var.pipeline_parameters), "crawl_id")
+      error_message = "pipeline_parameters must name the crawl: { crawl_id = \"...\" } (a required template parameter)."
+    }
+  }
+
   depends_on = [
     google_project_iam_member.worker_project,
     google_pubsub_subscription_iam_member.worker_frontier,

@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -240,6 +241,12 @@ def test_the_job_is_given_every_resource_name_terraform_creates(terraform) -> No
         ("google_bigquery_table", "pages"),
     ):
         assert f"{kind}.{name}." in parameters, f"job parameters do not name {kind}.{name}"
+    # Template parameters are the launcher's options, named like the resources they default to.
+    keys = set(re.findall(r"'(\w+)':", parameters))
+    named = {field.name for field in fields(RESOURCES)} - {"bigquery_dataset", "bigquery_table",
+                                                           "dead_letter_subscription"}
+    assert named <= keys, f"the job is not given {sorted(named - keys)}"
+    assert {"out", "bigtable_instance", "bigquery_table"} <= keys
 
 
 def test_every_variable_says_what_it_is(terraform) -> None:
