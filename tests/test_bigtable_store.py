@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import socket
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -620,3 +621,24 @@ def test_overflow_chunks_round_trip_in_order_and_are_deleted(tables: BigtableTab
     assert overflow.read("a.test", range(0, 12)) == dict(chunks[11:])
     assert other.read("a.test", range(0, 12)) == dict(chunks[:1])
     assert overflow.read("b.test:8080", range(0, 1)) == dict(chunks[:1])
+
+
+def test_overflow_chunks_carry_their_write_time_and_a_rewrite_wins(
+    tables: BigtableTables,
+) -> None:
+    """The frontier table's TTL counts from each cell's timestamp (terraform/bigtable.tf)."""
+    from pipeline.core.records import FrontierEntry
+    from pipeline.io.host_overflow import HostOverflow
+
+    overflow = HostOverflow(tables.frontier, "c-overflow-ttl")
+    first = (FrontierEntry("http://a.test/1", 1, 0, 0, 0),)
+    second = (FrontierEntry("http://a.test/2", 2, 0, 0, 0),)
+    before = time.time()
+    overflow.write("a.test", [(0, first)])
+    overflow.write("a.test", [(0, second)])  # a retried bundle that chose other URLs
+    after = time.time()
+    assert overflow.read("a.test", range(0, 1)) == {0: second}
+    row = tables.frontier.read_row(overflow.key("a.test", 0))
+    assert row is not None
+    stamps = [cell.timestamp_micros / 1e6 for cell in row.cells]
+    assert stamps and all(before - 0.002 <= stamp <= after + 0.002 for stamp in stamps)

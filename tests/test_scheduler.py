@@ -270,3 +270,52 @@ def test_a_robots_txt_redirect_to_another_host_travels_to_its_key_and_back():
     assert "Disallow" in row.reason or "/private/" in row.reason
     assert pool.submitted[-1][0] == "http://a.test/open"
     worker_resources().close()
+
+
+def test_a_host_whose_circuit_opens_is_counted_parked_once_per_parking():
+    from pipeline.metrics import LocalTally
+
+    pool = FakePool()
+    policy = HostPolicy(user_agent="testbot", min_delay=1.0, fetch_timeout=5.0, lease_grace=1.0,
+                        circuit_failures=2, circuit_seconds=100.0, max_attempts=5)
+    config = ScheduleConfig(crawl_id="c1", policy=policy, fetch=FetchConfig(user_agent="testbot"))
+    fn = HostSchedulerFn(config, LocalPageBudget("c-park", None), clock=lambda: pool.clock[0],
+                         submit=pool.submit)
+    fn.setup()
+    state, timer = FakeState(), FakeTimer()
+    entries = tuple((f"http://{HOST}/{p}", url_hash(f"http://{HOST}/{p}"), None) for p in "ab")
+    list(fn.process((HOST, HostBatch(depth=0, kind="links", entries=entries)),
+                    host_state=state, wake=timer))
+
+    def parked() -> int:
+        return LocalTally.snapshot()[0].get("hosts_parked", 0)
+
+    def fire_when_due() -> None:
+        # A millisecond late, as a real runner is: the timer holds microseconds, the clock more.
+        pool.clock[0] = max(pool.clock[0], timer.at) + 0.001
+        list(fn.on_wake(key=HOST, host_state=state, wake=timer))
+
+    def fire_until_requests(n: int) -> None:
+        """Fire the host's timer when it asks, until it has started its n-th request."""
+        for _ in range(50):
+            if len(pool.submitted) >= n:
+                return
+            fire_when_due()
+        raise AssertionError(f"the host never started request {n}")
+
+    before = parked()
+    try:
+        fire_until_requests(1)
+        pool.finish(0, status=404)  # robots.txt: allow all
+        fire_until_requests(2)
+        pool.finish(1, status=503)  # first failure: backoff, not parked
+        fire_until_requests(3)
+        assert parked() == before and state.value.parked_until is None
+        pool.finish(2, status=503)  # second failure in a row: the circuit opens
+        fire_when_due()
+        assert parked() == before + 1
+        assert state.value.parked_until is not None
+        fire_when_due()  # a repeated firing while parked counts nothing
+        assert parked() == before + 1
+    finally:
+        worker_resources().close()

@@ -44,6 +44,7 @@ class Counter(StrEnum):
     OVERFLOW_URLS_LOST = "overflow_urls_lost"
     URLS_BLOCKED_ADDRESS = "urls_blocked_address"  # ended filtered: address not public
     ROBOTS_MESSAGES_EMITTED = "robots_messages_emitted"  # requests and answers between hosts
+    HOSTS_PARKED = "hosts_parked"  # circuit opened, or a probe of a parked host failed
     # StorePages
     PAGES_STORED = "pages_stored"
     LINK_BATCHES_EMITTED = "link_batches_emitted"

@@ -9,8 +9,11 @@ every URL a link-dense host was offered.
 
 Row key `crawl_id/reversed-host/chunk number (12 digits)`: one host's chunks are adjacent and in
 order, and hosts spread over the key space as in the `pages` table. One cell per row holds the
-chunk as compact JSON. Writes are idempotent (timestamp 0), so a retried bundle that writes a
-chunk again overwrites it.
+chunk as compact JSON, stamped with its write time: the table's garbage-collection rule expires
+chunks of crawls that ended with URLs still waiting (terraform/bigtable.tf), and an age rule
+measures age from the cell's timestamp, so a fixed timestamp 0 would expire every chunk at once.
+A retried bundle that writes a chunk again adds a newer version, which reads take (one cell per
+column) and the one-version rule removes.
 
 This module owns the row format and the three calls (write, read, delete); when to make them
 is HostState's business, and the scheduler carries them out.
@@ -28,11 +31,14 @@ from google.cloud.bigtable.data import (
     SetCell,
 )
 from google.cloud.bigtable.data import Table as DataTable
+from google.cloud.bigtable.data.row_filters import CellsColumnLimitFilter
 
 from pipeline.core.records import FrontierEntry
 from pipeline.io.bigtable import FRONTIER_FAMILY, check_crawl_id, reversed_host
 
 _COLUMN = b"u"
+# The newest version of the chunk: the emulator does not enforce GC rules.
+_NEWEST = CellsColumnLimitFilter(1)
 
 
 def encode_chunk(entries: tuple[FrontierEntry, ...]) -> bytes:
@@ -61,7 +67,7 @@ class HostOverflow:
         if chunks:
             self._table.bulk_mutate_rows([
                 RowMutationEntry(self.key(host, number),
-                                 [SetCell(FRONTIER_FAMILY, _COLUMN, encode_chunk(entries), 0)])
+                                 [SetCell(FRONTIER_FAMILY, _COLUMN, encode_chunk(entries))])
                 for number, entries in chunks
             ])
 
@@ -70,7 +76,8 @@ class HostOverflow:
         if not numbers:
             return {}
         query = ReadRowsQuery(row_ranges=RowRange(start_key=self.key(host, numbers.start),
-                                                  end_key=self.key(host, numbers.stop)))
+                                                  end_key=self.key(host, numbers.stop)),
+                              row_filter=_NEWEST)
         found = {}
         for row in self._table.read_rows(query):
             number = int(row.row_key.rsplit(b"/", 1)[1])

@@ -162,6 +162,8 @@ class HostSchedulerFn(beam.DoFn):
         self._overflowed = crawl_counter(Counter.URLS_OVERFLOWED)
         self._overflow_lost = crawl_counter(Counter.OVERFLOW_URLS_LOST)
         self._blocked = crawl_counter(Counter.URLS_BLOCKED_ADDRESS)
+        # Circuit opened, or a probe of a parked host failed: the dashboard's "hosts parked".
+        self._hosts_parked = crawl_counter(Counter.HOSTS_PARKED)
         self._refilled_in_bundle: set[str] = set()
         self._due_lag = crawl_maximum(Maximum.DUE_LAG_MS)
 
@@ -298,9 +300,12 @@ class HostSchedulerFn(beam.DoFn):
         if state is None:
             return
         was_busy = state.busy
+        parked_until = state.parked_until
         now = self._clock()
         state.wake_at = None
         yield from self._step(key, state, now)
+        if state.parked_until is not None and state.parked_until != parked_until:
+            self._hosts_parked.inc()
         self._arm(state, wake, now)
         self._count_activity(was_busy, state)
         host_state.write(state)

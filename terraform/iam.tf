@@ -1,0 +1,138 @@
+# Two identities, each granted on the resources it uses, not on the project where avoidable:
+#   worker   - the Dataflow job (its Flex Template launcher VM and every worker) runs as it;
+#   launcher - operators or CI: build and push the image, build the template, launch, update
+#              and drain the job, start crawls and read their status.
+
+resource "google_service_account" "worker" {
+  account_id   = "crawler-worker"
+  display_name = "Crawler Dataflow workers"
+  description  = "Runs the crawler's streaming Dataflow job."
+
+  depends_on = [google_project_service.apis]
+}
+
+resource "google_service_account" "launcher" {
+  account_id   = "crawler-launcher"
+  display_name = "Crawler launcher"
+  description  = "Builds the crawler image and template, launches and drains the job, starts crawls."
+
+  depends_on = [google_project_service.apis]
+}
+
+locals {
+  worker   = "serviceAccount:${google_service_account.worker.email}"
+  launcher = "serviceAccount:${google_service_account.launcher.email}"
+}
+
+# --- worker ----------------------------------------------------------------------------------
+
+# What a Dataflow worker needs of the project itself (work items, logs, job metrics).
+resource "google_project_iam_member" "worker_project" {
+  for_each = toset([
+    "roles/dataflow.worker",
+    "roles/logging.logWriter",
+    "roles/monitoring.metricWriter",
+  ])
+
+  project = var.project_id
+  role    = each.value
+  member  = local.worker
+}
+
+resource "google_pubsub_subscription_iam_member" "worker_frontier" {
+  # Dataflow's Pub/Sub source reads the subscription's settings (viewer) and pulls (subscriber).
+  for_each = toset(["roles/pubsub.subscriber", "roles/pubsub.viewer"])
+
+  subscription = google_pubsub_subscription.frontier_fleet.name
+  role         = each.value
+  member       = local.worker
+}
+
+resource "google_pubsub_topic_iam_member" "worker_publish" {
+  # Links and spilled batches loop back; dead letters and page events go out.
+  for_each = {
+    frontier     = google_pubsub_topic.frontier.name
+    dead_letters = google_pubsub_topic.dead_letters.name
+    page_events  = google_pubsub_topic.page_events.name
+  }
+
+  topic  = each.value
+  role   = "roles/pubsub.publisher"
+  member = local.worker
+}
+
+resource "google_bigtable_instance_iam_member" "worker" {
+  instance = google_bigtable_instance.crawler.name
+  role     = "roles/bigtable.user"
+  member   = local.worker
+}
+
+resource "google_storage_bucket_iam_member" "worker" {
+  # Segments and Parquet parts, Dataflow temp and staging, and the template spec.
+  bucket = google_storage_bucket.crawl.name
+  role   = "roles/storage.objectAdmin"
+  member = local.worker
+}
+
+resource "google_bigquery_dataset_iam_member" "worker" {
+  dataset_id = google_bigquery_dataset.crawler.dataset_id
+  role       = "roles/bigquery.dataEditor"
+  member     = local.worker
+}
+
+resource "google_artifact_registry_repository_iam_member" "worker" {
+  location   = google_artifact_registry_repository.crawler.location
+  repository = google_artifact_registry_repository.crawler.name
+  role       = "roles/artifactregistry.reader"
+  member     = local.worker
+}
+
+# --- launcher --------------------------------------------------------------------------------
+
+resource "google_project_iam_member" "launcher_dataflow" {
+  #checkov:skip=CKV_GCP_49:Dataflow roles exist only at project level; the launcher may act as the worker account alone (serviceAccountUser on that account, below).
+  project = var.project_id
+  role    = "roles/dataflow.developer"
+  member  = local.launcher
+}
+
+# The job runs as the worker account; whoever launches it must be allowed to act as it.
+resource "google_service_account_iam_member" "launcher_acts_as_worker" {
+  service_account_id = google_service_account.worker.name
+  role               = "roles/iam.serviceAccountUser"
+  member             = local.launcher
+}
+
+resource "google_storage_bucket_iam_member" "launcher" {
+  # The template spec and the staged files of a launch.
+  bucket = google_storage_bucket.crawl.name
+  role   = "roles/storage.objectAdmin"
+  member = local.launcher
+}
+
+resource "google_artifact_registry_repository_iam_member" "launcher" {
+  location   = google_artifact_registry_repository.crawler.location
+  repository = google_artifact_registry_repository.crawler.name
+  role       = "roles/artifactregistry.writer"
+  member     = local.launcher
+}
+
+# Crawl records: `crawler status` reads them and starting a crawl writes one.
+resource "google_bigtable_instance_iam_member" "launcher" {
+  instance = google_bigtable_instance.crawler.name
+  role     = "roles/bigtable.user"
+  member   = local.launcher
+}
+
+# Starting a crawl puts its seeds on the frontier; `crawler redrive` moves dead letters there.
+resource "google_pubsub_topic_iam_member" "launcher_frontier" {
+  topic  = google_pubsub_topic.frontier.name
+  role   = "roles/pubsub.publisher"
+  member = local.launcher
+}
+
+resource "google_pubsub_subscription_iam_member" "launcher_redrive" {
+  subscription = google_pubsub_subscription.dead_letters_redrive.name
+  role         = "roles/pubsub.subscriber"
+  member       = local.launcher
+}

