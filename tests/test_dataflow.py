@@ -127,7 +127,9 @@ _UNPICKLE = textwrap.dedent("""
     import importlib.util, json, sys
     target, payloads_file, *source_trees = sys.argv[1:]
     sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
-    sys.path[:] = [p for p in sys.path if p and not any(p.startswith(s) for s in source_trees)]
+    # A virtualenv may live inside the checkout (.venv): its site-packages stays.
+    sys.path[:] = [p for p in sys.path if p and not any(
+        (p == s or p.startswith(s + "/")) and not p.startswith(sys.prefix) for s in source_trees)]
     assert importlib.util.find_spec("pipeline") is None, "a source tree is still importable"
     sys.path.insert(0, target)
     from apache_beam.internal import pickler
