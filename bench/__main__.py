@@ -1,4 +1,5 @@
-"""`make bench`: end to end against Scrapy, then stages, then extraction quality.
+"""`make bench`: end to end against Scrapy, then stages, extraction quality, and the cost per
+page on Beam's worker code path (bench.worker_cost, with Scrapy on the same recorded pages).
 
     .venv/bin/python -m bench            # 3 runs per crawler and case (about 20 minutes)
     .venv/bin/python -m bench --quick    # small webs, 1 run each (a few minutes)
@@ -14,9 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import e2e, quality, stages
+from bench import e2e, quality, stages, worker_cost
 
-PARTS = ("e2e", "stages", "quality")
+PARTS = ("e2e", "stages", "quality", "worker-cost")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     if "quality" in parts:
         print("extraction quality ...", file=sys.stderr, flush=True)
         table, _ = quality.run_quality(results_path, quick=args.quick)
+        tables.append(table)
+    if "worker-cost" in parts:
+        print("worker cost ...", file=sys.stderr, flush=True)
+        table, _ = worker_cost.run_worker_cost(quick=args.quick, work=work / "worker-cost")
         tables.append(table)
     console = Console(width=150, record=True)
     for table in tables:

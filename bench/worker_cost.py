@@ -1,0 +1,979 @@
+"""Worker-cost benchmark: what one page costs on Beam's worker code path, stage by stage, next
+to Scrapy doing the same work on the same pages.
+
+This module owns replaying recorded responses (the Article Extraction Benchmark's real pages
+with their hosts' home pages, and the synthetic web's HTML pages, built as FetchResult records
+in memory, no network) through the crawl's per-page transforms (StorePages and the Parquet
+rows sink it feeds) on Beam's portable in-process runner (FnApiRunner: the bundle processing
+code the Dataflow SDK harness runs), in batch; measuring the same functions those DoFns call
+standalone on the same pages; the bytes that cross each shuffle; Scrapy's CPU on the same
+pages served from another process; the host scheduler's cost per queued URL and per timer
+firing; extractors and the candidate cuts (fastwarc, selectolax links, a shared resiliparse
+parse). It changes nothing in the pipeline: it measures what the next cuts would save.
+
+How the figures are taken (all CPU is user+sys, time.process_time of this process, or
+os.wait4 of the Scrapy process; the web server always runs in a process of its own):
+- pipeline CPU per page is marginal: (CPU of a run on all pages - CPU of a run on the first
+  BASELINE_PAGES pages) / the page difference, so pipeline construction and runner start-up
+  (paid once per worker, not per page) are left out; the same for Scrapy. The cost of feeding
+  the recorded results into the pipeline (beam.Create, which on Dataflow is the scheduler's
+  output) is measured the same way with a pipeline that only reads them, and subtracted.
+- overhead beyond content work = pipeline per page - (text extraction + the HTML parse and
+  walk for links + WARC and WET record writing), each of those measured standalone.
+
+    .venv/bin/python -m bench.worker_cost [--quick] [--extractor trafilatura-fast]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import io
+import json
+import logging
+import pickle
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.core.fingerprints import content_hash, simhash
+from pipeline.core.near_duplicates import DuplicatePolicy, HostContent
+from pipeline.core.parse import (
+    _absolute,
+    _build_tree,
+    _read_markup,
+    decode_html,
+    extract_main_text,
+    parse_page,
+    trafilatura_settings,
+)
+from pipeline.core.records import FetchResult, FrontierBatch, PageRow, PageState, RecordPointer
+from pipeline.io.segments import SegmentWriter, read_response, record_id
+from testweb.quality import BenchmarkPage, load_benchmark, shared_data_dir, token_f1
+
+CRAWL_ID = "worker-cost"
+AGENT = "beam-crawler"
+BASELINE_PAGES = 12
+EXTRACTORS = ("trafilatura", "trafilatura-fast")
+REPO = Path(__file__).resolve().parents[1]
+log = logging.getLogger(__name__)
+
+
+# --- the recorded pages -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Recorded HTML 200 answers as the scheduler would hand them downstream."""
+
+    results: tuple[FetchResult, ...]
+    real_pages: int  # of which articles of the benchmark
+    real_homes: int  # of which home pages of the benchmark's hosts
+    synthetic_pages: int
+    loopback_hosts: tuple[str, ...]  # host names (not *.test) a client must resolve to loopback
+
+    @property
+    def urls(self) -> list[str]:
+        return [result.url for result in self.results]
+
+
+def _result(index: int, url: str, host: str, status: int,
+            headers: tuple[tuple[str, str], ...], body: bytes) -> FetchResult:
+    return FetchResult(
+        crawl_id=CRAWL_ID, url=url, url_hash=index + 1, host=host, depth=1, attempt=0,
+        fetched_at=1.7e9 + index, elapsed=0.05, http_status=status, headers=headers, body=body,
+        ip="127.0.0.1",
+    )
+
+
+def build_corpus(real_port: int, synthetic_port: int, *, real_limit: int | None,
+                 synthetic_hosts: int, pages_per_host: int) -> Corpus:
+    """The pages, rendered by the same web models the benchmark servers serve (same ports, so
+    the bytes are identical to what Scrapy downloads)."""
+    from testweb.realweb import RealWeb
+    from testweb.web import SyntheticWeb, WebSpec
+
+    answers: list[tuple[str, str, Any]] = []
+    real = RealWeb(load_benchmark(shared_data_dir(), limit=real_limit), real_port)
+    for page in real.pages():
+        answers.append((real.served_url(page.page_id), page.host, real.render(page.host,
+                                                                              page.path)))
+    articles = len(answers)
+    for host in real.hosts():
+        answers.append((real.origin(host) + "/", host, real.render(host, "/")))
+    homes = len(answers) - articles
+    synthetic = SyntheticWeb(WebSpec(hosts=synthetic_hosts, pages_per_host=pages_per_host),
+                             synthetic_port)
+    for host in synthetic.hosts():
+        for url in synthetic.page_urls(host):
+            response = synthetic.final_response(url)
+            if response.status == 200 and synthetic.is_html(url) and not response.fault:
+                answers.append((url, host, response))
+    results = tuple(_result(i, url, host, response.status, tuple(response.headers),
+                            response.body) for i, (url, host, response) in enumerate(answers))
+    return Corpus(results, articles, homes, len(answers) - articles - homes,
+                  tuple(real.hosts()))
+
+
+# --- the stages standalone --------------------------------------------------------------------
+
+
+@dataclass
+class PageWork:
+    """What the standalone stages produced for one page (inputs of the later stages)."""
+
+    result: FetchResult
+    tree: Any = None
+    hrefs: tuple[str, ...] = ()
+    noindex: bool = False
+    text: str | None = None
+    links: tuple[str, ...] = ()
+    warc: RecordPointer | None = None
+
+
+def _cpu(run: Callable[[], None]) -> float:
+    started = time.process_time()
+    run()
+    return time.process_time() - started
+
+
+def tree_links(url: str, tree: Any) -> tuple[tuple[str, ...], bool]:
+    """parse_page's link step on a built tree: (absolute links, noindex). Kept in step with
+    pipeline.core.parse.parse_page, whose private helpers it calls, so the walk can be timed
+    apart from the parse."""
+    markup = _read_markup(tree, AGENT)
+    base = url
+    if markup.base_href is not None:
+        base = _absolute(url, markup.base_href) or url
+    if markup.nofollow:
+        return (), markup.noindex
+    resolved = (_absolute(base, href) for href in markup.hrefs)
+    return tuple(dict.fromkeys(link for link in resolved if link is not None)), markup.noindex
+
+
+def stage_costs(corpus: Corpus, directory: Path, extractor: str,
+                rounds: int = 1) -> tuple[dict[str, float], list[PageWork]]:
+    """CPU seconds per page of each stage StorePages and the rows sink run, on the same pages,
+    with the functions their DoFns call. Returns the figures and each page's work."""
+    from pipeline.io.pages_table import PagesTableWriter
+    from pipeline.transforms.store import StoredPage, dedup_text, judge_content, page_links
+
+    fast = extractor == "trafilatura-fast"
+    work = [PageWork(result) for result in corpus.results]
+    n = len(work) * rounds
+    warc = SegmentWriter(str(directory), CRAWL_ID, "warc", "stages")
+    wet = SegmentWriter(str(directory), CRAWL_ID, "wet", "stages")
+
+    def write_warc() -> None:
+        for _ in range(rounds):
+            for count, page in enumerate(work, 1):
+                r = page.result
+                page.warc = warc.write_response(r.url, r.fetched_at, r.http_status, r.headers,
+                                                r.body, ip=r.ip)
+                if count % 100 == 0:  # the store stage flushes once per bundle
+                    warc.flush()
+        warc.flush()
+
+    def parse() -> None:
+        for _ in range(rounds):
+            for page in work:
+                text, _ = decode_html(page.result.body, page.result.header("Content-Type"))
+                page.tree = _build_tree(text)
+
+    def walk_links() -> None:
+        for _ in range(rounds):
+            for page in work:
+                page.hrefs, page.noindex = tree_links(page.result.url, page.tree)
+
+    def extract() -> None:
+        for _ in range(rounds):
+            for page in work:
+                page.text = (None if page.noindex or page.tree is None
+                             else extract_main_text(page.tree, page.result.url, fast=fast))
+
+    def normalise_links() -> None:
+        for _ in range(rounds):
+            for page in work:
+                page.links = page_links(page.result.url, page.hrefs)
+                if page.links:
+                    FrontierBatch(CRAWL_ID, 2, page.links, source_url=page.result.url)
+
+    rows: list[PageRow] = []
+
+    def fingerprint_and_dedup() -> None:
+        for _ in range(rounds):
+            first: dict[int, tuple[str, RecordPointer]] = {}
+            hosts: dict[str, HostContent] = {}
+            policy = DuplicatePolicy()
+            rows.clear()
+            for page in work:
+                r = page.result
+                row = PageRow(crawl_id=CRAWL_ID, url=r.url, url_hash=r.url_hash, host=r.host,
+                              depth=r.depth, state=PageState.FETCHED, http_status=200,
+                              fetched_at=r.fetched_at, attempts=1,
+                              content_type=r.header("Content-Type"), warc=page.warc,
+                              elapsed_ms=50, body_bytes=len(r.body), links=len(page.links))
+                if not page.text:
+                    rows.append(row)
+                    continue
+                digest = content_hash(page.text)
+                row = dataclasses.replace(row, content_hash=digest, simhash=simhash(page.text))
+                stored, keep = dedup_text(StoredPage(row, None, text=page.text),
+                                          first.get(digest), _NoWet(row))
+                first.setdefault(digest, keep)
+                judged, _ = judge_content(stored.row, hosts.setdefault(r.host, HostContent()),
+                                          policy)
+                rows.append(judged)
+
+    def write_wet() -> None:
+        for _ in range(rounds):
+            for count, page in enumerate(work, 1):
+                if page.text:
+                    wet.write_text(page.result.url, page.result.fetched_at, page.text,
+                                   refers_to=record_id(page.warc) if page.warc else None)
+                if count % 100 == 0:
+                    wet.flush()
+        wet.flush()
+
+    def write_rows() -> None:
+        for number in range(rounds):
+            writer = PagesTableWriter(str(directory), CRAWL_ID, f"stages{number}")
+            for count, row in enumerate(rows, 1):
+                writer.add(row)
+                if count % 1000 == 0:
+                    writer.flush()
+            writer.close()
+
+    figures = {
+        "WARC record write": _cpu(write_warc),
+        "HTML decode + parse": _cpu(parse),
+        "link walk (markup, base, absolute)": _cpu(walk_links),
+        "text extraction": _cpu(extract),
+        "link normalise + in-page dedup": _cpu(normalise_links),
+        "content hash + simhash + dedup + near-dup": _cpu(fingerprint_and_dedup),
+        "WET record write": _cpu(write_wet),
+        "rows (Parquet table)": _cpu(write_rows),
+    }
+    warc.close()
+    wet.close()
+    for page in work:
+        page.tree = None  # trees are large; later stages need only the text and links
+    return {name: seconds / n for name, seconds in figures.items()}, work
+
+
+class _NoWet:
+    """dedup_text's WET writer when only the decision is timed (writing is its own stage)."""
+
+    def __init__(self, row: PageRow) -> None:
+        self._pointer = RecordPointer("wet", row.url_hash, 1)
+
+    def write_text(self, *args: object, **kwargs: object) -> RecordPointer:
+        return self._pointer
+
+
+CONTENT_STAGES = ("WARC record write", "HTML decode + parse", "link walk (markup, base, absolute)",
+                  "text extraction", "WET record write")
+
+
+# --- the pipeline on the FnApiRunner ----------------------------------------------------------
+
+
+def pipeline_cpu(results: Sequence[FetchResult], out: Path, extractor: str, *,
+                 store: bool) -> float:
+    """CPU seconds of one batch pipeline over `results` on the FnApiRunner: StorePages and the
+    Parquet table (store=True), or only reading the recorded results (store=False)."""
+    import apache_beam as beam
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+    from pipeline.transforms.store import StorePages
+    from pipeline.transforms.table import WritePagesTable
+
+    started = time.process_time()
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        fetched = p | "Recorded" >> beam.Create(list(results))
+        if store:
+            stored = fetched | "StorePages" >> StorePages(
+                str(out), CRAWL_ID, agent=AGENT, fast=extractor == "trafilatura-fast")
+            stored["rows"] | "WritePagesTable" >> WritePagesTable(str(out), CRAWL_ID)
+            stored["links"] | "DropLinks" >> beam.Map(lambda batch: None)
+        else:
+            fetched | "Drop" >> beam.Map(lambda result: None)
+    return time.process_time() - started
+
+
+@dataclass(frozen=True)
+class PipelineFigures:
+    per_page_s: float  # marginal CPU per page of StorePages + rows sink, feeding excluded
+    feed_per_page_s: float  # marginal CPU per page of reading the recorded results
+    rows_written: int
+
+
+def measure_pipeline(corpus: Corpus, work_dir: Path, extractor: str) -> PipelineFigures:
+    import pyarrow.parquet as pq
+
+    all_results = corpus.results
+    few = all_results[:BASELINE_PAGES]
+    spread = len(all_results) - len(few)
+    runs = {}
+    for name, results, store in (("full", all_results, True), ("base", few, True),
+                                 ("feed-full", all_results, False), ("feed-base", few, False)):
+        out = work_dir / f"pipeline-{name}"
+        runs[name] = pipeline_cpu(results, out, extractor, store=store)
+    rows = sum(pq.read_metadata(part).num_rows
+               for part in (work_dir / "pipeline-full" / CRAWL_ID / "pages").glob("*.parquet"))
+    feed = (runs["feed-full"] - runs["feed-base"]) / spread
+    total = (runs["full"] - runs["base"]) / spread - feed
+    return PipelineFigures(total, feed, rows)
+
+
+# --- bytes shuffled ---------------------------------------------------------------------------
+
+
+def shuffle_bytes(work: Sequence[PageWork]) -> dict[str, float]:
+    """Mean encoded bytes per page crossing each shuffle, with the coder Beam picks for the
+    element type there."""
+    from apache_beam.coders import registry
+
+    from pipeline.transforms.store import StoredPage
+
+    result_coder = registry.get_coder(FetchResult)
+    text_coder = registry.get_coder(tuple[int, StoredPage])
+    row_coder = registry.get_coder(tuple[str, PageRow])
+    shard_coder = registry.get_coder(tuple[int, PageRow])
+    pointer_coder = registry.get_coder(RecordPointer)
+    pointer = RecordPointer("gs://bucket/crawl/warc/w0123456789ab-00000.warc.gz", 1 << 30, 40_000)
+    reshuffle = before_shuffle = texts = rows = 0
+    for page in work:
+        r = page.result
+        reshuffle += len(result_coder.encode(r))
+        before_shuffle += len(result_coder.encode(dataclasses.replace(r, body=b""))) + \
+            len(pointer_coder.encode(pointer))
+        row = PageRow(crawl_id=CRAWL_ID, url=r.url, url_hash=r.url_hash, host=r.host,
+                      depth=r.depth, state=PageState.FETCHED, http_status=200,
+                      fetched_at=r.fetched_at, attempts=1, content_type=r.header("Content-Type"),
+                      warc=pointer, wet=pointer, links=len(page.links), body_bytes=len(r.body),
+                      content_hash=1 << 62, simhash=1 << 62, elapsed_ms=50)
+        if page.text:
+            texts += len(text_coder.encode((1 << 62, StoredPage(row, None, text=page.text))))
+            rows += len(row_coder.encode((r.host, row)))
+        rows += len(shard_coder.encode((r.url_hash % 2, row)))
+    n = len(work)
+    return {
+        "Reshuffle (FetchResult with body)": reshuffle / n,
+        "Reshuffle if the WARC record were written before it (no body, + pointer)":
+            before_shuffle / n,
+        "content dedup (hash, StoredPage with text)": texts / n,
+        "rows: near-dup by host + table batches": rows / n,
+        "body bytes (for scale)": statistics.mean(len(p.result.body) for p in work),
+    }
+
+
+# --- Scrapy on the same pages -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScrapyFigures:
+    per_page_s: float  # marginal CPU per page of the Scrapy process
+    items: int  # pages the full run yielded an item for
+    expected: int
+
+
+def run_scrapy(urls: Sequence[str], hosts: Sequence[str], work_dir: Path, name: str,
+               extractor: str) -> tuple[float, int]:
+    """CPU seconds of a Scrapy process fetching `urls` (and extracting), and its item count."""
+    from bench.e2e import bench_env, run_measured
+
+    run_dir = work_dir / f"scrapy-{name}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    urls_file = run_dir / "urls.txt"
+    urls_file.write_text("\n".join(urls) + "\n")
+    hosts_file = run_dir / "hosts.txt"
+    hosts_file.write_text("\n".join(hosts) + "\n")
+    items = run_dir / "items.jsonl"
+    settings = {
+        "ROBOTSTXT_OBEY": "False", "CONCURRENT_REQUESTS": "32",
+        "CONCURRENT_REQUESTS_PER_DOMAIN": "8", "DOWNLOAD_DELAY": "0",
+        "AUTOTHROTTLE_ENABLED": "False", "COOKIES_ENABLED": "False",
+        "TELNETCONSOLE_ENABLED": "False", "RETRY_ENABLED": "False",
+        "TWISTED_DNS_RESOLVER": "bench.scrapy_crawl.LoopbackResolver",
+        "LOOPBACK_HOSTS_FILE": str(hosts_file), "LOOPBACK_SUFFIXES": ".test",
+        "FEED_EXPORT_ENCODING": "utf-8", "LOG_LEVEL": "INFO",
+        "LOG_FILE": str(run_dir / "scrapy.log"),
+    }
+    command = [sys.executable, "-m", "scrapy", "runspider", str(REPO / "bench" /
+                                                                 "scrapy_pages.py"),
+               "-a", f"urls_file={urls_file}", "-a", f"extractor={extractor}", "-O", str(items)]
+    for key, value in settings.items():
+        command += ["-s", f"{key}={value}"]
+    usage = run_measured(command, env=bench_env(), log_path=run_dir / "stdout.log")
+    if usage.returncode != 0:
+        raise RuntimeError(f"Scrapy exited with {usage.returncode}; see {run_dir}/scrapy.log")
+    count = sum(1 for line in items.read_text().splitlines() if line.strip())
+    return usage.cpu_s, count
+
+
+def measure_scrapy(corpus: Corpus, work_dir: Path, extractor: str) -> ScrapyFigures:
+    urls = corpus.urls
+    full_cpu, items = run_scrapy(urls, corpus.loopback_hosts, work_dir, "full", extractor)
+    base_cpu, _ = run_scrapy(urls[:BASELINE_PAGES], corpus.loopback_hosts, work_dir, "base",
+                             extractor)
+    return ScrapyFigures((full_cpu - base_cpu) / (len(urls) - BASELINE_PAGES), items, len(urls))
+
+
+# --- the host scheduler -----------------------------------------------------------------------
+
+
+class PickledState:
+    """A ReadModifyWriteState that encodes on write and decodes on read, as the runner's
+    PickleCoder state does when every event is its own bundle (the worst case)."""
+
+    def __init__(self) -> None:
+        self.data: bytes | None = None
+
+    def read(self) -> Any:
+        return None if self.data is None else pickle.loads(self.data)
+
+    def write(self, value: Any) -> None:
+        self.data = pickle.dumps(value)
+
+    def clear(self) -> None:
+        self.data = None
+
+
+@dataclass
+class _Timer:
+    at: float = 0.0
+
+    def set(self, ts: Any) -> None:
+        self.at = float(ts)
+
+
+@dataclass
+class _Pool:
+    clock: list[float] = field(default_factory=lambda: [0.0])
+    submitted: list[tuple[str, float, Future]] = field(default_factory=list)
+
+    def submit(self, fn: Any, url: str) -> Future:
+        future: Future = Future()
+        self.submitted.append((url, self.clock[0], future))
+        return future
+
+
+@dataclass(frozen=True)
+class SchedulerFigures:
+    per_queued_url_s: float
+    per_collect_firing_s: float  # a firing that collects a finished fetch, emits its result
+    per_start_firing_s: float  # a firing that starts the next fetch under a new lease
+    per_idle_firing_s: float  # a repeated firing that only re-arms the timer
+    state_bytes: int  # the host's pickled state at the end
+
+
+def measure_scheduler(*, firings: int, queue: int) -> SchedulerFigures:
+    """HostSchedulerFn's process and on_wake on one host with a realistic state: a large
+    site's robots.txt, a queue of `queue` URLs, a Bloom seen-set, pages being fetched."""
+    from bench.stages import NEWS_SITE_ROBOTS
+    from pipeline.core.budget import LocalPageBudget
+    from pipeline.core.politeness import HostPolicy
+    from pipeline.core.records import HostBatch
+    from pipeline.core.urls import url_hash
+    from pipeline.io.fetch import FetchConfig, FetchResponse
+    from pipeline.transforms.resources import worker_resources
+    from pipeline.transforms.schedule import HostSchedulerFn, ScheduleConfig
+
+    host = "news.example"
+    pool = _Pool()
+    policy = HostPolicy(user_agent=AGENT)  # the defaults: 1 s delay, Bloom for 20,000 URLs
+    config = ScheduleConfig(crawl_id=CRAWL_ID, policy=policy, fetch=FetchConfig(user_agent=AGENT))
+    fn = HostSchedulerFn(config, LocalPageBudget(f"{CRAWL_ID}-{uuid.uuid4().hex}", None),
+                         clock=lambda: pool.clock[0], submit=pool.submit)
+    fn.setup()
+    state, timer = PickledState(), _Timer()
+    batches = [
+        HostBatch(depth=1, kind="links", entries=tuple(
+            (url, url_hash(url), None) for url in
+            (f"http://{host}/section-{b % 7}/story-{b}-{i}.html" for i in range(20))))
+        for b in range((queue + firings + 19) // 20 + 1)
+    ]
+    body = b"<html><body>" + b"<p>story text</p>" * 3000 + b"</body></html>"
+
+    def finish(index: int, status: int = 200, payload: bytes = body) -> None:
+        url, started, future = pool.submitted[index]
+        future.set_result(FetchResponse(
+            url=url, started_at=started, elapsed=0.25, status=status,
+            headers=(("Content-Type", "text/html"),), body=payload, truncated=False,
+            ip="127.0.0.1", error=None, error_detail=None))
+
+    def fire(at: float) -> list[Any]:
+        pool.clock[0] = at
+        return list(fn.on_wake(key=host, host_state=state, wake=timer))
+
+    try:
+        fn.start_bundle()
+        queued = 0
+        offer_cpu = 0.0
+        for batch in batches:
+            started = time.process_time()
+            list(fn.process((host, batch), host_state=state, wake=timer))
+            offer_cpu += time.process_time() - started
+            queued += len(batch.entries)
+        fire(0.0)  # robots.txt first
+        finish(0, 200, NEWS_SITE_ROBOTS.encode())
+        now = 0.25
+        fire(now)  # collects robots.txt
+        now = timer.at
+        fire(now)  # the first page starts
+        collect_cpu = start_cpu = idle_cpu = 0.0
+        fetched = 0
+        for _ in range(firings):
+            started_before = len(pool.submitted)
+            finish(started_before - 1)
+            now += 0.25  # the fetch took 0.25 s (binary-exact times: no rounding in the timer)
+            started = time.process_time()
+            out = fire(now)
+            collect_cpu += time.process_time() - started
+            fetched += sum(isinstance(o, FetchResult) for o in out)
+            now = max(now, timer.at)  # the host is due again: the next page starts
+            started = time.process_time()
+            fire(now)
+            start_cpu += time.process_time() - started
+            started = time.process_time()
+            fire(now)  # the runner fired the same timer twice: nothing may start
+            idle_cpu += time.process_time() - started
+            if len(pool.submitted) != started_before + 1:
+                raise RuntimeError("scheduler bench: expected exactly one new request per page, "
+                                   f"got {len(pool.submitted) - started_before}")
+        if fetched != firings:
+            raise RuntimeError(f"scheduler bench: {fetched} pages emitted for {firings} pages")
+        return SchedulerFigures(offer_cpu / queued, collect_cpu / firings, start_cpu / firings,
+                                idle_cpu / firings, len(state.data or b""))
+    finally:
+        worker_resources().close()
+
+
+# --- extractors and the parse they could share ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExtractorRow:
+    name: str
+    f1: float
+    cpu_ms: float  # per page, including the extractor's own parse of the decoded page
+    how: str
+
+
+def _resiliparse_text(text: str, *, lean: bool) -> str:
+    from resiliparse.extract.html2text import extract_plain_text
+    from resiliparse.parse.html import HTMLTree
+
+    tree = HTMLTree.parse(text)
+    if lean:
+        return extract_plain_text(tree, main_content=True, alt_texts=False, links=False,
+                                  list_bullets=False, form_fields=False)
+    return extract_plain_text(tree, main_content=True)
+
+
+def measure_extractors(pages: Sequence[BenchmarkPage]) -> list[ExtractorRow]:
+    """Token F1 and CPU per page of each candidate on the real pages (noindex ones skipped, as
+    the crawler keeps no text for them); each extractor parses the decoded page itself."""
+    import trafilatura
+
+    decoded = [(page, decode_html(page.body, "text/html")[0]) for page in pages]
+    scored = [(page, text) for page, text in decoded
+              if not parse_page(page.url, page.body, "text/html", extract_text=False).noindex]
+    candidates: list[tuple[str, Callable[[str, str], str | None], str]] = [
+        ("trafilatura", lambda t, u: trafilatura.extract(t, url=u, **trafilatura_settings(False)),
+         "extract(str, include_comments=False, favor_precision=True)"),
+        ("trafilatura-fast", lambda t, u: trafilatura.extract(t, url=u,
+                                                               **trafilatura_settings(True)),
+         "extract(str, include_comments=False, fast=True)"),
+        ("resiliparse", lambda t, u: _resiliparse_text(t, lean=False),
+         "extract_plain_text(main_content=True)"),
+        ("resiliparse-lean", lambda t, u: _resiliparse_text(t, lean=True),
+         "main_content, no alt texts, links, bullets, form fields"),
+    ]
+    rows = []
+    for name, extract, how in candidates:
+        texts: list[str | None] = []
+        started = time.process_time()
+        for page, text in scored:
+            texts.append(extract(text, page.url))
+        cpu = (time.process_time() - started) / len(scored)
+        f1 = statistics.mean(token_f1(text or "", page.truth)[2]
+                             for (page, _), text in zip(scored, texts, strict=True))
+        rows.append(ExtractorRow(name, f1, cpu * 1000, how))
+    return rows
+
+
+# --- link extraction on another parser --------------------------------------------------------
+
+
+def selectolax_links(url: str, body: bytes, content_type: str | None,
+                     agent: str = AGENT) -> tuple[str, ...]:
+    """parse_page's links (a/area href, rel=canonical, nofollow left out, meta robots, base
+    href) from a lexbor tree: the candidate cut, compared link for link with lxml's."""
+    from selectolax.lexbor import LexborHTMLParser
+
+    text, _ = decode_html(body, content_type)
+    tree = LexborHTMLParser(text)
+    robots_names = {"robots", agent.lower()}
+    hrefs: list[str] = []
+    base: str | None = None
+    directives: set[str] = set()
+    for node in tree.css("a, area, link, meta, base"):
+        tag = node.tag
+        attrs = node.attributes
+        if tag in ("a", "area"):
+            href = attrs.get("href")
+            if href is not None and "nofollow" not in _rel(attrs.get("rel")):
+                hrefs.append(href)
+        elif tag == "link":
+            href = attrs.get("href")
+            rel = _rel(attrs.get("rel"))
+            if href is not None and "canonical" in rel and "nofollow" not in rel:
+                hrefs.append(href)
+        elif tag == "meta":
+            if (attrs.get("name") or "").strip().lower() in robots_names:
+                directives |= _rel(attrs.get("content"))
+        elif tag == "base" and base is None and attrs.get("href") is not None:
+            base = attrs.get("href")
+    if "nofollow" in directives or "none" in directives:
+        return ()
+    resolved_base = (_absolute(url, base) or url) if base is not None else url
+    links = (_absolute(resolved_base, href) for href in hrefs)
+    return tuple(dict.fromkeys(link for link in links if link is not None))
+
+
+def _rel(value: str | None) -> set[str]:
+    import re
+
+    return {token for token in re.split(r"[\s,]+", (value or "").lower()) if token}
+
+
+@dataclass(frozen=True)
+class LinkComparison:
+    pages: int
+    identical: int  # pages whose link tuples are equal, order included
+    same_set: int  # pages whose link sets are equal
+    lxml_ms: float  # decode + lxml parse + walk
+    selectolax_ms: float  # decode + lexbor parse + walk
+    differences: tuple[str, ...]  # a few pages that differ, and how
+
+
+def compare_links(results: Sequence[FetchResult]) -> LinkComparison:
+    lxml_links: list[tuple[str, ...]] = []
+    lexbor_links: list[tuple[str, ...]] = []
+    started = time.process_time()
+    for r in results:
+        lxml_links.append(parse_page(r.url, r.body, r.header("Content-Type"),
+                                     extract_text=False, agent=AGENT).links)
+    lxml_s = time.process_time() - started
+    started = time.process_time()
+    for r in results:
+        lexbor_links.append(selectolax_links(r.url, r.body, r.header("Content-Type")))
+    lexbor_s = time.process_time() - started
+    differences = []
+    for r, a, b in zip(results, lxml_links, lexbor_links, strict=True):
+        if set(a) != set(b):
+            differences.append(f"{r.url}: lxml only {len(set(a) - set(b))}, "
+                               f"lexbor only {len(set(b) - set(a))}")
+    n = len(results)
+    return LinkComparison(
+        n, sum(a == b for a, b in zip(lxml_links, lexbor_links, strict=True)),
+        sum(set(a) == set(b) for a, b in zip(lxml_links, lexbor_links, strict=True)),
+        lxml_s / n * 1000, lexbor_s / n * 1000, tuple(differences[:5]))
+
+
+def shared_resiliparse_parse_ms(results: Sequence[FetchResult]) -> tuple[float, float]:
+    """(decode + one resiliparse parse + links from its DOM + lean text, the same with a
+    second parse for the links) in ms per page: what sharing the tree would save."""
+    from resiliparse.extract.html2text import extract_plain_text
+    from resiliparse.parse.html import HTMLTree
+
+    def links_of(tree: Any) -> int:
+        found = 0
+        for node in tree.document.query_selector_all("a[href], area[href], link[href]"):
+            found += bool(node.getattr("href"))
+        return found
+
+    def once(r: FetchResult) -> None:
+        tree = HTMLTree.parse(decode_html(r.body, r.header("Content-Type"))[0])
+        links_of(tree)
+        extract_plain_text(tree, main_content=True, alt_texts=False, links=False,
+                           list_bullets=False, form_fields=False)
+
+    def twice(r: FetchResult) -> None:
+        text = decode_html(r.body, r.header("Content-Type"))[0]
+        links_of(HTMLTree.parse(text))
+        extract_plain_text(HTMLTree.parse(text), main_content=True, alt_texts=False,
+                           links=False, list_bullets=False, form_fields=False)
+
+    figures = []
+    for run in (once, twice):
+        started = time.process_time()
+        for r in results:
+            run(r)
+        figures.append((time.process_time() - started) / len(results) * 1000)
+    return figures[0], figures[1]
+
+
+# --- WARC writing and reading: warcio against fastwarc ----------------------------------------
+
+
+def fastwarc_response_member(url: str, fetched_at: float, status: int,
+                             headers: Sequence[tuple[str, str]], body: bytes) -> bytes:
+    """One gzip member holding a WARC/1.1 response record written by fastwarc (the candidate
+    cut; same HTTP block as SegmentWriter, gzip level 6)."""
+    from datetime import UTC, datetime
+    from http import HTTPStatus
+
+    from fastwarc.warc import WarcRecord, WarcRecordType
+
+    from pipeline.io.segments import _stored_headers
+
+    try:
+        reason = HTTPStatus(status).phrase
+    except ValueError:
+        reason = ""
+    head = [f"HTTP/1.1 {status} {reason}".strip()]
+    head += [f"{name}: {value}" for name, value in _stored_headers(headers, len(body))]
+    block = ("\r\n".join(head) + "\r\n\r\n").encode("utf-8") + body
+    record = WarcRecord()
+    record.init_headers(WarcRecordType.response, f"uuid:{uuid.uuid4()}".encode())
+    record.headers["WARC-Date"] = datetime.fromtimestamp(fetched_at, tz=UTC).strftime(
+        "%Y-%m-%dT%H:%M:%S.%fZ")
+    record.headers["WARC-Target-URI"] = url
+    record.set_bytes_content(block)
+    raw = io.BytesIO()
+    record.write(raw, checksum_data=True)
+    compressor = zlib.compressobj(6, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+    return compressor.compress(raw.getvalue()) + compressor.flush()
+
+
+@dataclass(frozen=True)
+class WarcFigures:
+    warcio_write_ms: float  # SegmentWriter.write_response (warcio records, gzip 6)
+    fastwarc_write_ms: float
+    warcio_read_ms: float  # read_response on a pointer (warcio ArchiveIterator)
+    fastwarc_read_ms: float
+    readable_by_warcio: bool  # fastwarc's members parse with warcio, bodies intact
+
+
+def measure_warc(work: Sequence[PageWork], directory: Path) -> WarcFigures:
+    from fastwarc.warc import ArchiveIterator as FastIterator
+    from warcio.archiveiterator import ArchiveIterator
+
+    from pipeline.io.segments import _member
+
+    results = [page.result for page in work]
+    writer = SegmentWriter(str(directory), CRAWL_ID, "warc", "warcio")
+    started = time.process_time()
+    pointers = [writer.write_response(r.url, r.fetched_at, r.http_status, r.headers, r.body)
+                for r in results]
+    writer.close()
+    warcio_write = time.process_time() - started
+    started = time.process_time()
+    members = [fastwarc_response_member(r.url, r.fetched_at, r.http_status, r.headers, r.body)
+               for r in results]
+    fastwarc_write = time.process_time() - started
+    started = time.process_time()
+    for pointer in pointers:
+        read_response(pointer)
+    warcio_read = time.process_time() - started
+    raw = [_member(pointer) for pointer in pointers]
+    started = time.process_time()
+    for data in raw:
+        for record in FastIterator(io.BytesIO(data), parse_http=True):
+            record.reader.read()
+    fastwarc_read = time.process_time() - started
+    readable = True
+    for r, member in zip(results, members, strict=True):
+        records = list(_warcio_bodies(ArchiveIterator(io.BytesIO(member))))
+        readable &= records == [(r.url, r.body)]
+    n = len(results)
+    return WarcFigures(warcio_write / n * 1000, fastwarc_write / n * 1000,
+                       warcio_read / n * 1000, fastwarc_read / n * 1000, readable)
+
+
+def _warcio_bodies(records: Any) -> Iterator[tuple[str, bytes]]:
+    for record in records:
+        yield record.rec_headers.get_header("WARC-Target-URI"), record.content_stream().read()
+
+
+# --- the run and its table --------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    extractor: str
+    corpus: Corpus
+    stages: dict[str, float]
+    pipeline: PipelineFigures
+    shuffle: dict[str, float]
+    scrapy: ScrapyFigures | None
+    scheduler: SchedulerFigures
+    extractors: list[ExtractorRow]
+    links: LinkComparison
+    shared_parse: tuple[float, float]
+    warc: WarcFigures
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["corpus"] = {"pages": len(self.corpus.results), "real": self.corpus.real_pages,
+                          "homes": self.corpus.real_homes,
+                          "synthetic": self.corpus.synthetic_pages}
+        return data
+
+
+def run_worker_cost(*, quick: bool, extractor: str = "trafilatura",
+                    work: Path | None = None, scrapy: bool = True) -> tuple[Any, Report]:
+    from bench.e2e import Case, WebProcess
+
+    logging.getLogger("trafilatura").setLevel(logging.CRITICAL)
+    logging.getLogger("apache_beam").setLevel(logging.ERROR)
+    began = time.monotonic()
+    work = work or Path(tempfile.mkdtemp(prefix="crawler-worker-cost-"))
+    work.mkdir(parents=True, exist_ok=True)
+    real_limit = 60 if quick else None
+    hosts, per_host = (4, 20) if quick else (12, 20)
+    real_web = WebProcess(Case("worker-cost", "real", 0.0, 0, real_pages=real_limit),
+                          work / "real-requests.tsv")
+    try:
+        synthetic_web = WebProcess(Case("worker-cost", "synthetic", 0.0, 0, hosts=hosts,
+                                        pages_per_host=per_host), work / "synthetic-requests.tsv")
+        try:
+            corpus = build_corpus(int(real_web.description["port"]),
+                                  int(synthetic_web.description["port"]),
+                                  real_limit=real_limit, synthetic_hosts=hosts,
+                                  pages_per_host=per_host)
+            print(f"worker cost: {len(corpus.results)} pages", file=sys.stderr, flush=True)
+            scrapy_figures = measure_scrapy(corpus, work, extractor) if scrapy else None
+        finally:
+            synthetic_web.stop()
+    finally:
+        real_web.stop()
+    stages, page_work = stage_costs(corpus, work / "stages", extractor)
+    pipeline = measure_pipeline(corpus, work, extractor)
+    shuffle = shuffle_bytes(page_work)
+    scheduler = measure_scheduler(firings=100 if quick else 400, queue=1000)
+    pages = load_benchmark(shared_data_dir(), limit=real_limit)
+    extractors = measure_extractors(pages)
+    links = compare_links(corpus.results)
+    shared = shared_resiliparse_parse_ms(corpus.results[:corpus.real_pages])
+    warc = measure_warc(page_work, work / "warc")
+    report = Report(extractor, corpus, stages, pipeline, shuffle, scrapy_figures, scheduler,
+                    extractors, links, shared, warc, time.monotonic() - began)
+    (work / "worker-cost.json").write_text(json.dumps(report.to_json(), indent=1,
+                                                      default=str))
+    return worker_cost_table(report), report
+
+
+def content_work_s(stages: dict[str, float]) -> float:
+    return sum(stages[name] for name in CONTENT_STAGES)
+
+
+def worker_cost_table(report: Report) -> Any:
+    from rich.table import Table
+
+    c = report.corpus
+    title = (f"Worker cost per page on Beam's FnApiRunner, extractor {report.extractor}: "
+             f"{len(c.results)} recorded pages ({c.real_pages} real articles, {c.real_homes} "
+             f"of their home pages, {c.synthetic_pages} synthetic)")
+    table = Table(title=title)
+    table.add_column("what")
+    table.add_column("per page", justify="right")
+    table.add_column("how measured")
+    ms = 1000.0
+    total = report.pipeline.per_page_s
+    table.add_row("crawler: StorePages + rows sink on FnApiRunner", f"{total * ms:,.2f} ms",
+                  f"marginal CPU (all pages - first {BASELINE_PAGES}), feeding the "
+                  f"recorded results ({report.pipeline.feed_per_page_s * ms:,.2f} ms) "
+                  "subtracted")
+    for name, seconds in report.stages.items():
+        table.add_row(f"  {name}", f"{seconds * ms:,.2f} ms",
+                      "standalone, same pages" + (" (content work)" if name in CONTENT_STAGES
+                                                   else ""))
+    content = content_work_s(report.stages)
+    stage_sum = sum(report.stages.values())
+    table.add_row("  content work (extract, parse + link walk, WARC, WET)",
+                  f"{content * ms:,.2f} ms", "sum of the content stages")
+    table.add_row("  overhead beyond content work", f"{(total - content) * ms:,.2f} ms",
+                  f"{(total - content) / total:.0%} of the crawler's total (goal: <= 15 %)")
+    table.add_row("  Beam and glue (total - every stage above)",
+                  f"{(total - stage_sum) * ms:,.2f} ms", "bundles, coders, shuffles, state")
+    if report.scrapy is not None:
+        s = report.scrapy
+        table.add_row("Scrapy: same pages, same extractor, links", f"{s.per_page_s * ms:,.2f} ms",
+                      f"whole Scrapy process incl. loopback download, marginal; {s.items}/"
+                      f"{s.expected} items; crawler/Scrapy = {total / s.per_page_s:.2f} "
+                      "(goal: <= 0.8)")
+    table.add_section()
+    for name, size in report.shuffle.items():
+        table.add_row(f"bytes: {name}", f"{size / 1024:,.1f} KB", "encoded with Beam's coder")
+    table.add_section()
+    sch = report.scheduler
+    table.add_row("scheduler: per queued URL (offer)", f"{sch.per_queued_url_s * 1e6:,.0f} us",
+                  "HostSchedulerFn.process, 20-URL batches, state pickled per event")
+    table.add_row("scheduler: per timer firing collecting a fetch",
+                  f"{sch.per_collect_firing_s * 1e6:,.0f} us",
+                  f"on_wake, queue ~1000, news-site robots.txt, state {sch.state_bytes:,} B")
+    table.add_row("scheduler: per timer firing starting a fetch",
+                  f"{sch.per_start_firing_s * 1e6:,.0f} us", "on_wake, same host")
+    table.add_row("scheduler: per repeated firing (re-arm only)",
+                  f"{sch.per_idle_firing_s * 1e6:,.0f} us", "on_wake before the host is due")
+    table.add_section()
+    for row in report.extractors:
+        table.add_row(f"extractor {row.name}: F1 {row.f1:.3f}", f"{row.cpu_ms:,.2f} ms",
+                      f"{row.how}; own parse; real articles")
+    once, twice = report.shared_parse
+    table.add_row("resiliparse: one parse for links + text", f"{once:,.2f} ms",
+                  f"against {twice:,.2f} ms with two parses (real articles)")
+    table.add_section()
+    lk = report.links
+    table.add_row("links: lxml (decode, parse, walk)", f"{lk.lxml_ms:,.2f} ms",
+                  "parse_page(extract_text=False)")
+    table.add_row("links: selectolax/lexbor (decode, parse, walk)", f"{lk.selectolax_ms:,.2f} ms",
+                  f"same links on {lk.identical}/{lk.pages} pages in order, "
+                  f"{lk.same_set}/{lk.pages} as sets")
+    w = report.warc
+    table.add_row("WARC write: warcio (SegmentWriter)", f"{w.warcio_write_ms:,.2f} ms",
+                  "record + gzip 6")
+    table.add_row("WARC write: fastwarc", f"{w.fastwarc_write_ms:,.2f} ms",
+                  f"record + gzip 6; readable by warcio: {w.readable_by_warcio}")
+    table.add_row("WARC read: warcio (read_response)", f"{w.warcio_read_ms:,.2f} ms",
+                  "from a pointer, local file")
+    table.add_row("WARC read: fastwarc", f"{w.fastwarc_read_ms:,.2f} ms",
+                  "same members, parse_http=True")
+    table.caption = f"{report.seconds:,.0f} s in all"
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rich.console import Console
+
+    parser = argparse.ArgumentParser(prog="python -m bench.worker_cost", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true",
+                        help="60 real pages and a 4-host synthetic web (a few minutes)")
+    parser.add_argument("--extractor", choices=EXTRACTORS, default="trafilatura",
+                        help="the extractor both the crawler and Scrapy use")
+    parser.add_argument("--no-scrapy", action="store_true", help="skip the Scrapy runs")
+    parser.add_argument("--work", type=Path, default=None,
+                        help="directory for outputs and worker-cost.json (default: a temp dir)")
+    args = parser.parse_args(argv)
+    table, _ = run_worker_cost(quick=args.quick, extractor=args.extractor, work=args.work,
+                               scrapy=not args.no_scrapy)
+    Console(width=160).print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
