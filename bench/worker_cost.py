@@ -981,9 +981,6 @@ def worker_cost_table(report: Report) -> Any:
         table.add_row(f"  {name}", f"{seconds * ms:,.2f} ms",
                       "standalone, same pages" + (" (content work)" if name in CONTENT_STAGES
                                                    else ""))
-    table.add_row("  of which the state cache sizing values (objsize)",
-                  f"{(total - report.pipeline.free_sizing_per_page_s) * ms:,.2f} ms",
-                  "the same runs with the SDK harness's get_deep_size made a constant")
     content = content_work_s(report.stages)
     stage_sum = sum(report.stages.values())
     table.add_row("  content work (extract, parse + link walk, WARC, WET)",
@@ -992,6 +989,9 @@ def worker_cost_table(report: Report) -> Any:
                   f"{(total - content) / total:.0%} of the crawler's total (goal: <= 15 %)")
     table.add_row("  Beam and glue (total - every stage above)",
                   f"{(total - stage_sum) * ms:,.2f} ms", "bundles, coders, shuffles, state")
+    table.add_row("    of which the state cache sizing values (objsize)",
+                  f"{(total - report.pipeline.free_sizing_per_page_s) * ms:,.2f} ms",
+                  "the same runs with the SDK harness's get_deep_size made a constant")
     if report.scrapy is not None:
         s = report.scrapy
         table.add_row("Scrapy: same pages, same extractor, links", f"{s.per_page_s * ms:,.2f} ms",
@@ -1032,6 +1032,8 @@ def worker_cost_table(report: Report) -> Any:
     table.add_row("links: selectolax/lexbor (decode, parse, walk)", f"{lk.selectolax_ms:,.2f} ms",
                   f"same links on {lk.identical}/{lk.pages} pages in order, "
                   f"{lk.same_set}/{lk.pages} as sets")
+    for difference in lk.differences:
+        table.add_row("  differs", "", difference)
     w = report.warc
     table.add_row("WARC write: warcio (SegmentWriter)", f"{w.warcio_write_ms:,.2f} ms",
                   "record + gzip 6")
