@@ -7,7 +7,7 @@ import pickle
 from collections import deque
 from dataclasses import dataclass, field
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pipeline.core.politeness import (
@@ -458,6 +458,7 @@ class _Sim:
     next_path: int = 0
     delays: list[float] = field(default_factory=list)  # the host's delay as each request started
     errands: int = 0
+    retry_due: str | None = None  # a URL that failed transiently and must be asked next
 
 
 # Answers to a robots.txt request (own or asked for by another host): the rules, or a status;
@@ -504,6 +505,11 @@ def test_politeness_holds_under_any_interleaving(ops, robots_body):
             sim.starts.append(sim.now)
             sim.delays.append(sim.state.delay(policy))
             sim.in_flight.append((decision.fetch.lease.lease_id, sim.now))
+            lease = decision.fetch.lease
+            if lease.kind is LeaseKind.PAGE and sim.retry_due is not None:
+                # A URL that failed is asked again before any fresh URL of the host.
+                assert lease.url == sim.retry_due, (lease.url, sim.retry_due, ops)
+                sim.retry_due = None
 
     def robots_report(status: int | None) -> FetchReport:
         if status == 301:
@@ -541,6 +547,10 @@ def test_politeness_holds_under_any_interleaving(ops, robots_body):
             else:
                 report = FetchReport(status=arg, error="timeout" if arg is None else None,
                                      retry_after="2" if arg == 429 else None)
+            if lease is not None and lease.lease_id == lease_id and lease.entry is not None \
+                    and (arg is None or arg in (429, 503)) \
+                    and lease.entry.attempt + 1 < policy.max_attempts:
+                sim.retry_due = lease.url
             sim.state.complete(lease_id, report, sim.now, policy)
             sim.ends.append(sim.now)
         elif op == "lose" and sim.in_flight:
@@ -582,6 +592,87 @@ def test_politeness_holds_under_any_interleaving(ops, robots_body):
     for start, required in zip(sim.starts, sim.delays, strict=True):
         for end in sim.ends:
             assert not (end <= start < end + required - 1e-9), (start, end, ops)
+
+
+first_failure_events = st.lists(
+    st.one_of(
+        st.tuples(st.just("offer"), st.integers(1, 6)),
+        st.tuples(st.just("fire"), st.floats(0.0, 5.0)),
+        st.tuples(st.just("finish"), st.just(0)),
+        st.tuples(st.just("lose"), st.just(0)),
+    ),
+    min_size=1,
+    max_size=120,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(first_failure_events,
+       st.sampled_from([(503, "1"), (503, None), (429, "2"), (None, None)]))
+@example([("offer", 2), ("fire", 0.0), ("finish", 0), ("fire", 1.0), ("finish", 0),
+          ("fire", 5.0), ("finish", 0)], (503, "1"))
+def test_a_host_failing_each_paths_first_request_is_never_parked(ops, failure):
+    """A server that fails the first request of every path (503 with Retry-After, the case
+    that kept a crawl parked for an hour) is not a dead host: whatever the interleaving of
+    offers, timer firings and lost fetches, its failure streak never passes 1, its circuit
+    never opens, and every URL is asked again before a fresh one."""
+    status, retry_after = failure
+    policy = HostPolicy(user_agent="testbot", min_delay=1.0, fetch_timeout=3.0,
+                        lease_grace=1.0, max_attempts=3, retry_base=0.5, retry_cap=5.0,
+                        circuit_failures=2, circuit_seconds=3600.0)
+    state = HostState(host=HOST)
+    now, next_path = 0.0, 0
+    answered: set[str] = set()  # paths the server has seen once (their next answer is 200)
+    in_flight: list = []
+    lost: list = []
+    for op, arg in ops:
+        if op == "offer":
+            state.offer(urls(*(f"p{next_path + i}" for i in range(arg))), 0, policy)
+            next_path += arg
+        elif op == "fire":
+            now += arg
+            if state.lease is not None and state.lease in lost:
+                state.expire_lease(now, policy)
+            decision = state.next_action(now, policy)
+            if decision.fetch is not None:
+                in_flight.append(decision.fetch.lease)
+        elif op == "finish" and in_flight:
+            lease = in_flight.pop()
+            now += 0.01
+            if lease.kind is LeaseKind.ROBOTS:
+                report = robots()
+            elif lease.url in answered:
+                report = FetchReport(status=200)
+            else:
+                answered.add(lease.url)
+                report = FetchReport(status=status, retry_after=retry_after,
+                                     error="connect_reset" if status is None else None)
+            state.complete(lease.lease_id, report, now, policy)
+            assert state.consecutive_failures <= 1, ops
+            assert state.parked_until is None, ops
+            if state.consecutive_failures:
+                # The URL that just failed is next in line.
+                assert state.queue and state.queue[0].url == lease.url
+        elif op == "lose" and in_flight:
+            lost.append(in_flight.pop())
+    assert state.parked_until is None
+
+
+def test_a_url_that_failed_is_asked_again_before_fresh_urls():
+    """After a 503 with Retry-After the host waits as told, then asks for the same URL, not
+    the next one in line (which would fail in turn on a server that fails first requests)."""
+    policy = HostPolicy(user_agent="testbot", min_delay=1.0, circuit_failures=2)
+    state = ready_host()
+    state.offer(urls("b", "c"), 0, policy)
+    first = state.next_action(1.0, policy).fetch.lease
+    assert first.url.endswith("/a")
+    state.complete(first.lease_id, FetchReport(status=503, retry_after="5"), 1.1, policy)
+    assert state.next_action(5.0, policy).fetch is None  # Retry-After holds the host back
+    again = state.next_action(6.2, policy).fetch.lease
+    assert again.url.endswith("/a") and again.entry.attempt == 1
+    state.complete(again.lease_id, FetchReport(status=200), 6.3, policy)
+    assert state.consecutive_failures == 0 and state.parked_until is None
+    assert [e.url.rsplit("/", 1)[1] for e in state.queue] == ["b", "c"]
 
 
 def test_a_dead_host_is_parked_and_then_probed_once_per_period():

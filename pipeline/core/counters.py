@@ -45,6 +45,10 @@ class Counter(StrEnum):
     URLS_BLOCKED_ADDRESS = "urls_blocked_address"  # ended filtered: address not public
     ROBOTS_MESSAGES_EMITTED = "robots_messages_emitted"  # requests and answers between hosts
     HOSTS_PARKED = "hosts_parked"  # circuit opened, or a probe of a parked host failed
+    URLS_OVER_TIME = "urls_over_time"  # ended `over_budget` when the time budget ran out
+    # Gauges: moved up and down as hosts' circuits open and close with URLs waiting
+    HOSTS_PARKED_NOW = "hosts_parked_now"
+    URLS_ON_PARKED_HOSTS = "urls_on_parked_hosts"
     # StorePages
     PAGES_STORED = "pages_stored"
     LINK_BATCHES_EMITTED = "link_batches_emitted"

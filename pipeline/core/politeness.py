@@ -55,6 +55,11 @@ TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 # How long a host whose address was refused as non-public stays refused without another
 # attempt: as long as a robots.txt answer is trusted, the other thing known about a host.
 BLOCKED_HOST_SECONDS = 24 * 3600.0
+# The reason every URL still waiting when the crawl's time budget runs out ends with.
+TIME_BUDGET_REASON = "time budget"
+# A request started before the time budget runs out may take at most this long past it (its
+# fetch deadline is shortened), so a crawl with a time budget ends soon after it.
+DEADLINE_FETCH_GRACE = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +86,10 @@ class HostPolicy:
     queue_cap: int = 2000
     bloom_capacity: int = 20_000
     bloom_fp_rate: float = 1e-4
+    # The crawl's time budget as a moment (epoch seconds, the scheduler's clock): no request
+    # starts at or after it, and every URL still waiting then ends over budget. A moment
+    # rather than a duration, so every worker of a job stops at the same time.
+    deadline: float | None = None
 
     def __post_init__(self) -> None:
         if self.min_delay <= 0:
@@ -135,6 +144,7 @@ class Lease:
     # Robots only: the answer is a hop of this host's own robots.txt (False: fetched only for
     # other hosts whose robots.txt redirects here).
     own: bool = True
+    timeout: float | None = None  # the fetch's total deadline (None: policy.fetch_timeout)
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,6 +308,23 @@ class HostState:
     def _errands_waiting(self) -> bool:
         return self.robots_desk is not None and self.robots_desk.busy
 
+    def due_at(self, policy: HostPolicy) -> float:
+        """When the host next needs its timer while it has work: its lease's end, else when
+        its next request is allowed, but never after the crawl's deadline (a host parked for
+        an hour still ends its queue when the time budget runs out)."""
+        if self.lease is not None:
+            return self.lease.expires_at
+        if policy.deadline is not None:
+            return min(self.next_allowed, policy.deadline)
+        return self.next_allowed
+
+    def parked_backlog(self) -> int | None:
+        """URLs waiting on this host while its circuit is open (None: it is not parked, or
+        has nothing waiting)."""
+        if self.parked_until is None or not self.busy:
+            return None
+        return len(self.queue) + self.overflow_urls
+
     @property
     def has_overflow(self) -> bool:
         """Chunks of URLs wait in overflow storage."""
@@ -446,7 +473,8 @@ class HostState:
         `claim_page` asks the crawl's global page budget for one more page; once it says no,
         every queued URL ends `over_budget` at once, without a request. `budget_spent` says
         whether it is already known to say no: then the queue ends at once, without even the
-        robots.txt request a host that has none yet would make first.
+        robots.txt request a host that has none yet would make first. Once `now` reaches
+        policy.deadline the queue ends the same way, with reason TIME_BUDGET_REASON.
         """
         if self.lease is not None:
             # A request is in flight: never start another (invariant 1). The caller collects
@@ -466,8 +494,14 @@ class HostState:
                 outcomes=tuple(
                     self._drain_queue(PageState.OVER_BUDGET, "crawl page budget spent")),
                 robots_messages=self._refuse_errands(now, "crawl page budget spent"))
+        if policy.deadline is not None and now >= policy.deadline:
+            # Overflow chunks still stored come back one firing at a time and end the same
+            # way (the scheduler wakes the host while it has any).
+            return Decision(
+                outcomes=tuple(self._drain_queue(PageState.OVER_BUDGET, TIME_BUDGET_REASON)),
+                robots_messages=self._refuse_errands(now, TIME_BUDGET_REASON))
         if now < self.next_allowed:
-            return Decision(wake_at=self.next_allowed)
+            return Decision(wake_at=self.due_at(policy))
         if self.queue and (self.robots is None or now >= self.robots.expires_at):
             awaited = self.robots_awaited
             if awaited is None:
@@ -528,15 +562,20 @@ class HostState:
         *,
         own: bool = True,
     ) -> Decision:
+        timeout = policy.fetch_timeout
+        if policy.deadline is not None:
+            # Requests only start before the deadline, so this is at least the grace.
+            timeout = min(timeout, policy.deadline + DEADLINE_FETCH_GRACE - now)
         lease = Lease(
             lease_id=uuid.uuid4().hex,
             kind=kind,
             url=url,
             started_at=now,
-            expires_at=now + policy.lease_seconds,
+            expires_at=now + timeout + policy.lease_grace,
             entry=entry,
             robots_hop=robots_hop,
             own=own,
+            timeout=timeout,
         )
         self.lease = lease
         self.last_request_at = now
@@ -569,7 +608,7 @@ class HostState:
         if lease.entry is not None:
             self.queue.appendleft(lease.entry)
         self.next_allowed = max(self.next_allowed, now + self.delay(policy))
-        return Decision(wake_at=self.next_allowed)
+        return Decision(wake_at=self.due_at(policy))
 
     def complete(
         self, lease_id: str, report: FetchReport, now: float, policy: HostPolicy
@@ -577,10 +616,10 @@ class HostState:
         """A fetch finished. Decide the URL's fate and the host's next allowed time."""
         lease = self.lease
         if lease is None or lease.lease_id != lease_id:
-            return Decision(wake_at=self._wake_after_event())  # stale: already replaced
+            return Decision(wake_at=self._wake_after_event(policy))  # stale: already replaced
         self.lease = None
         if report.blocked is not None:
-            return self._block(lease, report.blocked, now)
+            return self._block(lease, report.blocked, now, policy)
         # The host's delay runs from the end of the exchange, not its start: then the next
         # request reaches the server at least `delay` after this one did, however long this
         # one's connection took to set up (the server's log is what politeness is judged by).
@@ -604,7 +643,7 @@ class HostState:
         if not transient:
             self.consecutive_failures = 0
             self.parked_until = None
-            return Decision(page_done=entry, wake_at=self._wake_after_event())
+            return Decision(page_done=entry, wake_at=self._wake_after_event(policy))
         self.consecutive_failures += 1
         self.next_allowed = max(self.next_allowed, ended + self._backoff(policy, report, ended))
         if self.consecutive_failures >= policy.circuit_failures:
@@ -616,19 +655,23 @@ class HostState:
                         self.host, policy.circuit_seconds, self.consecutive_failures)
         what = report.error or f"HTTP {report.status}"
         if entry.attempt + 1 < policy.max_attempts:
-            # Back of the host's own queue: the host's other URLs go first.
-            self.queue.append(dataclasses.replace(entry, attempt=entry.attempt + 1))
-            return Decision(wake_at=self._wake_after_event())
+            # Front of the host's queue: the same URL is asked again first, once the backoff
+            # (or the Retry-After it was given) has passed. Then consecutive failures are the
+            # host's answers to retries, not the crawler's choice to move on to fresh URLs: a
+            # server that fails the first request of every path (503 with Retry-After) would
+            # otherwise fail one fresh URL after another until its circuit opened.
+            self.queue.appendleft(dataclasses.replace(entry, attempt=entry.attempt + 1))
+            return Decision(wake_at=self._wake_after_event(policy))
         if report.status is not None and report.error is None:
             # An HTTP answer is stored like any other response; the store marks it failed.
-            return Decision(page_done=entry, wake_at=self._wake_after_event())
+            return Decision(page_done=entry, wake_at=self._wake_after_event(policy))
         return Decision(
             outcomes=(Outcome(entry, PageState.FAILED,
                               f"{what} after {entry.attempt + 1} attempts"),),
-            wake_at=self._wake_after_event(),
+            wake_at=self._wake_after_event(policy),
         )
 
-    def _block(self, lease: Lease, reason: str, now: float) -> Decision:
+    def _block(self, lease: Lease, reason: str, now: float, policy: HostPolicy) -> Decision:
         """The host's address was refused as non-public (a robots.txt or a page request):
         no request left the process. The URL, the queue and every URL offered until
         blocked_until end `filtered` with the reason; nothing is retried, and no failure or
@@ -646,7 +689,7 @@ class HostState:
         # Hosts whose robots.txt redirects here get no answer from this address either.
         return Decision(outcomes=tuple(outcomes),
                         robots_messages=self._refuse_errands(now, reason),
-                        wake_at=self._wake_after_event())
+                        wake_at=self._wake_after_event(policy))
 
     def _backoff(self, policy: HostPolicy, report: FetchReport, ended: float) -> float:
         """Seconds to wait after a transient failure: doubling per consecutive failure from
@@ -669,7 +712,7 @@ class HostState:
         # Kept even when nobody asked yet: a host that redirects here later costs no request.
         replies = tuple(self.robots_desk.answered(fetch, now))
         if not lease.own:
-            return Decision(robots_messages=replies, wake_at=self._wake_after_event())
+            return Decision(robots_messages=replies, wake_at=self._wake_after_event(policy))
         ended = report.finished_at if report.finished_at is not None else now
         decision = self._robots_hop(fetch, lease.robots_hop, ended, now, policy)
         return dataclasses.replace(decision,
@@ -690,7 +733,7 @@ class HostState:
                 # The next hop is a request like any other: it waits for the host's delay.
                 self.robots_redirect = target
                 self.robots_hops = hop + 1
-                return Decision(wake_at=self._wake_after_event())
+                return Decision(wake_at=self._wake_after_event(policy))
             elif target_host is not None:
                 # Another host's request, so that host's to make (invariant 1): ask it through
                 # the frontier, and wait for its reply.
@@ -699,7 +742,7 @@ class HostState:
                                                     hop + 1, now + policy.robots_wait)
                 self.robots_redirect = None
                 self.robots_hops = 0
-                return Decision(robots_messages=(errand,), wake_at=self._wake_after_event())
+                return Decision(robots_messages=(errand,), wake_at=self._wake_after_event(policy))
             else:  # a Location no URL can be made of: a redirect nobody can follow
                 self.robots = fetch.policy
         else:
@@ -709,7 +752,7 @@ class HostState:
         self.next_allowed = max(self.next_allowed, ended + self.delay(policy))
         self.robots_redirect = None
         self.robots_hops = 0
-        return Decision(wake_at=self._wake_after_event())
+        return Decision(wake_at=self._wake_after_event(policy))
 
     def ask_robots(self, errand: RobotsErrand, now: float, policy: HostPolicy) -> Decision:
         """Another host asks for the robots.txt answer at `errand.url`, a URL of this host."""
@@ -723,18 +766,18 @@ class HostState:
         if refusal is not None:
             reply = RobotsReply(errand.asker, errand.errand_id,
                                 RobotsFetch.unreachable(errand.url, now, refusal))
-            return Decision(robots_messages=(reply,), wake_at=self._wake_after_event())
+            return Decision(robots_messages=(reply,), wake_at=self._wake_after_event(policy))
         if self.robots_desk is None:
             self.robots_desk = RobotsDesk()
         reply = self.robots_desk.take(errand, now)
         return Decision(robots_messages=(reply,) if reply is not None else (),
-                        wake_at=self._wake_after_event())
+                        wake_at=self._wake_after_event(policy))
 
     def robots_answered(self, reply: RobotsReply, now: float, policy: HostPolicy) -> Decision:
         """Another host replied to an errand: applied if it is the one this host waits on."""
         awaited = self.robots_awaited
         if awaited is None or awaited.errand_id != reply.errand_id:
-            return Decision(wake_at=self._wake_after_event())  # stale or redelivered
+            return Decision(wake_at=self._wake_after_event(policy))  # stale or redelivered
         # Its delay runs from this host's own last exchange (the redirect it answered).
         ended = self.last_ended_at if self.last_ended_at is not None else now
         return self._robots_hop(reply.fetch, awaited.hop, ended, now, policy)
@@ -754,11 +797,9 @@ class HostState:
         return tuple(self.robots_desk.refuse_all(
             {url: RobotsFetch.unreachable(url, now, why) for url in self.robots_desk.waiting}))
 
-    def _wake_after_event(self) -> float | None:
-        if self.lease is not None:
-            return self.lease.expires_at
-        if self.queue or self._errands_waiting:
-            return self.next_allowed
+    def _wake_after_event(self, policy: HostPolicy) -> float | None:
+        if self.lease is not None or self.queue or self._errands_waiting:
+            return self.due_at(policy)
         return None
 
 

@@ -146,12 +146,14 @@ class FetchClient:
             "Accept-Encoding": config.accept_encodings,
         }
 
-    def fetch(self, url: str) -> FetchResponse:
+    def fetch(self, url: str, timeout: float | None = None) -> FetchResponse:
         """GET url once, without following redirects. Network and HTTP problems come back
-        as a FetchResponse with error set; only programming errors raise."""
+        as a FetchResponse with error set; only programming errors raise. `timeout` shortens
+        the total deadline for this request (never lengthens it past config.timeout)."""
         started_at = time.time()
         start = time.monotonic()
-        attempt = _Attempt(resolver=self.resolver, deadline=start + self.config.timeout,
+        limit = self.config.timeout if timeout is None else min(timeout, self.config.timeout)
+        attempt = _Attempt(resolver=self.resolver, deadline=start + limit,
                            allowed=self._allowed)
         outer = getattr(_attempts, "current", None)
         _attempts.current = attempt

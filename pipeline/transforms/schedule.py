@@ -11,6 +11,7 @@ other host's key.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -26,6 +27,7 @@ from apache_beam.utils.timestamp import Timestamp
 from pipeline.core.budget import PageBudget
 from pipeline.core.counters import Counter, Maximum
 from pipeline.core.politeness import (
+    TIME_BUDGET_REASON,
     Decision,
     FetchReport,
     HostPolicy,
@@ -164,6 +166,11 @@ class HostSchedulerFn(beam.DoFn):
         self._blocked = crawl_counter(Counter.URLS_BLOCKED_ADDRESS)
         # Circuit opened, or a probe of a parked host failed: the dashboard's "hosts parked".
         self._hosts_parked = crawl_counter(Counter.HOSTS_PARKED)
+        self._over_time = crawl_counter(Counter.URLS_OVER_TIME)
+        # Gauges kept as counters moved by each host's change: hosts whose circuit is open
+        # while URLs wait on them, and those URLs.
+        self._hosts_parked_now = crawl_counter(Counter.HOSTS_PARKED_NOW)
+        self._urls_parked = crawl_counter(Counter.URLS_ON_PARKED_HOSTS)
         self._refilled_in_bundle: set[str] = set()
         self._due_lag = crawl_maximum(Maximum.DUE_LAG_MS)
 
@@ -185,8 +192,10 @@ class HostSchedulerFn(beam.DoFn):
         policy = self._config.policy
         state: HostState = host_state.read() or HostState(host=host)
         was_busy = state.busy
+        parked = state.parked_backlog()
         if isinstance(batch, RobotsRequest | RobotsAnswer):
-            yield from self._robots_message(host, batch, state, host_state, wake, was_busy)
+            yield from self._robots_message(host, batch, state, host_state, wake, was_busy,
+                                            parked)
             return
         if isinstance(batch, HostSignal):
             throttle = batch.signal is HostSignalKind.THROTTLE
@@ -223,11 +232,12 @@ class HostSchedulerFn(beam.DoFn):
         if state.busy and not was_busy:
             state.busy_since = now
         self._arm(state, wake, now)
-        self._count_activity(was_busy, state)
+        self._count_activity(was_busy, state, parked)
         host_state.write(state)
 
     def _robots_message(self, host: str, message: RobotsRequest | RobotsAnswer,
-                        state: HostState, host_state, wake, was_busy: bool) -> Iterator[object]:
+                        state: HostState, host_state, wake, was_busy: bool,
+                        parked: int | None) -> Iterator[object]:
         """Another host asks this one for a robots.txt answer, or answers this one's errand."""
         policy = self._config.policy
         now = self._clock()
@@ -243,7 +253,7 @@ class HostSchedulerFn(beam.DoFn):
         wakes = [t for t in (state.wake_at, decision.wake_at) if t is not None]
         state.wake_at = min(wakes) if wakes else None
         self._arm(state, wake, now)
-        self._count_activity(was_busy, state)
+        self._count_activity(was_busy, state, parked)
         host_state.write(state)
 
     def start_bundle(self) -> None:
@@ -301,13 +311,14 @@ class HostSchedulerFn(beam.DoFn):
             return
         was_busy = state.busy
         parked_until = state.parked_until
+        parked = state.parked_backlog()
         now = self._clock()
         state.wake_at = None
         yield from self._step(key, state, now)
         if state.parked_until is not None and state.parked_until != parked_until:
             self._hosts_parked.inc()
         self._arm(state, wake, now)
-        self._count_activity(was_busy, state)
+        self._count_activity(was_busy, state, parked)
         host_state.write(state)
 
     def _step(self, host: str, state: HostState, now: float) -> Iterator[object]:
@@ -363,6 +374,8 @@ class HostSchedulerFn(beam.DoFn):
         for outcome in outcomes:
             if outcome.blocked:
                 self._blocked.inc()
+            if outcome.reason == TIME_BUDGET_REASON:
+                self._over_time.inc()
             yield beam.pvalue.TaggedOutput(ROWS, outcome_row(self._config.crawl_id, host, outcome))
 
     def _start_fetch(self, lease: Lease) -> None:
@@ -371,20 +384,31 @@ class HostSchedulerFn(beam.DoFn):
         self._requests.inc()
         if lease.kind is LeaseKind.ROBOTS:
             self._robots_requests.inc()
-        self._resources.track_fetch(lease.lease_id, self._submit(self._client.fetch, lease.url))
+        fetch = self._client.fetch
+        if lease.timeout is not None:
+            fetch = functools.partial(fetch, timeout=lease.timeout)
+        self._resources.track_fetch(lease.lease_id, self._submit(fetch, lease.url))
 
     def _arm(self, state: HostState, wake, now: float) -> None:
         """Set the timer for the state's next moment of interest, if it has one."""
         if state.wake_at is None and state.busy:
-            state.wake_at = state.lease.expires_at if state.lease else state.next_allowed
+            state.wake_at = state.due_at(self._config.policy)
+        if state.wake_at is None and state.overflow_deleted < state.overflow_read:
+            # Chunks read back in this bundle are deleted in a later one: a host that ended
+            # its queue meanwhile (a spent budget) needs one more firing for that.
+            state.wake_at = now
         if state.wake_at is not None:
             wake.set(Timestamp.of(max(state.wake_at, now)))
 
-    def _count_activity(self, was_busy: bool, state: HostState) -> None:
+    def _count_activity(self, was_busy: bool, state: HostState,
+                        parked_before: int | None) -> None:
         if state.busy and not was_busy:
             self._hosts_activated.inc()
         elif was_busy and not state.busy:
             self._hosts_idled.inc()
+        parked = state.parked_backlog()
+        self._hosts_parked_now.inc((parked is not None) - (parked_before is not None))
+        self._urls_parked.inc((parked or 0) - (parked_before or 0))
 
 
 class ScheduleFetches(beam.PTransform):
