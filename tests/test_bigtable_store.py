@@ -387,6 +387,22 @@ def test_rate_samples_are_written_at_most_every_five_seconds(tables: BigtableTab
     ]
 
 
+def test_the_time_budget_is_a_field_of_the_crawl_record(tables: BigtableTables) -> None:
+    record = create_crawl(tables, "timed", seeds=("http://a.test/",), max_pages=None,
+                          max_pages_per_host=None, max_depth=None, min_delay=1.0, at=5.0,
+                          max_duration=90.5)
+    assert read_crawl(tables, "timed") == record and record.max_duration == 90.5
+    set_crawl_status(tables, "timed", "running", 6.0)
+    set_crawl_status(tables, "timed", "time_budget_spent", 97.0)
+    done = read_crawl(tables, "timed")
+    assert (done.status, done.finished_at, done.max_duration) == ("time_budget_spent", 97.0,
+                                                                   90.5)
+    assert crawl_status("timed", config=tables, now=99.0)["budgets"]["max_duration"] == 90.5
+    untimed = create_crawl(tables, "untimed", seeds=(), max_pages=None, max_pages_per_host=None,
+                           max_depth=None, min_delay=None, at=5.0)
+    assert read_crawl(tables, "untimed").max_duration is None and untimed.max_duration is None
+
+
 def test_crawl_record_lifecycle(tables: BigtableTables) -> None:
     record = create_crawl(
         tables, "life", seeds=("http://a.test/", "http://b.test/x"), max_pages=1000,

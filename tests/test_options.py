@@ -117,7 +117,9 @@ def test_the_dataclass_defaults_are_the_declared_ones():
 
     from pipeline.options import _DEFAULTED, OPTIONS
 
-    fields = {f.name: f for f in dataclasses.fields(CrawlOptions) if f.name != "seeds"}
+    # started_at is when the command started, not an option
+    fields = {f.name: f for f in dataclasses.fields(CrawlOptions)
+              if f.name not in ("seeds", "started_at")}
     assert set(fields) == {opt.dest for opt in OPTIONS}
     for opt in OPTIONS:
         if opt.dest in _DEFAULTED:
@@ -184,3 +186,22 @@ def test_the_generator_prints_the_metadata(capsys):
 
     assert main(["--metadata"]) == 0
     assert json.loads(capsys.readouterr().out) == template_metadata()
+
+
+def test_the_time_budget_becomes_a_deadline_from_the_command_start():
+    import argparse
+
+    from pipeline.options import add_crawl_arguments, options_from_args
+
+    parser = argparse.ArgumentParser()
+    add_crawl_arguments(parser)
+    assert "--max-duration" in parser.format_help()
+    args = parser.parse_args(["http://a.test/", "--max-duration", "90"])
+    opts = options_from_args(args)
+    assert opts.max_duration == 90.0
+    assert opts.host_policy().deadline == opts.started_at + 90.0
+    assert CrawlOptions(seeds=("http://a.test/",)).host_policy().deadline is None
+    with pytest.raises(ValueError, match="--max-duration"):
+        CrawlOptions(seeds=("http://a.test/",), max_duration=0)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["http://a.test/", "--max-duration", "-5"])

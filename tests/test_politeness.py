@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from pipeline.core.politeness import (
     BLOCKED_HOST_SECONDS,
+    DEADLINE_FETCH_GRACE,
     FetchReport,
     HostPolicy,
     HostState,
@@ -486,10 +487,12 @@ events = st.lists(
 
 
 @settings(max_examples=600, deadline=None)
-@given(events, st.sampled_from([b"", b"User-agent: *\nCrawl-delay: 2\n"]))
-def test_politeness_holds_under_any_interleaving(ops, robots_body):
+@given(events, st.sampled_from([b"", b"User-agent: *\nCrawl-delay: 2\n"]),
+       st.one_of(st.none(), st.floats(0.0, 40.0)))
+def test_politeness_holds_under_any_interleaving(ops, robots_body, deadline):
     policy = HostPolicy(user_agent="testbot", min_delay=1.0, fetch_timeout=3.0,
-                        lease_grace=1.0, max_attempts=3, retry_base=0.5, retry_cap=5.0)
+                        lease_grace=1.0, max_attempts=3, retry_base=0.5, retry_cap=5.0,
+                        deadline=deadline)
     sim = _Sim()
 
     def fire() -> None:
@@ -592,6 +595,17 @@ def test_politeness_holds_under_any_interleaving(ops, robots_body):
     for start, required in zip(sim.starts, sim.delays, strict=True):
         for end in sim.ends:
             assert not (end <= start < end + required - 1e-9), (start, end, ops)
+    # A time budget: nothing starts at or after the deadline, and the first firing after it
+    # with no request in flight ends every URL still queued.
+    if deadline is not None:
+        assert all(start < deadline for start in sim.starts), (sim.starts, deadline)
+        if sim.state.lease is None and sim.state.queue:
+            assert sim.state.due_at(policy) <= max(deadline, sim.now)
+            waiting = list(sim.state.queue)
+            decision = sim.state.next_action(max(deadline, sim.now), policy)
+            assert decision.fetch is None and not sim.state.queue
+            assert [(o.entry, o.state, o.reason) for o in decision.outcomes] == [
+                (e, PageState.OVER_BUDGET, "time budget") for e in waiting]
 
 
 first_failure_events = st.lists(
@@ -673,6 +687,51 @@ def test_a_url_that_failed_is_asked_again_before_fresh_urls():
     state.complete(again.lease_id, FetchReport(status=200), 6.3, policy)
     assert state.consecutive_failures == 0 and state.parked_until is None
     assert [e.url.rsplit("/", 1)[1] for e in state.queue] == ["b", "c"]
+
+
+def test_at_the_deadline_no_request_starts_and_every_queued_url_ends_over_budget():
+    policy = HostPolicy(user_agent="testbot", min_delay=1.0, deadline=5.0)
+    state = ready_host()
+    state.offer(urls("b", "c"), 0, policy)
+    lease = state.next_action(1.0, policy).fetch.lease
+    state.complete(lease.lease_id, FetchReport(status=200), 1.1, policy)
+    assert state.next_action(2.1, policy).fetch is not None  # before the deadline: as usual
+    state.complete(state.lease.lease_id, FetchReport(status=200), 2.2, policy)
+    assert state.due_at(policy) == 3.2
+    ended = state.next_action(5.0, policy)
+    assert ended.fetch is None and not state.queue
+    assert [(o.entry.url, o.state, o.reason) for o in ended.outcomes] == [
+        (f"http://{HOST}/c", PageState.OVER_BUDGET, "time budget")]
+
+
+def test_a_parked_host_wakes_at_the_deadline_to_end_its_queue():
+    """A host parked for an hour would keep a crawl with a time budget running for that
+    hour: it wakes at the deadline instead, and its URLs end over budget then."""
+    policy = HostPolicy(user_agent="testbot", min_delay=1.0, circuit_failures=1,
+                        circuit_seconds=3600.0, deadline=30.0)
+    state = ready_host()
+    state.offer(urls("b", "c"), 0, policy)
+    lease = state.next_action(1.0, policy).fetch.lease
+    after = state.complete(lease.lease_id, FetchReport(status=503), 1.1, policy)
+    assert state.parked_until is not None and state.next_allowed >= 3600.0
+    assert after.wake_at == 30.0
+    assert state.parked_backlog() == 3  # a (to retry), b and c wait on the parked host
+    ended = state.next_action(30.0, policy)
+    assert len(ended.outcomes) == 3 and {o.reason for o in ended.outcomes} == {"time budget"}
+    assert state.parked_backlog() is None
+
+
+def test_a_request_started_near_the_deadline_may_not_outlast_it_by_more_than_the_grace():
+    policy = HostPolicy(user_agent="testbot", min_delay=1.0, fetch_timeout=30.0,
+                        lease_grace=1.0, deadline=100.0)
+    state = ready_host()
+    state.offer(urls("b"), 0, policy)
+    early = state.next_action(1.0, policy).fetch.lease
+    assert early.timeout == 30.0 and early.expires_at == 1.0 + 30.0 + 1.0
+    state.complete(early.lease_id, FetchReport(status=200), 1.1, policy)
+    late = state.next_action(95.0, policy).fetch.lease
+    assert late.timeout == 100.0 + DEADLINE_FETCH_GRACE - 95.0
+    assert late.expires_at == late.started_at + late.timeout + 1.0
 
 
 def test_a_dead_host_is_parked_and_then_probed_once_per_period():

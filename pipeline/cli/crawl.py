@@ -30,4 +30,5 @@ def run_crawl(args: argparse.Namespace) -> int:
     if show is not None:
         print(file=sys.stderr)
     print_summary(summary)
-    return 0 if summary.status in ("drained", "budget_spent", "interrupted") else 1
+    finished = ("drained", "budget_spent", "time_budget_spent", "interrupted")
+    return 0 if summary.status in finished else 1

@@ -31,6 +31,13 @@ def print_summary(summary) -> None:
     print(f"  pages fetched   {summary.pages_fetched:,} ({summary.pages_per_s:,.1f} pages/s, "
           f"{summary.requests:,} requests, {summary.bytes_fetched / 1e6:,.1f} MB)")
     print(f"  URLs accepted   {summary.accepted:,}: {states or 'none'}")
+    if summary.max_duration is not None:
+        print(f"  time budget     {summary.max_duration:,.0f}s: "
+              f"{summary.urls_over_time:,} URLs still waiting ended over budget")
+    if summary.hosts_parked or summary.urls_on_parked_hosts:
+        when = "when the time ran out" if summary.urls_over_time else "at the end"
+        print(f"  parked hosts    {summary.hosts_parked:,}, with "
+              f"{summary.urls_on_parked_hosts:,} URLs waiting on them {when}")
     if summary.near_duplicates or summary.hosts_throttled or summary.redriven:
         print(f"  content         {summary.near_duplicates:,} near-duplicate pages, "
               f"{summary.hosts_throttled:,} hosts slowed for duplicates, "

@@ -66,9 +66,11 @@ CRAWLS_FAMILY = "c"
 FRONTIER_FAMILY = "q"  # table `frontier`: URLs a full host queue keeps out of host state
 
 CRAWL_STATUSES: tuple[str, ...] = (
-    "created", "running", "drained", "budget_spent", "interrupted", "failed",
+    "created", "running", "drained", "budget_spent", "time_budget_spent", "interrupted",
+    "failed",
 )
-FINISHED_STATUSES: frozenset[str] = frozenset({"drained", "budget_spent", "interrupted", "failed"})
+FINISHED_STATUSES: frozenset[str] = frozenset(
+    {"drained", "budget_spent", "time_budget_spent", "interrupted", "failed"})
 
 # Terminal page states, each counted under its own name (records.PageState values).
 TERMINAL_COUNTERS: tuple[str, ...] = tuple(state.value for state in PageState)
@@ -609,6 +611,7 @@ class CrawlRecord:
     redirected: int = 0
     bytes: int = 0
     samples: tuple[tuple[float, int], ...] = ()
+    max_duration: float | None = None  # the time budget in seconds (None: none)
 
     def counters(self) -> dict[str, int]:
         """Every counter by name, in COUNTERS order."""
@@ -644,6 +647,7 @@ def create_crawl(
     max_depth: int | None,
     min_delay: float | None,
     at: float,
+    max_duration: float | None = None,
 ) -> CrawlRecord:
     """Record a new crawl with status 'created'. Raises CrawlExists if the id has a record
     (checked and written in one atomic CheckAndMutateRow)."""
@@ -661,6 +665,9 @@ def create_crawl(
             mutations.append(SetCell(CRAWLS_FAMILY, name.encode(), _INT64.pack(value), 0))
     if min_delay is not None:
         mutations.append(SetCell(CRAWLS_FAMILY, b"min_delay", _FLOAT64.pack(min_delay), 0))
+    if max_duration is not None:
+        mutations.append(
+            SetCell(CRAWLS_FAMILY, b"max_duration", _FLOAT64.pack(max_duration), 0))
     existed = tables.crawls.check_and_mutate_row(
         crawl_id.encode(), _HAS_STATUS, false_case_mutations=mutations
     )
@@ -671,7 +678,7 @@ def create_crawl(
             f"{_iso(current.created_at)}): choose another crawl id"
         )
     return CrawlRecord(crawl_id, "created", seeds, max_pages, max_pages_per_host, max_depth,
-                       min_delay, at)
+                       min_delay, at, max_duration=max_duration)
 
 
 def set_crawl_status(tables: BigtableTables, crawl_id: str, status: str, at: float) -> None:
@@ -719,7 +726,7 @@ def _crawl_of(crawl_id: str, stored: Row) -> CrawlRecord:
             values[name] = cell.value.decode()
         elif name == "seeds":
             values[name] = tuple(json.loads(cell.value))
-        elif name == "min_delay":
+        elif name in ("min_delay", "max_duration"):
             values[name] = _FLOAT64.unpack(cell.value)[0]
         elif name in _CRAWL_TIMES:
             values[name] = _INT64.unpack(cell.value)[0] / 1_000_000

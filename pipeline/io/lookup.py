@@ -86,6 +86,7 @@ def crawl_status(
             "max_pages_per_host": record.max_pages_per_host,
             "max_depth": record.max_depth,
             "min_delay": record.min_delay,
+            "max_duration": record.max_duration,
         },
         "created_at": _iso(record.created_at),
         "started_at": _iso(record.started_at),

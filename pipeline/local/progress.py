@@ -38,6 +38,9 @@ class CrawlCounters:
     redrive_published: int = 0  # dead letters this run moved onto the frontier itself
     robots_messages_emitted: int = 0  # robots.txt requests and answers between hosts
     robots_messages_published: int = 0
+    hosts_parked: int = 0  # hosts whose circuit is open while URLs wait on them
+    urls_on_parked_hosts: int = 0  # the URLs waiting on them
+    urls_over_time: int = 0  # URLs ended `over_budget` because the time budget ran out
 
     @classmethod
     def from_metrics(cls, counters: Mapping[str, int], seeds_published: int,
@@ -72,6 +75,9 @@ class CrawlCounters:
             robots_messages_emitted=get(Counter.ROBOTS_MESSAGES_EMITTED),
             robots_messages_published=get(Counter.BATCHES_PUBLISHED_ROBOTS_REQUEST)
             + get(Counter.BATCHES_PUBLISHED_ROBOTS_ANSWER),
+            hosts_parked=get(Counter.HOSTS_PARKED_NOW),
+            urls_on_parked_hosts=get(Counter.URLS_ON_PARKED_HOSTS),
+            urls_over_time=get(Counter.URLS_OVER_TIME),
         )
 
     @property
@@ -111,6 +117,7 @@ def drained(previous: CrawlCounters | None, current: CrawlCounters) -> bool:
 def progress_line(c: CrawlCounters, elapsed: float, pages_per_s: float) -> str:
     return (
         f"{c.fetched:,} pages fetched | {pages_per_s:,.1f} pages/s | "
-        f"{c.hosts_active:,} hosts active | frontier {c.in_progress:,} | "
+        f"{c.hosts_active:,} hosts active | {c.hosts_parked:,} parked "
+        f"({c.urls_on_parked_hosts:,} URLs waiting) | frontier {c.in_progress:,} | "
         f"{c.urls_accepted:,} accepted | {elapsed:,.0f}s"
     )

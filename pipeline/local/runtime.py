@@ -63,11 +63,15 @@ POLL_S = 0.5
 SEED_BATCH = 100
 
 
+class OutputUnwritable(ValueError):
+    """--out names a place the crawl cannot write to; the message says where and why."""
+
+
 @dataclass
 class CrawlSummary:
     crawl_id: str
     out_dir: str
-    status: str  # drained | budget_spent | interrupted | failed
+    status: str  # drained | budget_spent | time_budget_spent | interrupted | failed
     elapsed_s: float
     pages_fetched: int
     pages_per_s: float
@@ -86,6 +90,12 @@ class CrawlSummary:
     urls_overflowed: int = 0  # URLs full host queues kept in overflow storage for a while
     # URLs ended `filtered` because their host's address is not public (docs/security.md)
     urls_blocked_address: int = 0
+    max_duration: float | None = None  # the time budget (--max-duration), if any
+    urls_over_time: int = 0  # URLs that ended `over_budget` when the time budget ran out
+    # Hosts parked (circuit open) with URLs waiting, and those URLs: when the time budget ran
+    # out, or else at the end.
+    hosts_parked: int = 0
+    urls_on_parked_hosts: int = 0
 
 
 def check_seeds(seeds: tuple[str, ...]) -> tuple[list[str], list[str]]:
@@ -139,14 +149,25 @@ def _run_local_crawl(
     # Emulator logs stay on this machine even when the output goes to gs://.
     log_dir = Path(out_dir) if not storage.is_gcs(out_dir) else Path(
         tempfile.mkdtemp(prefix=f"crawler-{opts.crawl_id}-"))
-    log_dir.mkdir(parents=True, exist_ok=True)
-    if not opts.resume:
-        write_manifest(opts.out, opts.crawl_id, {
-            "crawl_id": opts.crawl_id, "seeds": list(opts.seeds),
-            "max_pages": opts.max_pages, "max_pages_per_host": opts.max_pages_per_host,
-            "max_depth": opts.max_depth, "min_delay": opts.min_delay,
-            "user_agent": opts.user_agent, "created_at": time.time(),
-        })
+    try:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        # Tried before anything starts: an output the crawl cannot write is the user's to
+        # fix, not a crash minutes into the crawl.
+        with tempfile.TemporaryFile(dir=log_dir):
+            pass
+        if not opts.resume:
+            write_manifest(opts.out, opts.crawl_id, {
+                "crawl_id": opts.crawl_id, "seeds": list(opts.seeds),
+                "max_pages": opts.max_pages, "max_pages_per_host": opts.max_pages_per_host,
+                "max_depth": opts.max_depth, "min_delay": opts.min_delay,
+                "user_agent": opts.user_agent, "created_at": time.time(),
+                "max_duration": opts.max_duration,
+            })
+    except OSError as exc:
+        raise OutputUnwritable(
+            f"cannot write the crawl's output under --out {opts.out}: "
+            f"{exc.strerror or exc}{f' ({exc.filename})' if exc.filename else ''}; "
+            "choose a directory you can write to") from None
     emulators = start_missing_emulators(log_dir)
     bigtable = opts.bigtable_config()
     tables = None
@@ -155,6 +176,7 @@ def _run_local_crawl(
     cpu_started = time.process_time()
     status = "failed"
     counters = CrawlCounters.from_metrics({}, 0)
+    parked = counters
     try:
         topic = ensure_topic(opts.project, frontier_topic_name(opts.crawl_id))
         subscription = ensure_subscription(
@@ -172,7 +194,8 @@ def _run_local_crawl(
         try:
             create_crawl(tables, opts.crawl_id, seeds=seeds, max_pages=opts.max_pages,
                          max_pages_per_host=opts.max_pages_per_host, max_depth=opts.max_depth,
-                         min_delay=opts.min_delay, at=time.time())
+                         min_delay=opts.min_delay, at=time.time(),
+                         max_duration=opts.max_duration)
         except CrawlExists:
             if not opts.resume:
                 raise ValueError(f"crawl {opts.crawl_id!r} already exists; pick another "
@@ -223,13 +246,22 @@ def _run_local_crawl(
             time.sleep(POLL_S)  # polling interval of the progress display, not a sync point
             counters = CrawlCounters.from_metrics(_read_counters(), seeds_published,
                                                   redrive_published)
+            if opts.deadline is None or time.time() < opts.deadline:
+                # The schedulers end parked hosts' queues at the deadline: what waited on
+                # them is what the last look before it saw.
+                parked = counters
             now = time.monotonic()
             window = [(t, n) for t, n in window if now - t <= 60] + [(now, counters.fetched)]
             rate = _rate(window)
             if on_progress is not None:
                 on_progress(progress_line(counters, now - started, rate))
             if drained(previous, counters):
-                status = "budget_spent" if budget.spent else "drained"
+                if budget.spent:
+                    status = "budget_spent"
+                elif counters.urls_over_time:
+                    status = "time_budget_spent"
+                else:
+                    status = "drained"
                 break
             previous = counters
     except KeyboardInterrupt:
@@ -272,6 +304,10 @@ def _run_local_crawl(
         redriven=counters.urls_redriven,
         urls_overflowed=tally.get(Counter.URLS_OVERFLOWED, 0),
         urls_blocked_address=tally.get(Counter.URLS_BLOCKED_ADDRESS, 0),
+        max_duration=opts.max_duration,
+        urls_over_time=counters.urls_over_time,
+        hosts_parked=parked.hosts_parked,
+        urls_on_parked_hosts=parked.urls_on_parked_hosts,
     )
     storage.write_file(storage.join(out_dir, "summary.json"),
                        (json.dumps(asdict(summary), indent=2) + "\n").encode())
