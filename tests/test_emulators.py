@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import time
@@ -152,3 +153,82 @@ def test_an_emulator_that_dies_at_start_reports_its_log(
     # Tried twice (a free port can be taken before the emulator binds it), both logged.
     log = (tmp_path / "logs" / "bigtable.log").read_text()
     assert log.count("address already in use") == 2
+
+
+def _children(parent: int) -> dict[int, str]:
+    """Live (not zombie) processes whose parent is `parent`: pid -> command line."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat_fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue  # it ended while we looked
+        state, ppid = stat_fields[0], int(stat_fields[1])
+        if ppid == parent and state != "Z":
+            found[int(entry.name)] = command
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has ended; only its parent's wait is missing
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_emulators_a_crawler_started_die_with_it_when_it_is_killed_with_sigkill(
+    tmp_path: Path,
+) -> None:
+    """kill -9 of `crawler crawl` leaves none of the emulators it started running."""
+    import signal
+    import subprocess
+    import sys
+
+    from testweb.server import serve
+    from testweb.web import WebSpec
+
+    root = find_sdk_root()
+    if root is None or not (root / "platform" / "bigtable-emulator").exists() or not (
+            root / "platform" / "pubsub-emulator").exists():
+        pytest.skip("the Pub/Sub and Bigtable emulators are not both installed")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PUBSUB_EMULATOR_HOST", "BIGTABLE_EMULATOR_HOST")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
+    emulators: dict[int, str] = {}
+    with serve(WebSpec(hosts=5, pages_per_host=20), tmp_path / "requests.tsv") as web:
+        crawler = subprocess.Popen(
+            [sys.executable, "-m", "pipeline", "crawl", *web.seeds, "--resolve",
+             web.resolve_arg, "--out", str(tmp_path / "out"), "--min-delay", "1",
+             "--no-progress"],
+            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and crawler.poll() is None:
+                emulators = {pid: command for pid, command in _children(crawler.pid).items()
+                             if "pubsub-emulator" in command or "cbtemulator" in command}
+                if any("cbtemulator" in c for c in emulators.values()) and any(
+                        "pubsub-emulator" in c for c in emulators.values()):
+                    break
+                time.sleep(0.1)  # polling another process's children: nothing to wait on
+            assert crawler.poll() is None, "the crawl ended before both emulators were seen"
+            assert len(emulators) == 2, emulators
+            crawler.send_signal(signal.SIGKILL)
+            assert crawler.wait(timeout=30) == -signal.SIGKILL
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and any(_alive(pid) for pid in emulators):
+                time.sleep(0.1)  # the kernel signals them; polling until they are gone
+            survivors = {pid: c for pid, c in emulators.items() if _alive(pid)}
+            assert survivors == {}, f"emulators outlived their crawler: {survivors}"
+        finally:
+            if crawler.poll() is None:
+                crawler.kill()
+                crawler.wait()
+            for pid in emulators:  # each leads its own process group
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)

@@ -8,13 +8,25 @@ Each emulator runs in its own process group, started directly from the SDK's pla
 folder rather than through `gcloud beta emulators`: a SIGTERM to gcloud leaves the Java
 process of the Pub/Sub emulator running, a signal to the group does not. Emulators still
 running at interpreter exit are stopped then.
+
+An emulator never outlives the process that started it, however that process ends (SIGKILL,
+the OOM killer, a timeout that escalates): on Linux each is started with a parent-death
+signal (prctl PR_SET_PDEATHSIG, SIGKILL), which the kernel delivers when its parent goes and
+which survives exec. The Pub/Sub emulator's launcher is a shell script that execs java, so
+the signal reaches the JVM itself; the Bigtable emulator is one Go binary. The signal fires
+when the *thread* that forked the child ends, not the process, so emulators are forked by
+one daemon thread that lives as long as the process. Elsewhere (no prctl) only the stop at
+interpreter exit applies.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import os
+import queue
+import sys
 import shutil
 import signal
 import socket
@@ -248,6 +260,63 @@ def _binary(name: str, relative: str) -> Path:
     return binary
 
 
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+def _dying_with(parent: int) -> Callable[[], None] | None:
+    """A preexec function that makes the child get SIGKILL when `parent` dies (Linux)."""
+    if _libc is None:
+        return None
+    prctl = _libc.prctl  # looked up here: the child must not need the import machinery
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
+        if os.getppid() != parent:  # the parent died before the signal was armed
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
+class _Launcher:
+    """Forks emulator processes from one daemon thread that lives as long as this process,
+    so their parent-death signal fires when the process ends, not when a caller's thread
+    does."""
+
+    _lock = threading.Lock()
+    _jobs: queue.SimpleQueue | None = None
+
+    @classmethod
+    def popen(cls, *args, **kwargs) -> subprocess.Popen[bytes]:
+        with cls._lock:
+            if cls._jobs is None:
+                cls._jobs = queue.SimpleQueue()
+                threading.Thread(target=cls._serve, args=(cls._jobs,), daemon=True,
+                                 name="emulator-launcher").start()
+            jobs = cls._jobs
+        answer: queue.SimpleQueue = queue.SimpleQueue()
+        jobs.put((args, kwargs, answer))
+        ok, value = answer.get()
+        if not ok:
+            raise value
+        return value
+
+    @staticmethod
+    def _serve(jobs: queue.SimpleQueue) -> None:
+        while True:
+            args, kwargs, answer = jobs.get()
+            try:
+                kwargs["preexec_fn"] = _dying_with(os.getpid())
+                answer.put((True, subprocess.Popen(*args, **kwargs)))
+            except BaseException as exc:  # handed to the caller's thread, raised there
+                answer.put((False, exc))
+
+    @classmethod
+    def forget(cls) -> None:
+        """In a forked child: the thread did not come along."""
+        cls._jobs = None
+
+
 def _start(
     name: str,
     command: Callable[[int], list[str]],
@@ -266,7 +335,7 @@ def _start(
         log = Path(log_path or Path(scratch or ".") / f"{name}-emulator.log")
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as log_file:
-            process = subprocess.Popen(
+            process = _Launcher.popen(
                 command(chosen),
                 stdin=subprocess.DEVNULL,
                 stdout=log_file,
@@ -368,6 +437,7 @@ def _group_exists(group: int) -> bool:
 _running: set[RunningEmulator] = set()
 # A forked child inherits the set but not the processes: its exit must not stop them.
 os.register_at_fork(after_in_child=_running.clear)
+os.register_at_fork(after_in_child=_Launcher.forget)
 
 
 @atexit.register
