@@ -319,3 +319,40 @@ def test_a_host_whose_circuit_opens_is_counted_parked_once_per_parking():
         assert parked() == before + 1
     finally:
         worker_resources().close()
+
+
+def test_a_parked_host_is_woken_at_the_deadline_and_its_urls_end_over_budget():
+    """The time budget is decided by the scheduler's own clock: a host parked for an hour
+    has its timer set to the deadline, and that firing ends its queue without a request."""
+    pool = FakePool()
+    policy = HostPolicy(user_agent="testbot", min_delay=1.0, fetch_timeout=5.0, lease_grace=1.0,
+                        circuit_failures=1, circuit_seconds=3600.0, deadline=20.0)
+    config = ScheduleConfig(crawl_id="c1", policy=policy, fetch=FetchConfig(user_agent="testbot"))
+    fn = HostSchedulerFn(config, LocalPageBudget("c-deadline", None),
+                         clock=lambda: pool.clock[0], submit=pool.submit)
+    fn.setup()
+    state, timer = FakeState(), FakeTimer()
+    entries = tuple((f"http://{HOST}/{p}", url_hash(f"http://{HOST}/{p}"), None)
+                    for p in ("a", "b", "c"))
+    list(fn.process((HOST, HostBatch(depth=0, kind="links", entries=entries)),
+                    host_state=state, wake=timer))
+
+    def fire(at: float) -> list:
+        pool.clock[0] = at
+        return list(fn.on_wake(key=HOST, host_state=state, wake=timer))
+
+    try:
+        fire(0.0)
+        pool.finish(0, status=404)
+        fire(1.0)
+        pool.finish(1, status=503)  # the circuit opens after one failure: parked an hour
+        fire(1.5)
+        assert state.value.parked_until is not None
+        assert timer.at == 20.0
+        out = fire(20.0)
+        rows = [o.value for o in out if getattr(o, "tag", None) == "rows"]
+        assert sorted((r.url.rsplit("/", 1)[1], r.state, r.reason) for r in rows) == [
+            (p, "over_budget", "time budget") for p in ("a", "b", "c")]
+        assert len(pool.submitted) == 2 and not state.value.busy
+    finally:
+        _InFlight._futures.clear()
