@@ -32,8 +32,10 @@ from testweb.web import (
     COPIES_DISTINCT,
     COPIES_EXACT,
     COPIES_NEAR,
+    RETRY_AFTER_503,
     RETRY_AFTER_DATE_SECONDS,
     TRANSIENT_STATUSES,
+    WARMING_PAGES,
     Expected,
     FaultHost,
     HostRole,
@@ -108,9 +110,10 @@ def test_state_totals_the_faults_add(web: SyntheticWeb, truth: dict[str, Expecte
     added = Counter(str(e.state) for e in truth.values())
     added.subtract(Counter(str(e.state) for e in plain_truth.values()))
     # 12 fault hosts (47 pages fetched, 6 failed, 8 redirected, 2 trap URLs filtered, the poison
-    # page; the copies host's home and 24 articles) and 4 story pages on each of 4 regular hosts.
-    assert +added == {"fetched": 47 + 25 + 16, "failed": 6, "redirected": 8, "filtered": 2,
-                      "dead_lettered": 1}
+    # page; the copies host's home and 24 articles), the warming host's home and pages, and 4
+    # story pages on each of 4 regular hosts.
+    assert +added == {"fetched": 47 + 25 + 1 + WARMING_PAGES + 16, "failed": 6,
+                      "redirected": 8, "filtered": 2, "dead_lettered": 1}
     assert set(plain_truth) < set(truth)
     assert all(truth[url] == entry for url, entry in plain_truth.items())
 
@@ -137,6 +140,10 @@ def test_transient_failures_cost_max_attempts(web: SyntheticWeb,
     assert outcome(recovering.pop(on(web, FaultHost.RECOVERING))) == (PageState.FETCHED, 3, 200)
     assert len(recovering) == 3
     assert {outcome(e) for e in recovering.values()} == {(PageState.FETCHED, 1, 200)}
+    warming = host_truth(truth, web.fault_host(FaultHost.WARMING))
+    assert len(warming) == 1 + WARMING_PAGES
+    assert {outcome(e) for e in warming.values()} == {(PageState.FETCHED, 2, 200)}
+    assert {web.first_status(url) for url in warming} == {503}
 
 
 @pytest.mark.parametrize("attempts", [1, 2, 5])
@@ -303,7 +310,7 @@ def test_links_written_on_fault_and_story_pages_resolve_to_the_ground_truth(
         found, _ = extract_links(url, body, charset)
         assert found == set(web.links(url)), url
         checked += 1
-    assert checked == 88
+    assert checked == 88 + 1 + WARMING_PAGES  # the warming host's home and pages too
 
 
 def test_near_duplicate_labels(web: SyntheticWeb, truth: dict[str, Expected]) -> None:
@@ -496,6 +503,22 @@ def test_errors_once_dead_host_and_recovering_host(running: RunningWeb) -> None:
     assert [a[0] for a in answers] == [503, 503, 200, 200]
     assert answers[0][1]["Retry-After"] is None
     assert answers[2][2] == web.body(web.url(recovering, "/"))
+
+
+def test_the_warming_host_answers_each_paths_first_request_503_with_retry_after(
+    running: RunningWeb,
+) -> None:
+    web = running.web
+    warming = web.fault_host(FaultHost.WARMING)
+    assert _get(running, warming, "/robots.txt")[0] == 200  # not a page request
+    paths = ["/", *(f"/warming/{n}.html" for n in range(1, WARMING_PAGES + 1))]
+    first = [_get(running, warming, path) for path in paths]
+    assert {(status, headers["Retry-After"]) for status, headers, _ in first} == {
+        (503, str(RETRY_AFTER_503))}
+    for path in paths:
+        status, headers, body = _get(running, warming, path)
+        assert status == 200 and headers["Retry-After"] is None
+        assert body == web.body(web.url(warming, path))
 
 
 def test_retry_after_as_an_http_date(running: RunningWeb) -> None:

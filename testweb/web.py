@@ -80,6 +80,9 @@ RETRY_AFTER_DATE_SECONDS = 3
 RETRY_AFTER_ERRORS_503 = 3
 # Page requests the recovering host answers 503 before it recovers.
 RECOVERING_FAILURES = 2
+# Pages the warming host's home links (each answers 503 with Retry-After once): above the
+# crawler's default --circuit-failures of 10.
+WARMING_PAGES = 12
 # A path in which one segment occurs this often is a trap (/loop/x/x/x/).
 REPEATED_SEGMENT_LIMIT = 3
 # The maze's redirect chain: /chain/1 -> ... -> /chain/CHAIN_LENGTH, which answers 200.
@@ -268,6 +271,10 @@ class FaultHost(StrEnum):
     # One long article served under 20 URLs (half byte for byte, half a word or two apart),
     # and 4 articles of its own: what duplicate and near-duplicate detection must tell apart.
     COPIES = "copies"
+    # Every path, the home included, answers its first request 503 with Retry-After, then
+    # 200 (a cache warming up): more pages than a circuit breaker's usual limit, so a crawler
+    # that moves on to a fresh URL after each 503 sees a run of failures and parks the host.
+    WARMING = "warming"
 
 
 class PageFault(StrEnum):
@@ -296,7 +303,7 @@ NO_ANSWER = frozenset({PageFault.RESET, PageFault.BAD_STATUS_LINE, PageFault.STA
 _BIG_BODY_FLOOR = 64 * 1024
 
 # The pages a fault host's home links, in link order. Failing pages sit between good ones, so
-# a crawler that keeps link order never sees a run of failures that would open its circuit.
+# a crawler that keeps link order sees no run of failures longer than one page's attempts.
 _FAULT_PAGES: dict[FaultHost, tuple[str, ...]] = {
     FaultHost.RESET: ("/about.html", "/broken/reset.html", "/news.html"),
     FaultHost.BAD_STATUS: ("/about.html", "/broken/status.html", "/news.html"),
@@ -317,6 +324,7 @@ _FAULT_PAGES: dict[FaultHost, tuple[str, ...]] = {
                        *(f"/wire/copy-{n}.html" for n in range(1, COPIES_EXACT + 1)),
                        *(f"/wire/edit-{n}.html" for n in range(1, COPIES_NEAR + 1)),
                        *(f"/wire/other-{n}.html" for n in range(1, COPIES_DISTINCT + 1))),
+    FaultHost.WARMING: tuple(f"/warming/{n}.html" for n in range(1, WARMING_PAGES + 1)),
 }
 _PAGE_FAULTS: dict[str, PageFault] = {
     "/broken/reset.html": PageFault.RESET,
@@ -1895,6 +1903,8 @@ class SyntheticWeb:
 
     def _with_fault(self, plan: _HostPlan, page: _Page) -> _Page:
         """The page as its fault host serves it."""
+        if plan.profile.fault is FaultHost.WARMING:
+            return replace(page, first_status=503)  # with Retry-After: RETRY_AFTER_503
         fault = PageFault.UNAVAILABLE if plan.profile.fault is FaultHost.DEAD \
             else _PAGE_FAULTS.get(page.path)
         error_status = 429 if fault is PageFault.RETRY_DATE else 0
