@@ -12,6 +12,7 @@ bodies host carries five of them), so every test pays for its crawl at most once
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -41,7 +42,9 @@ from testweb.web import (
     COPIES_EXACT,
     COPIES_NEAR,
     RECOVERING_FAILURES,
+    RETRY_AFTER_503,
     RETRY_AFTER_ERRORS_503,
+    WARMING_PAGES,
     FaultHost,
     SyntheticWeb,
     WebSpec,
@@ -515,3 +518,100 @@ def test_a_host_serving_mostly_copies_is_slowed_down(
     # Afterwards, once the signal has gone round the loop, the spacing is four times wider.
     print("copies host gaps:", [round(g, 2) for g in gaps])
     assert sum(gap >= slowed for gap in gaps[9:]) >= 5, gaps
+
+
+# --- crawls that end ----------------------------------------------------------------------
+
+
+def test_every_fault_host_ends_by_itself_with_the_default_circuit_breaker(
+    emulators: None, tmp_path: Path,
+) -> None:
+    """All fault hosts in one crawl, with the crawler's own circuit defaults (10 failures in a
+    row park a host for an hour): it drains by itself. The warming host, whose every path
+    fails its first request with a Retry-After, is crawled path by path (each retried right
+    after its 503) and never parked; a crawler that moved on to fresh URLs after each 503
+    parked it for an hour, which the time budget here turns into a failure."""
+    defaults = CrawlOptions(seeds=())
+    spec = replace(SPEC, only_faults=tuple(FaultHost))
+    crawl_id = f"faults-all-{uuid.uuid4().hex[:8]}"
+    max_duration = 150.0
+    log_path = tmp_path / "requests.tsv"
+    with serve(spec, log_path) as served:
+        opts = CrawlOptions(
+            seeds=tuple(served.seeds), out=str(tmp_path / "out"), crawl_id=crawl_id,
+            min_delay=MIN_DELAY, max_crawl_delay=MAX_CRAWL_DELAY, user_agent=USER_AGENT,
+            resolve=(served.resolve_arg,), fetch_timeout=FETCH_TIMEOUT, max_pages=10_000,
+            max_pages_per_host=BUDGET, max_body_bytes=MAX_BODY,
+            max_calendar_pages=MAX_CALENDAR_PAGES, progress=False, max_duration=max_duration,
+        )
+        summary = run_local_crawl(opts)
+        requests = read_request_log(log_path)
+        web = served.web
+        seeds = served.seeds
+    rows = _rows(opts.out, crawl_id)
+    print(summary)
+    assert summary.status == "drained", summary
+    assert summary.elapsed_s < max_duration
+    report = audit_crawl(
+        web, requests, rows, seeds=seeds, min_delay=MIN_DELAY, max_crawl_delay=MAX_CRAWL_DELAY,
+        max_depth=None, max_pages_per_host=BUDGET, user_agent=USER_AGENT,
+        read_response=read_response, read_text=read_text, max_attempts=defaults.max_attempts,
+        max_calendar_pages=MAX_CALENDAR_PAGES, max_redirect_hops=MAX_REDIRECT_HOPS,
+        max_body_bytes=MAX_BODY, circuit_failures=defaults.circuit_failures,
+        circuit_seconds=defaults.circuit_seconds,
+    )
+    assert report.violations == [], "\n".join(report.violations[:40])
+    assert summary.accepted == len(rows) == sum(summary.by_state.values())
+    assert report.stats["circuit_probes"] == 0
+    warming = web.fault_host(FaultHost.WARMING)
+    pages = [r for r in requests if r.host == warming and r.path != "/robots.txt"]
+    assert len(pages) == 2 * (1 + WARMING_PAGES)
+    # Each path's retry is the host's very next request: 503, then 200 for the same path.
+    for first, second in zip(pages[::2], pages[1::2], strict=True):
+        assert (first.path, first.status, second.status) == (second.path, 503, 200)
+        assert second.arrival_ns - first.arrival_ns >= RETRY_AFTER_503 * 1e9
+    warming_rows = [r for r in rows if web.split_url(r["url"])[0] == warming]
+    assert len(warming_rows) == 1 + WARMING_PAGES
+    assert {(r["state"], r["attempts"]) for r in warming_rows} == {("fetched", 2)}
+
+
+def test_a_time_budget_ends_the_crawl_with_every_waiting_url_in_one_row(
+    emulators: None, tmp_path: Path,
+) -> None:
+    """--max-duration on a crawl that would run for minutes: no request after the deadline,
+    URLs in host queues, in overflow chunks and still on the frontier all end `over_budget`
+    with reason `time budget`, exactly one row per accepted URL, and the crawl returns with
+    its summary within the duration plus 30 s, naming the parked hosts."""
+    spec = replace(SPEC, hosts=10, pages_per_host=20)
+    crawl_id = f"timed-{uuid.uuid4().hex[:8]}"
+    max_duration = 20.0
+    log_path = tmp_path / "requests.tsv"
+    with serve(spec, log_path) as served:
+        opts = CrawlOptions(
+            seeds=tuple(served.seeds), out=str(tmp_path / "out"), crawl_id=crawl_id,
+            min_delay=1.0, max_crawl_delay=MAX_CRAWL_DELAY, user_agent=USER_AGENT,
+            resolve=(served.resolve_arg,), fetch_timeout=FETCH_TIMEOUT, max_pages=10_000,
+            max_body_bytes=MAX_BODY, max_calendar_pages=MAX_CALENDAR_PAGES, progress=False,
+            host_queue_cap=4, circuit_failures=2, circuit_seconds=3600.0,
+            max_duration=max_duration,
+        )
+        summary = run_local_crawl(opts)
+        returned = time.time()
+        requests = read_request_log(log_path)
+    rows = _rows(opts.out, crawl_id)
+    print(summary)
+    deadline = opts.started_at + max_duration
+    assert summary.status == "time_budget_spent", summary
+    assert returned - opts.started_at <= max_duration + 30
+    assert requests and max(r.arrival_ns for r in requests) / 1e9 < deadline + 0.5
+    urls = [r["url"] for r in rows]
+    assert len(urls) == len(set(urls)) == summary.accepted == sum(summary.by_state.values())
+    over_time = [r for r in rows if r["state"] == "over_budget"]
+    assert over_time and {r["reason"] for r in over_time} == {"time budget"}
+    assert len(over_time) == summary.urls_over_time
+    assert summary.urls_overflowed > 0  # some of them waited in overflow chunks
+    assert summary.hosts_parked >= 1 and summary.urls_on_parked_hosts >= 1
+    dead = served.web.fault_host(FaultHost.DEAD)
+    dead_rows = [r for r in rows if served.web.split_url(r["url"])[0] == dead]
+    assert dead_rows and {r["state"] for r in dead_rows} <= {"over_budget", "failed"}
+    assert summary.max_duration == max_duration

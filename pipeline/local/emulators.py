@@ -26,11 +26,11 @@ import contextlib
 import ctypes
 import os
 import queue
-import sys
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
