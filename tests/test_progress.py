@@ -5,14 +5,16 @@ from __future__ import annotations
 import pytest
 
 from pipeline.cli.output import print_summary
+from pipeline.core.counters import Counter
 from pipeline.local.progress import CrawlCounters, progress_line
 from pipeline.local.runtime import CrawlSummary
 
 
 def test_the_progress_line_shows_parked_hosts_and_the_urls_waiting_on_them():
     counters = CrawlCounters.from_metrics(
-        {"hosts_activated": 9, "hosts_idled": 2, "hosts_parked_now": 2, "urls_on_parked_hosts": 37,
-         "urls_accepted": 120, "rows_written": 80}, seeds_published=1)
+        {Counter.HOSTS_ACTIVATED: 9, Counter.HOSTS_IDLED: 2, Counter.HOSTS_PARKED_NOW: 2,
+         Counter.URLS_ON_PARKED_HOSTS: 37, Counter.URLS_ACCEPTED: 120,
+         Counter.ROWS_WRITTEN: 80}, seeds_published=1)
     assert (counters.hosts_parked, counters.urls_on_parked_hosts) == (2, 37)
     line = progress_line(counters, 12.0, 3.5)
     assert "7 hosts active | 2 parked (37 URLs waiting) | frontier 40 |" in line

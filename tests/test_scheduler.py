@@ -355,4 +355,4 @@ def test_a_parked_host_is_woken_at_the_deadline_and_its_urls_end_over_budget():
             (p, "over_budget", "time budget") for p in ("a", "b", "c")]
         assert len(pool.submitted) == 2 and not state.value.busy
     finally:
-        _InFlight._futures.clear()
+        worker_resources().close()
