@@ -205,3 +205,6 @@ def test_the_time_budget_becomes_a_deadline_from_the_command_start():
         CrawlOptions(seeds=("http://a.test/",), max_duration=0)
     with pytest.raises(SystemExit):
         parser.parse_args(["http://a.test/", "--max-duration", "-5"])
+    # The `crawler` command counts the budget from its own start, imports included.
+    args.started_at = 1000.0
+    assert options_from_args(args).host_policy().deadline == 1090.0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import time
 
 from pipeline.options import add_crawl_arguments
 
@@ -113,9 +114,11 @@ def _stop_on_sigterm(signum, frame) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    started = time.time()  # a time budget counts from here: the user's wall clock
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.started_at = started
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -59,7 +59,7 @@ BLOCKED_HOST_SECONDS = 24 * 3600.0
 TIME_BUDGET_REASON = "time budget"
 # A request started before the time budget runs out may take at most this long past it (its
 # fetch deadline is shortened), so a crawl with a time budget ends soon after it.
-DEADLINE_FETCH_GRACE = 10.0
+DEADLINE_FETCH_GRACE = 5.0
 
 
 @dataclass(frozen=True, slots=True)
