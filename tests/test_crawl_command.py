@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -37,3 +38,33 @@ def test_an_output_that_cannot_be_written_is_one_line_and_exit_2(tmp_path: Path,
     assert lines[0].startswith(f"crawler crawl: cannot write the crawl's output under --out "
                                f"{out}: ")
     assert done.stdout == ""
+
+
+def test_a_crawl_ended_by_its_time_budget_exits_0_with_its_summary(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+) -> None:
+    from pipeline.cli.main import main
+    from pipeline.local import runtime
+
+    seen = {}
+
+    def crawled(opts, on_progress=None):
+        seen["opts"] = opts
+        return runtime.CrawlSummary(
+            crawl_id=opts.crawl_id, out_dir=str(tmp_path), status="time_budget_spent",
+            elapsed_s=31.0, pages_fetched=3, pages_per_s=0.1, requests=4, accepted=9,
+            rows_written=9, by_state={"fetched": 3, "over_budget": 6}, bytes_fetched=0,
+            max_duration=30.0, urls_over_time=6)
+
+    monkeypatch.setattr(runtime, "run_local_crawl", crawled)
+    sigterm = signal.getsignal(signal.SIGTERM)  # main() installs its own handler
+    try:
+        with pytest.raises(SystemExit) as exited:
+            main(["crawl", "http://a.test/", "--out", str(tmp_path), "--max-duration", "30",
+                  "--no-progress"])
+    finally:
+        signal.signal(signal.SIGTERM, sigterm)
+    assert exited.value.code == 0
+    assert seen["opts"].max_duration == 30.0
+    out = capsys.readouterr().out
+    assert "time_budget_spent" in out and "6 URLs still waiting ended over budget" in out
