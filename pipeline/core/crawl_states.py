@@ -16,6 +16,7 @@ the crawl is `cancelled` once that has happened. `done` and `cancelled` are fina
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -93,3 +94,32 @@ def keeps_waiting(state: CrawlState) -> bool:
     """Whether the crawl's URLs stay queued in host state (running or paused); otherwise they
     end with a row at once."""
     return state in (CrawlState.RUNNING, CrawlState.PAUSED)
+
+
+@dataclass(frozen=True, slots=True)
+class CrawlLimits:
+    """What one crawl of the fleet may do. None: no limit of its own (the fleet's default
+    applies for min_delay and user_agent)."""
+
+    max_pages: int
+    max_pages_per_host: int | None = None
+    max_depth: int | None = None
+    min_delay: float | None = None  # a floor: robots.txt and backoff only ever lengthen it
+    max_duration_s: float | None = None
+    user_agent: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_pages < 1:
+            raise ValueError(f"max_pages must be at least 1, got {self.max_pages}")
+        if self.max_pages_per_host is not None and self.max_pages_per_host < 1:
+            raise ValueError(
+                f"max_pages_per_host must be at least 1, got {self.max_pages_per_host}")
+        if self.max_depth is not None and self.max_depth < 0:
+            raise ValueError(f"max_depth must be 0 or more, got {self.max_depth}")
+        if self.min_delay is not None and not self.min_delay > 0:
+            raise ValueError(f"min_delay must be positive (politeness needs a delay), got "
+                             f"{self.min_delay}")
+        if self.max_duration_s is not None and not self.max_duration_s > 0:
+            raise ValueError(f"max_duration_s must be positive, got {self.max_duration_s}")
+        if self.user_agent is not None and not self.user_agent.strip():
+            raise ValueError("user_agent must not be blank")
