@@ -67,6 +67,7 @@ class Counter(StrEnum):
     ROWS_DUPLICATE = "rows_duplicate"
     ROWS_OVER_BUDGET = "rows_over_budget"
     ROWS_DEAD_LETTERED = "rows_dead_lettered"
+    ROWS_CANCELLED = "rows_cancelled"
 
 
 class Maximum(StrEnum):
