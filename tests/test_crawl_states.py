@@ -12,6 +12,7 @@ from pipeline.core.crawl_states import (
     CrawlState,
     TransitionRefused,
     allowed_actions,
+    crawl_ending,
     keeps_waiting,
     may_fetch,
     transition,
@@ -73,3 +74,26 @@ def test_any_sequence_of_actions_keeps_the_crawl_life_consistent(actions):
         if later is CrawlState.PAUSED:
             assert earlier is CrawlState.RUNNING
     assert all(s not in FINAL_STATES for s in seen[:-1])
+
+
+def _ending(state, **kw):
+    values = dict(accepted=10, terminal=10, quiet_s=5.0, quiet_needed_s=3.0, now=100.0,
+                  created_at=0.0, max_duration_s=None)
+    values.update(kw)
+    return crawl_ending(state, **values)
+
+
+def test_a_crawl_ends_when_drained_and_quiet_or_out_of_time():
+    assert _ending(CrawlState.RUNNING) == (CrawlAction.FINISH, "drained")
+    assert _ending(CrawlState.RUNNING, quiet_s=1.0) is None  # links may be on their way
+    assert _ending(CrawlState.RUNNING, terminal=9) is None
+    assert _ending(CrawlState.RUNNING, accepted=0, terminal=0) is None  # seeds not in yet
+    assert _ending(CrawlState.PAUSED) is None  # a paused crawl is not drained
+    assert _ending(CrawlState.PAUSED, terminal=0, max_duration_s=50.0) == (
+        CrawlAction.FINISH, "time budget spent")
+    assert _ending(CrawlState.RUNNING, terminal=0, max_duration_s=150.0) is None
+    assert _ending(CrawlState.CANCELLING, terminal=0) is None
+    assert _ending(CrawlState.CANCELLING, accepted=0, terminal=0) == (
+        CrawlAction.SETTLE, "cancelled on request")
+    assert _ending(CrawlState.CANCELLING) == (CrawlAction.SETTLE, "cancelled on request")
+    assert _ending(CrawlState.DONE) is None and _ending(CrawlState.CANCELLED) is None

@@ -1,8 +1,9 @@
 """`crawler serve`: the crawl service on this machine, the control API in front of the fleet.
 
 It refuses to start without tokens, then starts the emulators nobody configured, creates the
-Bigtable tables and the fleet's frontier topic, serves the API and prints its URL and a curl
-example. Ctrl-C (or SIGTERM) stops it and the emulators it started.
+Bigtable tables and the fleet's frontier topic, starts the local fleet (one pipeline crawling
+every crawl the API starts), serves the API and prints its URL and a curl example. Ctrl-C (or
+SIGTERM) stops it and the emulators it started.
 """
 
 from __future__ import annotations
@@ -41,6 +42,29 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                         help="min_delay of a crawl that asks for none (default: %(default)s)")
     parser.add_argument("--user-agent", default=DEFAULT_USER_AGENT,
                         help="user_agent of a crawl that asks for none (default: %(default)s)")
+    parser.add_argument("--out", default="crawl-out",
+                        help="output root: each crawl's WARC/WET segments and Parquet `pages` "
+                             "table go under OUT/CRAWL_ID/ (default: %(default)s)")
+    parser.add_argument("--fetch-timeout", type=float, default=30.0,
+                        help="total seconds one request may take (default: %(default)s)")
+    parser.add_argument("--max-crawl-delay", type=float, default=30.0,
+                        help="cap on a robots.txt Crawl-delay, in seconds (default: "
+                             "%(default)s)")
+
+
+def fleet_settings(args: argparse.Namespace, bigtable, topic: str):
+    """The local fleet's settings from the command line; the fleet's defaults come from
+    CrawlOptions, the one place crawl defaults live."""
+    from pipeline.local.fleet import FleetSettings
+    from pipeline.options import CrawlOptions
+
+    defaults = CrawlOptions(seeds=(), out=args.out, min_delay=args.min_delay,
+                            user_agent=args.user_agent, resolve=tuple(args.resolve),
+                            fetch_timeout=args.fetch_timeout,
+                            max_crawl_delay=args.max_crawl_delay, max_pages=None)
+    return FleetSettings(project=args.project, bigtable=bigtable, frontier_topic=topic,
+                         out=args.out, policy=defaults.host_policy(),
+                         fetch=defaults.fetch_config(), resolve=tuple(args.resolve))
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -62,6 +86,7 @@ def run_serve(args: argparse.Namespace) -> int:
         start_missing_emulators,
         stop_emulators,
     )
+    from pipeline.local.fleet import LocalFleet
     from pipeline.service.app import create_app
     from pipeline.service.control import CrawlControl, FleetDefaults, PubSubFrontier
     from pipeline.service.server import ApiServer, ApiServerFailed
@@ -80,13 +105,18 @@ def run_serve(args: argparse.Namespace) -> int:
         return 3
     except KeyboardInterrupt:  # stopped while starting: start_missing_emulators cleaned up
         return 0
-    tables = frontier = server = None
+    tables = frontier = server = fleet = None
     try:
         tables = open_tables(BigtableConfig(args.project, args.bigtable_instance), create=True)
-        frontier = PubSubFrontier(ensure_topic(args.project, args.frontier_topic))
+        topic = ensure_topic(args.project, args.frontier_topic)
+        frontier = PubSubFrontier(topic)
+        settings = fleet_settings(args, BigtableConfig(args.project, args.bigtable_instance),
+                                  topic)
+        fleet = LocalFleet(settings).start()
         control = CrawlControl(tables, frontier,
                                FleetDefaults(min_delay=args.min_delay,
-                                             user_agent=args.user_agent))
+                                             user_agent=args.user_agent),
+                               propagation_s=settings.state_ttl_s)
         try:
             server = ApiServer(create_app(control, tokens), host=args.host,
                                port=args.port).start()
@@ -106,6 +136,8 @@ def run_serve(args: argparse.Namespace) -> int:
     finally:
         if server is not None:
             server.stop()
+        if fleet is not None:
+            fleet.stop()
         if frontier is not None:
             frontier.close()
         if tables is not None:

@@ -123,3 +123,35 @@ class CrawlLimits:
             raise ValueError(f"max_duration_s must be positive, got {self.max_duration_s}")
         if self.user_agent is not None and not self.user_agent.strip():
             raise ValueError("user_agent must not be blank")
+
+
+def crawl_ending(
+    state: CrawlState,
+    *,
+    accepted: int,
+    terminal: int,
+    quiet_s: float,
+    quiet_needed_s: float,
+    now: float,
+    created_at: float,
+    max_duration_s: float | None,
+) -> tuple[CrawlAction, str] | None:
+    """The move that ends a crawl now, with its reason, or None.
+
+    A crawl is over when its time budget is spent; or, running or cancelling, when every URL
+    it accepted has a terminal row and its counters have not moved for `quiet_needed_s`
+    (`quiet_s` so far). The quiet period covers links on their way through the frontier topic:
+    between a page's row and its links' acceptance every accepted URL may be terminal for a
+    moment. A cancelled crawl that never accepted anything settles after the quiet period too.
+    """
+    live = state in (CrawlState.RUNNING, CrawlState.PAUSED)
+    if live and max_duration_s is not None and now >= created_at + max_duration_s:
+        return CrawlAction.FINISH, "time budget spent"
+    if quiet_s < quiet_needed_s:
+        return None
+    settled = terminal >= accepted
+    if state is CrawlState.CANCELLING and settled:
+        return CrawlAction.SETTLE, "cancelled on request"
+    if state is CrawlState.RUNNING and settled and accepted > 0:
+        return CrawlAction.FINISH, "drained"
+    return None

@@ -89,11 +89,19 @@ class CrawlControl:
         frontier: FrontierPublisher,
         defaults: FleetDefaults,
         clock: Callable[[], float] = time.time,
+        *,
+        propagation_s: float = 0.0,
+        wait: Callable[[float], None] = time.sleep,
     ) -> None:
+        """propagation_s: how stale the fleet's schedulers may hold a crawl's state (their
+        cache time). A pause or cancel answers only once that long has passed since it was
+        written, so when it returns no scheduler starts a request of the crawl any more."""
         self.tables = tables
         self._frontier = frontier
         self._defaults = defaults
         self._clock = clock
+        self._propagation_s = propagation_s
+        self._wait = wait
 
     def create(self, seeds: Sequence[str], limits: CrawlLimits) -> FleetCrawl:
         """Record a crawl and put its (normalised) seeds on the frontier. Raises
@@ -130,7 +138,13 @@ class CrawlControl:
         return list_fleet_crawls(self.tables, limit=limit, cursor=cursor)
 
     def act(self, crawl_id: str, action: CrawlAction) -> FleetCrawl:
-        return apply_action(self.tables, crawl_id, action, at=self._clock())
+        written = self._clock()
+        crawl = apply_action(self.tables, crawl_id, action, at=written)
+        if action in (CrawlAction.PAUSE, CrawlAction.CANCEL) and self._propagation_s > 0:
+            # The bound the schedulers' cache gives, not a guess: after it, every decision
+            # to start a request reads a state written after this one.
+            self._wait(max(0.0, written + self._propagation_s - self._clock()))
+        return crawl
 
     def pages_per_s(self, crawl: FleetCrawl) -> float | None:
         return fetch_rate(crawl.record, crawl.ended_at or self._clock())
