@@ -31,10 +31,8 @@ from pipeline.io.crawls import TransitionRaced, apply_action, list_fleet_crawls
 from pipeline.io.fetch import FetchConfig
 from pipeline.local.direct_runner import direct_runner_speedups
 from pipeline.local.emulators import ensure_subscription, ensure_topic
-from pipeline.transforms.bigtable import SharedBigtable
 from pipeline.transforms.fleet import CrawlRecords, FleetConfig
-from pipeline.transforms.frontier import close_shared_publisher
-from pipeline.transforms.store import OpenSegments
+from pipeline.transforms.resources import worker_resources
 
 log = logging.getLogger(__name__)
 
@@ -96,9 +94,7 @@ class LocalFleet:
         if self._result is not None:
             with contextlib.suppress(Exception):  # best effort: the process is stopping
                 self._result.cancel()
-        close_shared_publisher()
-        SharedBigtable.close_all()
-        OpenSegments.close_all()
+        worker_resources().close()  # the emulators may stop: no client outlives the fleet
         CrawlRecords.forget()
         if self._speedups is not None:
             self._speedups.close()

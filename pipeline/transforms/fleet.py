@@ -42,12 +42,12 @@ from pipeline.core.urls import InvalidURL, host_key, normalize_url
 from pipeline.io.bigtable import BigtableConfig, CrawlNotFound
 from pipeline.io.crawls import FleetCrawl, read_fleet_crawl
 from pipeline.io.dns import parse_resolve
-from pipeline.io.fetch import FetchConfig, fetch_pool, shared_client
+from pipeline.io.fetch import FetchConfig
 from pipeline.io.host_overflow import HostOverflow
 from pipeline.metrics import crawl_counter
-from pipeline.transforms.bigtable import SharedBigtable
 from pipeline.transforms.frontier import split_by_host
-from pipeline.transforms.schedule import _POLL_MAX, _POLL_MIN, _InFlight, _report
+from pipeline.transforms.resources import WorkerResources, worker_resources
+from pipeline.transforms.schedule import _POLL_MAX, _POLL_MIN, _report
 from pipeline.transforms.schedule import fetch_result as _fetch_result
 from pipeline.transforms.schedule import outcome_row as _outcome_row
 
@@ -107,7 +107,8 @@ class CrawlRecords:
         if cached is not None and now - cached[0] < ttl_s:
             return cached[1]
         try:
-            crawl: FleetCrawl | None = read_fleet_crawl(SharedBigtable.tables(config), crawl_id)
+            crawl: FleetCrawl | None = read_fleet_crawl(worker_resources().bigtable(config),
+                                                        crawl_id)
         except CrawlNotFound:
             log.warning("URLs of crawl %s, which has no fleet record: they wait", crawl_id)
             crawl = None
@@ -177,19 +178,24 @@ class FleetSchedulerFn(beam.DoFn):
         self._robots_requests = crawl_counter(Counter.ROBOTS_REQUESTS)
         self._leases_expired = crawl_counter(Counter.LEASES_EXPIRED)
         self._overflowed = crawl_counter(Counter.URLS_OVERFLOWED)
-        self._submit = None
+        self._resources: WorkerResources | None = None
         self._overrides: tuple = ()
 
     def setup(self) -> None:
         self._overrides = tuple(parse_resolve(spec) for spec in self._config.resolve)
-        self._submit = fetch_pool(self._config.fetch_concurrency).submit
+        self._resources = worker_resources()
+
+    def _shared(self) -> WorkerResources:
+        # A method, not a property: Beam inspects every attribute of a DoFn when applied.
+        assert self._resources is not None, "setup() not called"
+        return self._resources
 
     def start_bundle(self) -> None:
         self._accepted_in_bundle = {}
 
     def finish_bundle(self) -> None:
         if self._accepted_in_bundle:
-            store = SharedBigtable.get(self._config.bigtable)
+            store = self._shared().bigtable_store(self._config.bigtable)
             for crawl_id, n in self._accepted_in_bundle.items():
                 store.counters.add(crawl_id, "accepted", n)
             store.counters.flush()
@@ -249,7 +255,7 @@ class FleetSchedulerFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(ROWS, _outcome_row(crawl_id, host, outcome))
         if spilled:
             # Stored before the state that counts them: a retry rewrites the same rows.
-            overflow = HostOverflow(SharedBigtable.tables(self._config.bigtable).frontier,
+            overflow = HostOverflow(self._shared().bigtable(self._config.bigtable).frontier,
                                     crawl_id)
             overflow.write(host, state.crawls[crawl_id].overflow(spilled, policy))
             self._overflowed.inc(len(spilled))
@@ -281,7 +287,7 @@ class FleetSchedulerFn(beam.DoFn):
             holder = state.holder
             assert holder is not None
             policy = self._policy(self._crawl(holder, now))
-            future = _InFlight.get(lease.lease_id)
+            future = self._shared().running_fetch(lease.lease_id)
             if future is not None and not future.done():
                 running = now - lease.started_at
                 state.wake_at = now + min(_POLL_MAX, max(_POLL_MIN, running / 4))
@@ -295,7 +301,7 @@ class FleetSchedulerFn(beam.DoFn):
                 log.warning("lease on %s for %s expired; fetching it again", host, lease.url)
                 response = None
             else:
-                _InFlight.pop(lease.lease_id)
+                self._shared().forget_fetch(lease.lease_id)
                 response = future.result()
                 decision = state.complete(lease.lease_id, _report(response, lease), now, policy)
             yield from self._carry_out(host, decision, response)
@@ -315,7 +321,7 @@ class FleetSchedulerFn(beam.DoFn):
             if not (crawl_state.has_overflow
                     or crawl_state.overflow_deleted < crawl_state.overflow_read):
                 continue
-            overflow = HostOverflow(SharedBigtable.tables(self._config.bigtable).frontier,
+            overflow = HostOverflow(self._shared().bigtable(self._config.bigtable).frontier,
                                     crawl_id)
             done = crawl_state.deletable()
             if done:
@@ -336,16 +342,16 @@ class FleetSchedulerFn(beam.DoFn):
                 yield _fetch_result(crawl_id, host, one.page_done, response)
 
     def _start_fetch(self, crawl_id: str, lease, now: float) -> None:
-        assert self._submit is not None
         policy = self._policy(self._crawl(crawl_id, now))
         # Each crawl's requests carry its own User-Agent (robots.txt included).
-        client = shared_client(
+        client = self._shared().fetch_client(
             dataclasses.replace(self._config.fetch, user_agent=policy.user_agent),
             self._overrides)
         self._requests.inc()
         if lease.kind is LeaseKind.ROBOTS:
             self._robots_requests.inc()
-        _InFlight.put(lease.lease_id, self._submit(client.fetch, lease.url))
+        pool = self._shared().fetch_pool(self._config.fetch_concurrency)
+        self._shared().track_fetch(lease.lease_id, pool.submit(client.fetch, lease.url))
 
     def _arm(self, state: FleetHostState, wake, now: float) -> None:
         if state.wake_at is None and state.busy:

@@ -207,9 +207,6 @@ class _BundleSegments:
         self._crawl_id = crawl_id
         self._used: dict[str, tuple[SegmentWriter, SegmentWriter]] = {}
 
-    def reset(self) -> None:
-        self._used = {}
-
     def of(self, crawl_id: str) -> tuple[SegmentWriter, SegmentWriter]:
         crawl_id = self._crawl_id or crawl_id
         pair = self._used.get(crawl_id)
