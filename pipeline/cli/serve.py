@@ -47,6 +47,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                              "table go under OUT/CRAWL_ID/ (default: %(default)s)")
     parser.add_argument("--fetch-timeout", type=float, default=30.0,
                         help="total seconds one request may take (default: %(default)s)")
+    parser.add_argument("--allow-network", action="append", default=[], metavar="CIDR",
+                        dest="allow_networks",
+                        help="let crawls reach this non-public range (docs/security.md); "
+                             "repeatable")
     parser.add_argument("--max-crawl-delay", type=float, default=30.0,
                         help="cap on a robots.txt Crawl-delay, in seconds (default: "
                              "%(default)s)")
@@ -61,7 +65,8 @@ def fleet_settings(args: argparse.Namespace, bigtable, topic: str):
     defaults = CrawlOptions(seeds=(), out=args.out, min_delay=args.min_delay,
                             user_agent=args.user_agent, resolve=tuple(args.resolve),
                             fetch_timeout=args.fetch_timeout,
-                            max_crawl_delay=args.max_crawl_delay, max_pages=None)
+                            max_crawl_delay=args.max_crawl_delay, max_pages=None,
+                            allow_networks=tuple(args.allow_networks))
     return FleetSettings(project=args.project, bigtable=bigtable, frontier_topic=topic,
                          out=args.out, policy=defaults.host_policy(),
                          fetch=defaults.fetch_config(), resolve=tuple(args.resolve))
