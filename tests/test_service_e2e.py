@@ -216,3 +216,56 @@ def test_limits_of_one_crawl_do_not_bind_another(service):
     assert {r["url"] for r in fetched} <= set(service.web.seeds)
     assert any(r["state"] == "filtered" for r in rows)
     _adds_up(service, crawl)
+
+
+def test_crawler_serve_is_one_command_for_emulators_fleet_and_api(tmp_path):
+    """`crawler serve` as an operator runs it: prints the URL and a curl example, crawls what
+    the API is given, and stops cleanly (exit 0) on SIGTERM."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"{TOKEN}\n")
+    spec = WebSpec(hosts=2, pages_per_host=20, hang_seconds=2.0, seed_hosts=1)
+    with serve(spec, tmp_path / "requests.tsv") as web:
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("PUBSUB_EMULATOR_HOST", "BIGTABLE_EMULATOR_HOST")}
+        process = subprocess.Popen(
+            [sys.executable, "-m", "pipeline", "serve", "--port", "0", "--token-file",
+             str(tokens), "--resolve", web.resolve_arg, "--out", str(tmp_path / "out"),
+             "--min-delay", "0.2", "--fetch-timeout", "2", "--max-crawl-delay", "1"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            cwd=Path(__file__).resolve().parents[1],
+        )
+        try:
+            assert process.stdout is not None
+            first = process.stdout.readline()
+            assert first.startswith("control API on http://127.0.0.1:"), (
+                first, process.stderr.read() if process.poll() is not None else "")
+            url = first.split()[3]
+            example = "".join(process.stdout.readline() for _ in range(5))
+            assert "curl" in example and "Authorization: Bearer" in example
+            assert TOKEN not in first + example  # the example reads the file, never quotes it
+            with httpx.Client(base_url=url, timeout=30,
+                              headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+                created = client.post("/crawls", json={"seeds": web.seeds, "max_pages": 15})
+                assert created.status_code == 201, created.text
+                crawl_id = created.json()["id"]
+                deadline = time.monotonic() + 240
+                while (crawl := client.get(f"/crawls/{crawl_id}").json())["state"] != "done":
+                    assert time.monotonic() < deadline, crawl
+                    time.sleep(0.5)  # polling the API for a condition; the deadline bounds it
+            assert 0 < crawl["counters"]["fetched"] <= 15  # the page budget holds
+            assert crawl["counters"]["over_budget"] > 0
+            assert crawl["counters"]["accepted"] == sum(
+                v for k, v in crawl["counters"].items() if k not in ("accepted", "bytes"))
+        finally:
+            process.send_signal(signal.SIGTERM)
+            try:
+                code = process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                raise
+        assert code == 0, process.stderr.read()[-2000:]
