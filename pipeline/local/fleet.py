@@ -31,7 +31,7 @@ from pipeline.io.crawls import TransitionRaced, apply_action, list_fleet_crawls
 from pipeline.io.fetch import FetchConfig
 from pipeline.local.direct_runner import direct_runner_speedups
 from pipeline.local.emulators import ensure_subscription, ensure_topic
-from pipeline.transforms.fleet import CrawlRecords, FleetConfig
+from pipeline.transforms.fleet import FleetConfig, crawl_records
 from pipeline.transforms.resources import worker_resources
 
 log = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ class LocalFleet:
             with contextlib.suppress(Exception):  # best effort: the process is stopping
                 self._result.cancel()
         worker_resources().close()  # the emulators may stop: no client outlives the fleet
-        CrawlRecords.forget()
+        crawl_records().clear()  # a later fleet in this process reads afresh
         if self._speedups is not None:
             self._speedups.close()
 

@@ -23,6 +23,7 @@ import apache_beam as beam
 from apache_beam import TimeDomain
 from apache_beam.coders import PickleCoder
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
+from apache_beam.utils.shared import Shared
 from apache_beam.utils.timestamp import Timestamp
 
 from pipeline.core.budget import LocalPageBudget
@@ -89,40 +90,47 @@ def crawl_policy(base: HostPolicy, crawl: FleetCrawl) -> HostPolicy:
 
 
 class CrawlRecords:
-    """The fleet crawls' records as this process last read them, at most `ttl_s` old.
+    """The fleet crawls' records as this process last read them, each at most `ttl_s` old.
 
-    Process-wide, because Beam's local runner sets a DoFn up again for every bundle; a record
-    that cannot be read is retried at the next event and its crawl's URLs wait meanwhile.
+    One per process, acquired in the scheduler's `setup` through Beam's Shared (as
+    WorkerResources is), because Beam's local runner sets a DoFn up again for every bundle. A
+    record that cannot be read is asked for again at the next event; its crawl's URLs wait.
     """
 
-    _lock = threading.Lock()
-    _read: dict[tuple[BigtableConfig, str], tuple[float, FleetCrawl | None]] = {}
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._read: dict[tuple[BigtableConfig, str], tuple[float, FleetCrawl | None]] = {}
 
-    @classmethod
-    def get(cls, config: BigtableConfig, crawl_id: str, now: float,
-            ttl_s: float) -> FleetCrawl | None:
+    def get(self, resources: WorkerResources, config: BigtableConfig, crawl_id: str,
+            now: float, ttl_s: float) -> FleetCrawl | None:
         key = (config, crawl_id)
-        with cls._lock:
-            cached = cls._read.get(key)
+        with self._lock:
+            cached = self._read.get(key)
         if cached is not None and now - cached[0] < ttl_s:
             return cached[1]
         try:
-            crawl: FleetCrawl | None = read_fleet_crawl(worker_resources().bigtable(config),
-                                                        crawl_id)
+            crawl: FleetCrawl | None = read_fleet_crawl(resources.bigtable(config), crawl_id)
         except CrawlNotFound:
             log.warning("URLs of crawl %s, which has no fleet record: they wait", crawl_id)
             crawl = None
         except Exception as exc:  # the client's errors: the URLs wait, asked again later
             log.warning("cannot read the record of crawl %s (%s): its URLs wait", crawl_id, exc)
             return cached[1] if cached is not None else None
-        with cls._lock:
-            cls._read[key] = (now, crawl)
+        with self._lock:
+            self._read[key] = (now, crawl)
         return crawl
 
-    @classmethod
-    def forget(cls) -> None:
-        with cls._lock:
-            cls._read.clear()
+    def clear(self) -> None:
+        with self._lock:
+            self._read.clear()
+
+
+_RECORDS = Shared()
+
+
+def crawl_records() -> CrawlRecords:
+    """This process's crawl-record cache (call from a DoFn's `setup`; keep the reference)."""
+    return _RECORDS.acquire(CrawlRecords)
 
 
 class DecodeFleetFrontierFn(beam.DoFn):
@@ -179,11 +187,13 @@ class FleetSchedulerFn(beam.DoFn):
         self._leases_expired = crawl_counter(Counter.LEASES_EXPIRED)
         self._overflowed = crawl_counter(Counter.URLS_OVERFLOWED)
         self._resources: WorkerResources | None = None
+        self._records: CrawlRecords | None = None
         self._overrides: tuple = ()
 
     def setup(self) -> None:
         self._overrides = tuple(parse_resolve(spec) for spec in self._config.resolve)
         self._resources = worker_resources()
+        self._records = crawl_records()
 
     def _shared(self) -> WorkerResources:
         # A method, not a property: Beam inspects every attribute of a DoFn when applied.
@@ -203,7 +213,9 @@ class FleetSchedulerFn(beam.DoFn):
 
     # ----------------------------------------------------------------------- crawls
     def _crawl(self, crawl_id: str, now: float) -> FleetCrawl | None:
-        return CrawlRecords.get(self._config.bigtable, crawl_id, now, self._config.state_ttl_s)
+        assert self._records is not None, "setup() not called"
+        return self._records.get(self._shared(), self._config.bigtable, crawl_id, now,
+                                 self._config.state_ttl_s)
 
     def _policy(self, crawl: FleetCrawl | None) -> HostPolicy:
         return self._config.policy if crawl is None else crawl_policy(self._config.policy, crawl)
