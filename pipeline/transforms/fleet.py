@@ -186,6 +186,7 @@ class FleetSchedulerFn(beam.DoFn):
         self._robots_requests = crawl_counter(Counter.ROBOTS_REQUESTS)
         self._leases_expired = crawl_counter(Counter.LEASES_EXPIRED)
         self._overflowed = crawl_counter(Counter.URLS_OVERFLOWED)
+        self._not_relayed = crawl_counter(Counter.ROBOTS_MESSAGES_NOT_RELAYED)
         self._resources: WorkerResources | None = None
         self._records: CrawlRecords | None = None
         self._overrides: tuple = ()
@@ -348,6 +349,16 @@ class FleetSchedulerFn(beam.DoFn):
 
     def _carry_out(self, host: str, decision: FleetDecision, response) -> Iterator[object]:
         for crawl_id, one in decision.decisions:
+            if one.robots_messages:
+                # robots.txt redirected to another host: the one-crawl scheduler asks that
+                # host's key through the frontier; the fleet does not relay such errands yet,
+                # so the asking host waits out the errand's deadline and then treats its
+                # robots.txt as unreachable (disallow all, asked again later): stricter,
+                # never less polite.
+                self._not_relayed.inc(len(one.robots_messages))
+                log.warning("host %s (crawl %s): robots.txt redirects to another host; the "
+                            "fleet does not relay it, so it counts as unreachable", host,
+                            crawl_id)
             for outcome in one.outcomes:
                 yield beam.pvalue.TaggedOutput(ROWS, _outcome_row(crawl_id, host, outcome))
             if one.page_done is not None and response is not None:
