@@ -83,6 +83,13 @@ def run_serve(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         print(f"crawler serve: --port {args.port} is not a port", file=sys.stderr)
         return 2
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        print(f"crawler serve: the control API needs the `service` extra ({exc.name} is "
+              "missing): pip install 'beam-crawler[service]'", file=sys.stderr)
+        return 3
     from pipeline.io.bigtable import BigtableConfig, open_tables
     from pipeline.io.dns import parse_resolve
     from pipeline.local.emulators import (

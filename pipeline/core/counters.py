@@ -45,7 +45,8 @@ class Counter(StrEnum):
     URLS_BLOCKED_ADDRESS = "urls_blocked_address"  # ended filtered: address not public
     ROBOTS_MESSAGES_EMITTED = "robots_messages_emitted"  # requests and answers between hosts
     HOSTS_PARKED = "hosts_parked"  # circuit opened, or a probe of a parked host failed
-    # The fleet does not relay them yet: the asking host's robots.txt ends unreachable
+    # robots.txt messages the fleet does not relay yet (the asking host's robots.txt ends
+    # unreachable)
     ROBOTS_MESSAGES_NOT_RELAYED = "robots_messages_not_relayed"
     # StorePages
     PAGES_STORED = "pages_stored"
