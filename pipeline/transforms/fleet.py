@@ -181,6 +181,7 @@ class FleetSchedulerFn(beam.DoFn):
         self._config = config
         self._clock = clock
         self._accepted_in_bundle: dict[str, int] = {}
+        self._refilled_in_bundle: set[tuple[str, str]] = set()
         self._accepted = crawl_counter(Counter.URLS_ACCEPTED)
         self._requests = crawl_counter(Counter.REQUESTS)
         self._robots_requests = crawl_counter(Counter.ROBOTS_REQUESTS)
@@ -203,6 +204,7 @@ class FleetSchedulerFn(beam.DoFn):
 
     def start_bundle(self) -> None:
         self._accepted_in_bundle = {}
+        self._refilled_in_bundle = set()
 
     def finish_bundle(self) -> None:
         if self._accepted_in_bundle:
@@ -337,12 +339,15 @@ class FleetSchedulerFn(beam.DoFn):
             overflow = HostOverflow(self._shared().bigtable(self._config.bigtable).frontier,
                                     crawl_id)
             done = crawl_state.deletable()
-            if done:
+            # Only chunks an earlier bundle read back: a retry of this bundle must find the
+            # ones it read itself still stored.
+            if done and (crawl_id, host) not in self._refilled_in_bundle:
                 overflow.delete(host, done)
                 crawl_state.overflow_deleted = done.stop
             wanted = crawl_state.refill_wanted(self._policy(self._crawl(crawl_id, now)))
             if wanted:
                 lost = crawl_state.refilled(wanted, overflow.read(host, wanted))
+                self._refilled_in_bundle.add((crawl_id, host))
                 if lost:
                     log.error("host %s, crawl %s: %d URLs lost with missing overflow chunks",
                               host, crawl_id, lost)
