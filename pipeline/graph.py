@@ -1,4 +1,5 @@
-"""The crawl as one Beam graph: frontier -> host scheduler -> store -> table, links looping back.
+"""The crawl as one Beam graph: frontier -> host scheduler -> store -> table, links looping back;
+and the fleet, the same graph serving every crawl at once.
 
 This module owns how the public transforms are wired together, and refuses a wiring that
 cannot keep its promises on the runner at hand (a page budget counted in one process, on a
@@ -16,10 +17,13 @@ from apache_beam.options.pipeline_options import DirectOptions
 from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner, SwitchingDirectRunner
 
 from pipeline.core.budget import LocalPageBudget, PageBudget
+from pipeline.core.near_duplicates import DuplicatePolicy
 from pipeline.io.bigtable import BigtableConfig
 from pipeline.io.events import event_of
 from pipeline.options import CrawlOptions
 from pipeline.transforms.bigtable import WritePagesToBigtable
+from pipeline.transforms.fleet import ROWS as FLEET_ROWS
+from pipeline.transforms.fleet import FleetConfig, ScheduleFleetFetches
 from pipeline.transforms.frontier import (
     REDRIVE,
     PublishDeadLetters,
@@ -110,4 +114,33 @@ def build_crawl(
         | "AllFrontierBatches" >> beam.Flatten()
         | "PublishFrontier" >> PublishFrontier(topic)
     )
+    stored[DEAD_LETTERS] | "PublishDeadLetters" >> PublishDeadLetters(dead_letter_topic)
+
+
+def build_fleet(
+    p: beam.Pipeline,
+    config: FleetConfig,
+    *,
+    out: str,
+    subscription: str,
+    topic: str,
+    dead_letter_topic: str,
+    duplicates: DuplicatePolicy | None = None,
+    fast: bool = False,
+    clock: Callable[[], float] = time.time,
+) -> None:
+    """Add the fleet to pipeline `p`: one graph for every crawl. It reads the fleet's frontier
+    `subscription` (messages of any crawl), schedules every crawl's URLs in host state keyed by
+    host, stores each page under its crawl's directory of `out` and its row in Bigtable (and
+    the crawl's Parquet table), and publishes links back to `topic`."""
+    payloads = p | "ReadFleetFrontier" >> beam.io.ReadFromPubSub(subscription=subscription)
+    scheduled = payloads | "ScheduleFleetFetches" >> ScheduleFleetFetches(config, clock)
+    stored = scheduled.fetched | "StorePages" >> StorePages(
+        out, None, agent=config.policy.user_agent.split("/")[0], duplicates=duplicates,
+        fast=fast,
+    )
+    rows = (scheduled[FLEET_ROWS], stored["rows"]) | "AllRows" >> beam.Flatten()
+    rows | "WritePagesTable" >> WritePagesTable(out, None)
+    rows | "WritePagesToBigtable" >> WritePagesToBigtable(config.bigtable)
+    stored[LINKS] | "PublishFrontier" >> PublishFrontier(topic)
     stored[DEAD_LETTERS] | "PublishDeadLetters" >> PublishDeadLetters(dead_letter_topic)

@@ -111,6 +111,18 @@ def audit_crawl(
     return report
 
 
+def audit_politeness(web: SyntheticWeb, requests: list[LoggedRequest], *, min_delay: float,
+                     max_crawl_delay: float, tolerance_s: float = 0.005) -> AuditReport:
+    """Invariant 1 alone, over every request in the log whoever made it: for several crawls of
+    one fleet over the same hosts, whose other checks (each URL fetched once) hold per crawl
+    only."""
+    report = AuditReport()
+    by_host = _requests_by_host(web, requests, report)
+    _check_politeness(web, by_host, report, min_delay, max_crawl_delay, tolerance_s)
+    report.stats["requests"] = len(requests)
+    return report
+
+
 def _requests_by_host(web: SyntheticWeb, requests: list[LoggedRequest],
                       report: AuditReport) -> dict[str, list[LoggedRequest]]:
     known = set(web.hosts())

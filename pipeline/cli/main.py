@@ -1,5 +1,5 @@
-"""The `crawler` command: `crawl` runs a crawl locally, `testweb` serves the synthetic web,
-`robots check` says what a robots.txt file allows.
+"""The `crawler` command: `crawl` runs a crawl locally, `serve` runs the crawl service,
+`testweb` serves the synthetic web, `robots check` says what a robots.txt file allows.
 
 This module owns argument parsing and what the user sees; the work is done by
 pipeline.local.runtime and testweb.
@@ -39,6 +39,12 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(args)
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from pipeline.cli.serve import run_serve
+
+    return run_serve(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="crawler",
@@ -52,6 +58,16 @@ def build_parser() -> argparse.ArgumentParser:
                                        "PUBSUB_EMULATOR_HOST is set).")
     add_crawl_arguments(crawl)
     crawl.set_defaults(func=_crawl)
+
+    from pipeline.cli.serve import add_serve_arguments
+
+    serve = sub.add_parser("serve", help="run the crawl service: the control API and the fleet",
+                           description="Serve the control API (bearer tokens from "
+                                       "--token-file) with the emulators it needs, started for "
+                                       "you unless PUBSUB_EMULATOR_HOST and "
+                                       "BIGTABLE_EMULATOR_HOST are set.")
+    add_serve_arguments(serve)
+    serve.set_defaults(func=_serve)
 
     from testweb.cli import add_testweb_arguments
 

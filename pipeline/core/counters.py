@@ -49,6 +49,9 @@ class Counter(StrEnum):
     # Gauges: moved up and down as hosts' circuits open and close with URLs waiting
     HOSTS_PARKED_NOW = "hosts_parked_now"
     URLS_ON_PARKED_HOSTS = "urls_on_parked_hosts"
+    # robots.txt messages the fleet does not relay yet (the asking host's robots.txt ends
+    # unreachable)
+    ROBOTS_MESSAGES_NOT_RELAYED = "robots_messages_not_relayed"
     # StorePages
     PAGES_STORED = "pages_stored"
     LINK_BATCHES_EMITTED = "link_batches_emitted"
@@ -71,6 +74,7 @@ class Counter(StrEnum):
     ROWS_DUPLICATE = "rows_duplicate"
     ROWS_OVER_BUDGET = "rows_over_budget"
     ROWS_DEAD_LETTERED = "rows_dead_lettered"
+    ROWS_CANCELLED = "rows_cancelled"
 
 
 class Maximum(StrEnum):

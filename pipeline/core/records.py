@@ -40,6 +40,7 @@ class PageState(StrEnum):
     DUPLICATE = "duplicate"  # content already stored under another URL
     OVER_BUDGET = "over_budget"  # the crawl's or host's page budget was spent
     DEAD_LETTERED = "dead_lettered"
+    CANCELLED = "cancelled"  # waiting when its crawl was cancelled
 
 
 @dataclass(frozen=True, slots=True)

@@ -609,6 +609,7 @@ class CrawlRecord:
     over_budget: int = 0
     dead_lettered: int = 0
     redirected: int = 0
+    cancelled: int = 0
     bytes: int = 0
     samples: tuple[tuple[float, int], ...] = ()
     max_duration: float | None = None  # the time budget in seconds (None: none)

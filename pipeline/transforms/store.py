@@ -35,7 +35,7 @@ from pipeline.core.records import (
     PageState,
     RecordPointer,
 )
-from pipeline.core.urls import InvalidURL, host_key, normalize_url
+from pipeline.core.urls import InvalidURL, host_key, normalize_url, url_hash
 from pipeline.io.redrive import replay_result
 from pipeline.io.segments import SegmentWriter
 from pipeline.metrics import CrawlCounter, crawl_counter
@@ -151,6 +151,12 @@ def store_page(
     )
 
 
+def content_key(crawl_id: str, content_hash: int) -> int:
+    """The content dedup key: identical text is stored once per crawl, so crawls of the fleet
+    never point at each other's segments."""
+    return url_hash(f"content:{crawl_id}:{content_hash}")
+
+
 def dedup_text(
     stored: StoredPage, first: tuple[str, RecordPointer] | None, wet: SegmentWriter
 ) -> tuple[StoredPage, tuple[str, RecordPointer]]:
@@ -192,16 +198,37 @@ def _parse_with_retries(
     return None, error, parse_attempts
 
 
+class _BundleSegments:
+    """The segment writers a bundle used, by crawl: with one crawl per pipeline that is one
+    pair; the fleet's stages write each page under its own crawl's directory."""
+
+    def __init__(self, out: str, crawl_id: str | None) -> None:
+        self._out = out
+        self._crawl_id = crawl_id
+        self._used: dict[str, tuple[SegmentWriter, SegmentWriter]] = {}
+
+    def of(self, crawl_id: str) -> tuple[SegmentWriter, SegmentWriter]:
+        crawl_id = self._crawl_id or crawl_id
+        pair = self._used.get(crawl_id)
+        if pair is None:
+            pair = self._used[crawl_id] = worker_resources().segments(self._out, crawl_id)
+        return pair
+
+    def used(self) -> list[tuple[SegmentWriter, SegmentWriter]]:
+        return list(self._used.values())
+
+
 class StorePagesFn(beam.DoFn):
-    def __init__(self, out: str, crawl_id: str, agent: str | None, fast: bool = False,
+    """crawl_id None: each page is stored under its own crawl (the fleet)."""
+
+    def __init__(self, out: str, crawl_id: str | None, agent: str | None, fast: bool = False,
                  parse_attempts: int = PARSE_ATTEMPTS) -> None:
         self._out = out
         self._parse_attempts = parse_attempts
         self._crawl_id = crawl_id
         self._agent = agent
         self._fast = fast
-        self._warc: SegmentWriter | None = None
-        self._wet: SegmentWriter | None = None
+        self._segments = _BundleSegments(out, crawl_id)
         self._buffer: list[StoredPage] = []
         self._pages = crawl_counter(Counter.PAGES_STORED)
         self._link_batches = crawl_counter(Counter.LINK_BATCHES_EMITTED)
@@ -209,27 +236,28 @@ class StorePagesFn(beam.DoFn):
         self._dead_letters = crawl_counter(Counter.DEAD_LETTERS)
 
     def start_bundle(self) -> None:
-        self._warc, self._wet = worker_resources().segments(self._out, self._crawl_id)
+        self._segments = _BundleSegments(self._out, self._crawl_id)
         self._buffer = []
 
     def process(self, result: FetchResult) -> None:
-        assert self._warc is not None
-        self._buffer.append(store_page(result, self._warc, agent=self._agent, fast=self._fast,
+        warc, _ = self._segments.of(result.crawl_id)
+        self._buffer.append(store_page(result, warc, agent=self._agent, fast=self._fast,
                                        parse_attempts=self._parse_attempts))
         self._bytes.inc(len(result.body))
 
     def finish_bundle(self) -> Iterator[WindowedValue]:
         if not self._buffer:
             return
-        assert self._warc is not None
-        # Durable first, then referenced: the segment is flushed before any row or link
-        # that points into it leaves this DoFn.
-        self._warc.flush()
+        # Durable first, then referenced: the segments are flushed before any row or link
+        # that points into them leaves this DoFn.
+        for warc, _ in self._segments.used():
+            warc.flush()
         now = Timestamp.now()
         for stored in self._buffer:
             if stored.text is not None:
+                key = content_key(stored.row.crawl_id, stored.row.content_hash)
                 yield beam.pvalue.TaggedOutput(
-                    TEXTS, WindowedValue((stored.row.content_hash, stored), now, [GlobalWindow()])
+                    TEXTS, WindowedValue((key, stored), now, [GlobalWindow()])
                 )
                 continue
             yield from _emit(stored, now, self._pages, self._link_batches)
@@ -259,25 +287,25 @@ class DedupContentFn(beam.DoFn):
 
     FIRST = ReadModifyWriteStateSpec("first", PickleCoder())
 
-    def __init__(self, out: str, crawl_id: str) -> None:
+    def __init__(self, out: str, crawl_id: str | None) -> None:
         self._out = out
         self._crawl_id = crawl_id
-        self._wet: SegmentWriter | None = None
+        self._segments = _BundleSegments(out, crawl_id)
         self._buffer: list[StoredPage] = []
         self._pages = crawl_counter(Counter.PAGES_STORED)
         self._link_batches = crawl_counter(Counter.LINK_BATCHES_EMITTED)
         self._duplicates = crawl_counter(Counter.CONTENT_DUPLICATES)
 
     def start_bundle(self) -> None:
-        _, self._wet = worker_resources().segments(self._out, self._crawl_id)
+        self._segments = _BundleSegments(self._out, self._crawl_id)
         self._buffer = []
 
     def process(self, element: tuple[int, StoredPage],
                 first=beam.DoFn.StateParam(FIRST)) -> None:
-        assert self._wet is not None
         _, stored = element
+        _, wet = self._segments.of(stored.row.crawl_id)
         remembered = first.read()
-        final, keep = dedup_text(stored, remembered, self._wet)
+        final, keep = dedup_text(stored, remembered, wet)
         if remembered is None:
             first.write(keep)
         else:
@@ -287,8 +315,8 @@ class DedupContentFn(beam.DoFn):
     def finish_bundle(self) -> Iterator[WindowedValue]:
         if not self._buffer:
             return
-        assert self._wet is not None
-        self._wet.flush()
+        for _, wet in self._segments.used():
+            wet.flush()
         now = Timestamp.now()
         for stored in self._buffer:
             yield from _emit(stored, now, self._pages, self._link_batches)
@@ -372,9 +400,10 @@ class HostContentFn(beam.DoFn):
 
 class StorePages(beam.PTransform):
     """FetchResult -> page rows (main), link batches and host signals ('links'), dead letters.
+    crawl_id None: each page under its own crawl (the fleet).
     """
 
-    def __init__(self, out: str, crawl_id: str, agent: str | None = None,
+    def __init__(self, out: str, crawl_id: str | None, agent: str | None = None,
                  duplicates: DuplicatePolicy | None = None, fast: bool = False,
                  parse_attempts: int = PARSE_ATTEMPTS) -> None:
         super().__init__()

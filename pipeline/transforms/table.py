@@ -20,26 +20,39 @@ from pipeline.metrics import crawl_counter
 
 
 class WritePartFn(beam.DoFn):
-    def __init__(self, out: str, crawl_id: str) -> None:
+    """crawl_id None: each row goes to its own crawl's table (the fleet)."""
+
+    def __init__(self, out: str, crawl_id: str | None) -> None:
         self._out = out
         self._crawl_id = crawl_id
-        self._writer: PagesTableWriter | None = None
+        self._writers: dict[str, PagesTableWriter] = {}
         self._written = crawl_counter(Counter.ROWS_WRITTEN)
         self._states = {}
 
     def setup(self) -> None:
-        self._writer = PagesTableWriter(self._out, self._crawl_id, uuid.uuid4().hex[:12])
+        self._writers = {}
+
+    def _writer(self, crawl_id: str) -> PagesTableWriter:
+        crawl_id = self._crawl_id or crawl_id
+        writer = self._writers.get(crawl_id)
+        if writer is None:
+            writer = self._writers[crawl_id] = PagesTableWriter(
+                self._out, crawl_id, uuid.uuid4().hex[:12])
+        return writer
 
     def process(self, keyed_rows: tuple[int, Iterable[PageRow]]) -> None:
-        assert self._writer is not None
         _, rows = keyed_rows
         count = 0
         by_state: dict[str, int] = {}
+        used: dict[str, PagesTableWriter] = {}
         for row in rows:
-            self._writer.add(row)
+            writer = used.get(row.crawl_id) or self._writer(row.crawl_id)
+            used[row.crawl_id] = writer
+            writer.add(row)
             count += 1
             by_state[row.state] = by_state.get(row.state, 0) + 1
-        self._writer.flush()
+        for writer in used.values():
+            writer.flush()
         self._written.inc(count)
         for state, n in by_state.items():
             counter = self._states.get(state)
@@ -48,15 +61,15 @@ class WritePartFn(beam.DoFn):
             counter.inc(n)
 
     def teardown(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
+        for writer in self._writers.values():
+            writer.close()
 
 
 class WritePagesTable(beam.PTransform):
     """PageRow -> {out}/{crawl_id}/pages/part-*.parquet."""
 
     def __init__(
-        self, out: str, crawl_id: str, *, batch_size: int = 5000, max_wait_s: float = 1.0,
+        self, out: str, crawl_id: str | None, *, batch_size: int = 5000, max_wait_s: float = 1.0,
         shards: int = 2,
     ) -> None:
         super().__init__()

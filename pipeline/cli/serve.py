@@ -1,0 +1,158 @@
+"""`crawler serve`: the crawl service on this machine, the control API in front of the fleet.
+
+It refuses to start without tokens, then starts the emulators nobody configured, creates the
+Bigtable tables and the fleet's frontier topic, starts the local fleet (one pipeline crawling
+every crawl the API starts), serves the API and prints its URL and a curl example. Ctrl-C (or
+SIGTERM) stops it and the emulators it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import tempfile
+from pathlib import Path
+
+from pipeline.options import DEFAULT_USER_AGENT
+
+log = logging.getLogger(__name__)
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--port", type=int, default=8080,
+                        help="port of the API; 0 picks a free one (default: %(default)s)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default: %(default)s, this machine only)")
+    parser.add_argument("--token-file", type=Path, required=True,
+                        help="file with the API's bearer tokens, one per line (at least 16 "
+                             "characters each); the server refuses to start without one")
+    parser.add_argument("--resolve", action="append", default=[], metavar="HOST:PORT:ADDRESS",
+                        help="like curl: connect to ADDRESS for HOST:PORT instead of asking "
+                             "DNS; HOST may be *.suffix and PORT may be *; repeatable")
+    parser.add_argument("--project", default="local-crawler",
+                        help="Google Cloud project of the topics and Bigtable instance "
+                             "(default: %(default)s, which the local emulators accept)")
+    parser.add_argument("--bigtable-instance", default="local",
+                        help="Bigtable instance of the crawls and pages tables "
+                             "(default: %(default)s)")
+    parser.add_argument("--frontier-topic", default="frontier",
+                        help="the fleet's frontier topic (default: %(default)s)")
+    parser.add_argument("--min-delay", type=float, default=1.0,
+                        help="min_delay of a crawl that asks for none (default: %(default)s)")
+    parser.add_argument("--user-agent", default=DEFAULT_USER_AGENT,
+                        help="user_agent of a crawl that asks for none (default: %(default)s)")
+    parser.add_argument("--out", default="crawl-out",
+                        help="output root: each crawl's WARC/WET segments and Parquet `pages` "
+                             "table go under OUT/CRAWL_ID/ (default: %(default)s)")
+    parser.add_argument("--fetch-timeout", type=float, default=30.0,
+                        help="total seconds one request may take (default: %(default)s)")
+    parser.add_argument("--allow-network", action="append", default=[], metavar="CIDR",
+                        dest="allow_networks",
+                        help="let crawls reach this non-public range (docs/security.md); "
+                             "repeatable")
+    parser.add_argument("--max-crawl-delay", type=float, default=30.0,
+                        help="cap on a robots.txt Crawl-delay, in seconds (default: "
+                             "%(default)s)")
+
+
+def fleet_settings(args: argparse.Namespace, bigtable, topic: str):
+    """The local fleet's settings from the command line; the fleet's defaults come from
+    CrawlOptions, the one place crawl defaults live."""
+    from pipeline.local.fleet import FleetSettings
+    from pipeline.options import CrawlOptions
+
+    defaults = CrawlOptions(seeds=(), out=args.out, min_delay=args.min_delay,
+                            user_agent=args.user_agent, resolve=tuple(args.resolve),
+                            fetch_timeout=args.fetch_timeout,
+                            max_crawl_delay=args.max_crawl_delay, max_pages=None,
+                            allow_networks=tuple(args.allow_networks))
+    return FleetSettings(project=args.project, bigtable=bigtable, frontier_topic=topic,
+                         out=args.out, policy=defaults.host_policy(),
+                         fetch=defaults.fetch_config(), resolve=tuple(args.resolve))
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from pipeline.service.auth import TokenFileError, load_tokens
+
+    try:
+        tokens = load_tokens(args.token_file)
+    except TokenFileError as exc:
+        print(f"crawler serve: {exc}", file=sys.stderr)
+        return 2
+    if not 0 <= args.port <= 65535:
+        print(f"crawler serve: --port {args.port} is not a port", file=sys.stderr)
+        return 2
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        print(f"crawler serve: the control API needs the `service` extra ({exc.name} is "
+              "missing): pip install 'beam-crawler[service]'", file=sys.stderr)
+        return 3
+    from pipeline.io.bigtable import BigtableConfig, open_tables
+    from pipeline.io.dns import parse_resolve
+    from pipeline.local.emulators import (
+        EmulatorMissing,
+        ensure_topic,
+        start_missing_emulators,
+        stop_emulators,
+    )
+    from pipeline.local.fleet import LocalFleet
+    from pipeline.service.app import create_app
+    from pipeline.service.control import CrawlControl, FleetDefaults, PubSubFrontier
+    from pipeline.service.server import ApiServer, ApiServerFailed
+
+    try:
+        for spec in args.resolve:
+            parse_resolve(spec)
+    except ValueError as exc:
+        print(f"crawler serve: {exc}", file=sys.stderr)
+        return 2
+    log_dir = Path(tempfile.mkdtemp(prefix="crawler-serve-"))
+    try:
+        emulators = start_missing_emulators(log_dir)
+    except EmulatorMissing as exc:
+        print(f"crawler serve: {exc}", file=sys.stderr)
+        return 3
+    except KeyboardInterrupt:  # stopped while starting: start_missing_emulators cleaned up
+        return 0
+    tables = frontier = server = fleet = None
+    try:
+        tables = open_tables(BigtableConfig(args.project, args.bigtable_instance), create=True)
+        topic = ensure_topic(args.project, args.frontier_topic)
+        frontier = PubSubFrontier(topic)
+        settings = fleet_settings(args, BigtableConfig(args.project, args.bigtable_instance),
+                                  topic)
+        fleet = LocalFleet(settings).start()
+        control = CrawlControl(tables, frontier,
+                               FleetDefaults(min_delay=args.min_delay,
+                                             user_agent=args.user_agent),
+                               propagation_s=settings.state_ttl_s)
+        try:
+            server = ApiServer(create_app(control, tokens), host=args.host,
+                               port=args.port).start()
+        except ApiServerFailed as exc:
+            print(f"crawler serve: {exc}", file=sys.stderr)
+            return 1
+        print(f"control API on {server.url} (OpenAPI: {server.url}/docs); "
+              f"emulator logs in {log_dir}")
+        print("try:\n"
+              f"  curl -s -H \"Authorization: Bearer $(head -n1 {args.token_file})\" \\\n"
+              f"       -H 'Content-Type: application/json' \\\n"
+              f"       -d '{{\"seeds\": [\"https://example.com/\"], \"max_pages\": 100}}' \\\n"
+              f"       {server.url}/crawls", flush=True)
+        server.wait()
+    except KeyboardInterrupt:
+        print("\nstopping", file=sys.stderr)
+    finally:
+        if server is not None:
+            server.stop()
+        if fleet is not None:
+            fleet.stop()
+        if frontier is not None:
+            frontier.close()
+        if tables is not None:
+            tables.close()
+        stop_emulators(emulators)
+    return 0

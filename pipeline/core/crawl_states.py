@@ -1,0 +1,157 @@
+"""The life of one crawl of the fleet: its states, the actions that move it, and what each state
+lets the host schedulers do.
+
+This module owns which transitions are allowed (a crawl paused twice, or resumed after it was
+cancelled, is refused here, and the API answers 409); it does not store the state (pipeline.io
+.crawls does, atomically) or decide when a crawl has drained (the fleet does).
+
+    running --pause--> paused --resume--> running
+    running | paused --cancel--> cancelling --settle--> cancelled
+    running | paused --finish--> done            (drained, budget spent, time spent)
+
+`cancelling` exists because a cancel is not instant across a fleet: the schedulers learn of it
+within seconds and then end every URL of the crawl that waits in their host state with a row;
+the crawl is `cancelled` once that has happened. `done` and `cancelled` are final.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class CrawlState(StrEnum):
+    RUNNING = "running"
+    PAUSED = "paused"
+    CANCELLING = "cancelling"
+    DONE = "done"
+    CANCELLED = "cancelled"
+
+
+class CrawlAction(StrEnum):
+    PAUSE = "pause"
+    RESUME = "resume"
+    CANCEL = "cancel"
+    SETTLE = "settle"  # every waiting URL of a cancelled crawl has its row
+    FINISH = "finish"  # drained, page budget spent or time budget spent
+
+
+FINAL_STATES: frozenset[CrawlState] = frozenset({CrawlState.DONE, CrawlState.CANCELLED})
+
+_TRANSITIONS: dict[tuple[CrawlState, CrawlAction], CrawlState] = {
+    (CrawlState.RUNNING, CrawlAction.PAUSE): CrawlState.PAUSED,
+    (CrawlState.PAUSED, CrawlAction.RESUME): CrawlState.RUNNING,
+    (CrawlState.RUNNING, CrawlAction.CANCEL): CrawlState.CANCELLING,
+    (CrawlState.PAUSED, CrawlAction.CANCEL): CrawlState.CANCELLING,
+    (CrawlState.CANCELLING, CrawlAction.SETTLE): CrawlState.CANCELLED,
+    (CrawlState.RUNNING, CrawlAction.FINISH): CrawlState.DONE,
+    # A paused crawl's time budget keeps running: it can end while paused.
+    (CrawlState.PAUSED, CrawlAction.FINISH): CrawlState.DONE,
+}
+
+DEFAULT_REASONS: dict[CrawlAction, str] = {
+    CrawlAction.PAUSE: "paused on request",
+    CrawlAction.RESUME: "resumed on request",
+    CrawlAction.CANCEL: "cancelled on request",
+    CrawlAction.SETTLE: "cancelled on request",
+    CrawlAction.FINISH: "finished",
+}
+
+
+class TransitionRefused(ValueError):
+    """An action that does not apply to the crawl's current state."""
+
+    def __init__(self, state: CrawlState, action: CrawlAction) -> None:
+        allowed = sorted(str(s) for (s, a) in _TRANSITIONS if a is action)
+        super().__init__(
+            f"cannot {action} a crawl that is {state}"
+            + (f" ({action} applies to a crawl that is {' or '.join(allowed)})"
+               if allowed else "")
+        )
+        self.state = state
+        self.action = action
+
+
+def transition(state: CrawlState, action: CrawlAction) -> CrawlState:
+    """The state after `action`; raises TransitionRefused if it does not apply."""
+    target = _TRANSITIONS.get((CrawlState(state), CrawlAction(action)))
+    if target is None:
+        raise TransitionRefused(CrawlState(state), CrawlAction(action))
+    return target
+
+
+def allowed_actions(state: CrawlState) -> tuple[CrawlAction, ...]:
+    """Actions that apply to `state`, in CrawlAction order."""
+    return tuple(action for action in CrawlAction if (state, action) in _TRANSITIONS)
+
+
+def may_fetch(state: CrawlState) -> bool:
+    """Whether the schedulers may start requests for the crawl's URLs."""
+    return state is CrawlState.RUNNING
+
+
+def keeps_waiting(state: CrawlState) -> bool:
+    """Whether the crawl's URLs stay queued in host state (running or paused); otherwise they
+    end with a row at once."""
+    return state in (CrawlState.RUNNING, CrawlState.PAUSED)
+
+
+@dataclass(frozen=True, slots=True)
+class CrawlLimits:
+    """What one crawl of the fleet may do. None: no limit of its own (the fleet's default
+    applies for min_delay and user_agent)."""
+
+    max_pages: int
+    max_pages_per_host: int | None = None
+    max_depth: int | None = None
+    min_delay: float | None = None  # a floor: robots.txt and backoff only ever lengthen it
+    max_duration_s: float | None = None
+    user_agent: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_pages < 1:
+            raise ValueError(f"max_pages must be at least 1, got {self.max_pages}")
+        if self.max_pages_per_host is not None and self.max_pages_per_host < 1:
+            raise ValueError(
+                f"max_pages_per_host must be at least 1, got {self.max_pages_per_host}")
+        if self.max_depth is not None and self.max_depth < 0:
+            raise ValueError(f"max_depth must be 0 or more, got {self.max_depth}")
+        if self.min_delay is not None and not self.min_delay > 0:
+            raise ValueError(f"min_delay must be positive (politeness needs a delay), got "
+                             f"{self.min_delay}")
+        if self.max_duration_s is not None and not self.max_duration_s > 0:
+            raise ValueError(f"max_duration_s must be positive, got {self.max_duration_s}")
+        if self.user_agent is not None and not self.user_agent.strip():
+            raise ValueError("user_agent must not be blank")
+
+
+def crawl_ending(
+    state: CrawlState,
+    *,
+    accepted: int,
+    terminal: int,
+    quiet_s: float,
+    quiet_needed_s: float,
+    now: float,
+    created_at: float,
+    max_duration_s: float | None,
+) -> tuple[CrawlAction, str] | None:
+    """The move that ends a crawl now, with its reason, or None.
+
+    A crawl is over when its time budget is spent; or, running or cancelling, when every URL
+    it accepted has a terminal row and its counters have not moved for `quiet_needed_s`
+    (`quiet_s` so far). The quiet period covers links on their way through the frontier topic:
+    between a page's row and its links' acceptance every accepted URL may be terminal for a
+    moment. A cancelled crawl that never accepted anything settles after the quiet period too.
+    """
+    live = state in (CrawlState.RUNNING, CrawlState.PAUSED)
+    if live and max_duration_s is not None and now >= created_at + max_duration_s:
+        return CrawlAction.FINISH, "time budget spent"
+    if quiet_s < quiet_needed_s:
+        return None
+    settled = terminal >= accepted
+    if state is CrawlState.CANCELLING and settled:
+        return CrawlAction.SETTLE, "cancelled on request"
+    if state is CrawlState.RUNNING and settled and accepted > 0:
+        return CrawlAction.FINISH, "drained"
+    return None

@@ -1,0 +1,260 @@
+"""One host shared by every crawl of the fleet: each crawl's queue, seen-set and counts, one
+request in flight and one spacing for them all.
+
+This module owns how the crawls that want one host take turns (DESIGN.md section 5a): it holds
+a politeness.HostState per crawl (its queue, Bloom seen-set, pages issued, retries) and adds
+what the crawls share, so that invariant 1 holds across them:
+  - one lease: while any crawl's request is in flight, no crawl starts another;
+  - one spacing: a crawl's request waits its own delay after the end of the host's last
+    exchange, whoever made it, and every next_allowed a crawl's event set (delay after a start,
+    backoff, Retry-After, a parked circuit) holds for all crawls;
+  - one robots.txt: the rules fetched for one crawl serve the others (each matches them
+    against its own user agent), so a host is not asked for robots.txt once per crawl.
+Crawls take turns round robin, so a crawl with a long queue does not starve a new one.
+
+A crawl's state (pipeline.core.crawl_states) comes with each event, as the scheduler last read
+it: `paused` URLs wait and nothing of the crawl is requested; `cancelling`, `cancelled` and
+`done` crawls' waiting URLs end at once with a row (`cancelled`, or `over_budget` for a spent
+time budget). It is plain Python, no I/O, no clock, like politeness.py, with the same event
+contract (offer, next_action, complete, expire_lease).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from pipeline.core.crawl_states import CrawlState, keeps_waiting
+from pipeline.core.politeness import (
+    Decision,
+    FetchOrder,
+    FetchReport,
+    HostPolicy,
+    HostState,
+    Lease,
+    LeaseKind,
+    Outcome,
+)
+from pipeline.core.records import FrontierEntry, PageState
+
+# How soon a host with only paused work looks at its crawls' states again: the schedulers
+# learn of a resume within this many seconds.
+RECHECK_S = 2.0
+
+
+@dataclass(frozen=True)
+class CrawlTerms:
+    """What the scheduler knows about one crawl at an event: its politeness knobs, its state
+    (as last read) and its page budget."""
+
+    policy: HostPolicy
+    state: CrawlState = CrawlState.RUNNING
+    claim_page: Callable[[], bool] = lambda: True
+    budget_spent: Callable[[], bool] = lambda: False
+    time_spent: bool = False  # the crawl's time budget has run out
+
+
+@dataclass(frozen=True)
+class FleetDecision:
+    """What the scheduler must do after an event: each crawl's decision, and when to wake."""
+
+    decisions: tuple[tuple[str, Decision], ...] = ()
+    wake_at: float | None = None
+
+    @property
+    def fetch(self) -> tuple[str, FetchOrder] | None:
+        """The request to start now, and whose it is."""
+        for crawl_id, decision in self.decisions:
+            if decision.fetch is not None:
+                return crawl_id, decision.fetch
+        return None
+
+
+def _earliest(*times: float | None) -> float | None:
+    known = [t for t in times if t is not None]
+    return min(known) if known else None
+
+
+@dataclass
+class FleetHostState:
+    """Everything the fleet remembers about one host, for all crawls. Kilobytes per crawl."""
+
+    host: str
+    crawls: dict[str, HostState] = field(default_factory=dict)
+    holder: str | None = None  # the crawl whose request is in flight
+    next_allowed: float = 0.0  # no request of any crawl before this
+    last_end: float | None = None  # when the host's last exchange ended, whoever made it
+    last_served: str | None = None  # round robin: the crawl that made the last request
+    wake_at: float | None = None  # when the host's timer is set to fire (the scheduler's)
+    busy_since: float | None = None  # when the host last got work after having none
+
+    # ------------------------------------------------------------------------- queries
+    def crawl(self, crawl_id: str) -> HostState:
+        """The crawl's own state on this host, created with the rules the host already has."""
+        state = self.crawls.get(crawl_id)
+        if state is None:
+            state = self.crawls[crawl_id] = HostState(host=self.host)
+            state.robots = self._shared_robots()
+            state.next_allowed = self.next_allowed
+        return state
+
+    @property
+    def lease(self) -> Lease | None:
+        """The one request in flight on the host, if any."""
+        if self.holder is None:
+            return None
+        return self.crawls[self.holder].lease
+
+    @property
+    def busy(self) -> bool:
+        return any(state.busy for state in self.crawls.values())
+
+    def _shared_robots(self):
+        fetched = [s.robots for s in self.crawls.values() if s.robots is not None]
+        return max(fetched, key=lambda r: r.expires_at) if fetched else None
+
+    # -------------------------------------------------------------------------- events
+    def offer(
+        self,
+        crawl_id: str,
+        urls: list[tuple[str, int, str | None]],
+        depth: int,
+        policy: HostPolicy,
+        **options,
+    ) -> tuple[list[FrontierEntry], list[Outcome], list[FrontierEntry]]:
+        """URLs of one crawl for this host: HostState.offer on the crawl's own state."""
+        return self.crawl(crawl_id).offer(urls, depth, policy, **options)
+
+    def next_action(self, now: float, terms: Mapping[str, CrawlTerms]) -> FleetDecision:
+        """The timer fired: end the waiting URLs of crawls that no longer wait, then start at
+        most one request, for the next running crawl in turn that is due.
+
+        A crawl without terms (its record could not be read) keeps its URLs and is asked
+        again after RECHECK_S.
+        """
+        lease = self.lease
+        if lease is not None:
+            return FleetDecision(wake_at=lease.expires_at)
+        self.holder = None
+        decisions: list[tuple[str, Decision]] = []
+        recheck = False
+        for crawl_id, state in self.crawls.items():
+            crawl_terms = terms.get(crawl_id)
+            if crawl_terms is None:
+                recheck = recheck or state.busy
+                continue
+            ended = self._end_waiting(crawl_id, state, crawl_terms)
+            if ended is not None:
+                decisions.append((crawl_id, ended))
+            if state.has_overflow:
+                recheck = True  # its stored URLs come back and end at the next firing
+        wake_at: float | None = None
+        for crawl_id in self._turns():
+            state = self.crawls[crawl_id]
+            crawl_terms = terms.get(crawl_id)
+            if crawl_terms is None or not state.queue:
+                continue
+            if crawl_terms.state is not CrawlState.RUNNING:
+                recheck = recheck or crawl_terms.state is CrawlState.PAUSED
+                continue
+            self._hold_to_shared_spacing(state, crawl_terms.policy)
+            decision = state.next_action(now, crawl_terms.policy,
+                                         claim_page=crawl_terms.claim_page,
+                                         budget_spent=crawl_terms.budget_spent)
+            self.next_allowed = max(self.next_allowed, state.next_allowed)
+            if decision.outcomes or decision.fetch is not None:
+                decisions.append((crawl_id, decision))
+            if decision.fetch is not None:
+                self.holder = self.last_served = crawl_id
+                return FleetDecision(tuple(decisions), decision.wake_at)
+            wake_at = _earliest(wake_at, decision.wake_at)
+        if recheck:
+            wake_at = _earliest(wake_at, now + RECHECK_S)
+        return FleetDecision(tuple(decisions), wake_at)
+
+    def complete(self, lease_id: str, report: FetchReport, now: float,
+                 policy: HostPolicy) -> FleetDecision:
+        """A fetch finished. `policy` is the holder crawl's. A result for any lease but the
+        one in flight is stale and changes nothing."""
+        lease = self.lease
+        if lease is None or lease.lease_id != lease_id:
+            return FleetDecision(wake_at=self._wake())
+        crawl_id = self.holder
+        assert crawl_id is not None
+        state = self.crawls[crawl_id]
+        decision = state.complete(lease_id, report, now, policy)
+        self.holder = None
+        ended = report.finished_at if report.finished_at is not None else now
+        self.last_end = ended if self.last_end is None else max(self.last_end, ended)
+        self.next_allowed = max(self.next_allowed, state.next_allowed)
+        if lease.kind is LeaseKind.ROBOTS and state.robots is not None:
+            self._share_robots(state)
+        return FleetDecision(((crawl_id, decision),), self._wake())
+
+    def expire_lease(self, now: float, policy: HostPolicy) -> FleetDecision:
+        """The lease in flight outlived its deadline with no result here (HostState
+        .expire_lease on the holder): its URL waits again, every crawl a full delay."""
+        lease = self.lease
+        if lease is None:
+            return FleetDecision(wake_at=None)
+        holder = self.holder
+        assert holder is not None
+        state = self.crawls[holder]
+        decision = state.expire_lease(now, policy)
+        if state.lease is None:
+            # As if the request ended now: it might still have been running elsewhere.
+            self.last_end = now if self.last_end is None else max(self.last_end, now)
+            self.next_allowed = max(self.next_allowed, state.next_allowed)
+            self.holder = None
+        return FleetDecision(((holder, decision),), decision.wake_at)
+
+    # ------------------------------------------------------------------------- helpers
+    def _turns(self) -> list[str]:
+        """Crawl ids in round-robin order: the one after the last served first."""
+        order = list(self.crawls)
+        if self.last_served in self.crawls:
+            at = order.index(self.last_served) + 1
+            order = order[at:] + order[:at]
+        return order
+
+    def _hold_to_shared_spacing(self, state: HostState, policy: HostPolicy) -> None:
+        """Make the crawl wait what the host's last exchange, by any crawl, requires."""
+        floor = self.next_allowed
+        if self.last_end is not None:
+            floor = max(floor, self.last_end + state.delay(policy))
+        state.next_allowed = max(state.next_allowed, floor)
+
+    def _end_waiting(self, crawl_id: str, state: HostState,
+                     terms: CrawlTerms) -> Decision | None:
+        """Outcomes for the waiting URLs of a crawl that no longer waits (cancelled, done,
+        out of time). A request of it in flight finishes normally."""
+        if keeps_waiting(terms.state) and not terms.time_spent:
+            return None
+        if not state.queue:
+            return None
+        if terms.state in (CrawlState.CANCELLING, CrawlState.CANCELLED):
+            page_state, reason = PageState.CANCELLED, "crawl cancelled"
+        elif terms.time_spent:
+            page_state, reason = PageState.OVER_BUDGET, "crawl time budget spent"
+        else:
+            page_state, reason = PageState.OVER_BUDGET, "crawl ended"
+        outcomes = tuple(Outcome(entry, page_state, reason) for entry in state.queue)
+        state.queue.clear()
+        return Decision(outcomes=outcomes)
+
+    def _share_robots(self, source: HostState) -> None:
+        for state in self.crawls.values():
+            if state is source or state.lease is not None:
+                continue
+            if state.robots is None or state.robots.expires_at < source.robots.expires_at:
+                state.robots = source.robots
+                state.robots_redirect = None
+                state.robots_hops = 0
+
+    def _wake(self) -> float | None:
+        lease = self.lease
+        if lease is not None:
+            return lease.expires_at
+        if any(state.queue for state in self.crawls.values()):
+            return self.next_allowed
+        return None

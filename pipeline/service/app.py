@@ -1,0 +1,359 @@
+"""The control API as a FastAPI app: routes, JSON shapes, status codes and bearer auth.
+
+This module owns the HTTP face of pipeline.service.control: which request becomes which
+operation, the models the OpenAPI schema documents (every response, errors included), and
+how each failure maps to a status code with a message that says what to do. `/healthz` is the
+only route without a token.
+
+Errors: 401 (no or wrong token, with WWW-Authenticate), 404 (no such crawl or page), 409 (the
+action does not apply to the crawl's state), 422 (a request that breaks the schema, or a seed
+or URL that cannot be crawled: the detail names it and says why), 503 (Bigtable or the
+frontier did not answer; retry later).
+"""
+
+# No `from __future__ import annotations`: FastAPI reads the routes' annotations at runtime,
+# and some name objects local to create_app.
+import logging
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model
+
+from pipeline.core.crawl_states import CrawlAction, CrawlLimits, CrawlState, TransitionRefused
+from pipeline.core.urls import MAX_URL_LENGTH, InvalidURL, normalize_url
+from pipeline.io.bigtable import COUNTERS, CrawlNotFound, check_crawl_id
+from pipeline.io.crawls import FleetCrawl, TransitionRaced, check_cursor
+from pipeline.io.lookup import PageNotFound, describe_failure
+from pipeline.io.pages_table import PAGES_COLUMNS
+from pipeline.io.segments import SegmentReadError
+from pipeline.service.auth import TokenSet
+from pipeline.service.control import CrawlControl, SeedsNotPublished
+
+log = logging.getLogger(__name__)
+
+REALM = "crawler"
+MAX_SEEDS = 10_000
+# Bounds that keep every limit inside Bigtable's int64 cells and the crawl meaningful.
+MAX_COUNT = 10**12
+
+
+# --- Models --------------------------------------------------------------------------------
+
+
+def _crawlable_seed(seed: str) -> str:
+    try:
+        url = normalize_url(seed)
+    except InvalidURL as exc:
+        raise ValueError(f"seed {seed!r} is not crawlable: {exc}") from None
+    if len(url) > MAX_URL_LENGTH:
+        raise ValueError(f"seed {seed!r} is not crawlable: longer than {MAX_URL_LENGTH} "
+                         "characters once normalised")
+    return url
+
+
+def _header_safe(value: str) -> str:
+    if not value.strip() or any(not 0x20 <= ord(ch) <= 0x7E for ch in value):
+        raise ValueError("user_agent must be printable ASCII and not blank (it is sent as the "
+                         "User-Agent header)")
+    return value
+
+
+Seed = Annotated[str, Field(max_length=MAX_URL_LENGTH), AfterValidator(_crawlable_seed)]
+
+
+class CrawlRequest(BaseModel):
+    """A new crawl: seeds and limits. Limits left out have no bound (max_pages_per_host,
+    max_depth, max_duration_s) or the fleet's default (min_delay, user_agent)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    seeds: list[Seed] = Field(min_length=1, max_length=MAX_SEEDS,
+                              description="http(s) URLs to start from")
+    max_pages: int = Field(ge=1, le=MAX_COUNT, description="pages this crawl may request")
+    max_pages_per_host: int | None = Field(None, ge=1, le=MAX_COUNT,
+                                           description="pages per host, at most")
+    max_depth: int | None = Field(None, ge=0, le=10_000,
+                                  description="links followed from a seed, at most")
+    min_delay: float | None = Field(None, gt=0, le=86_400,
+                                    description="seconds between two requests to one host, at "
+                                                "least; robots.txt Crawl-delay and backoff only "
+                                                "lengthen it")
+    max_duration_s: float | None = Field(None, gt=0, le=365 * 86_400,
+                                         description="seconds after which the crawl ends "
+                                                     "`done`, its waiting URLs with rows")
+    user_agent: Annotated[str, Field(max_length=512), AfterValidator(_header_safe)] | None = (
+        Field(None, description="User-Agent header and robots.txt product token"))
+
+
+class Crawl(BaseModel):
+    """A crawl of the fleet: its state, limits, times (ISO 8601, UTC) and progress."""
+
+    id: str
+    state: CrawlState
+    reason: str = Field(description="why the crawl is in its state")
+    seeds: list[str]
+    max_pages: int
+    max_pages_per_host: int | None
+    max_depth: int | None
+    min_delay: float | None
+    max_duration_s: float | None
+    user_agent: str | None
+    created_at: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+    counters: dict[str, int] = Field(
+        description="URLs accepted, in each terminal state, and bytes fetched: "
+                    + ", ".join(COUNTERS))
+    frontier: int = Field(description="accepted URLs not yet in a terminal state")
+    pages_per_s: float | None = Field(description="pages fetched per second over the last "
+                                                  "minute; null until known")
+
+
+class CrawlPage(BaseModel):
+    """One page of crawls, newest first."""
+
+    crawls: list[Crawl]
+    next_cursor: str | None = Field(description="pass as `cursor` for the next page; null on "
+                                                "the last")
+
+
+class Error(BaseModel):
+    """What went wrong and what to do about it."""
+
+    detail: str
+
+
+class Health(BaseModel):
+    status: str
+
+
+def _page_model() -> type[BaseModel]:
+    """The page row's JSON, one field per column of the pages table (pipeline.io.pages_table),
+    plus its text when asked for."""
+    import pyarrow as pa
+
+    fields: dict[str, Any] = {}
+    for column in PAGES_COLUMNS:
+        kind: Any
+        if pa.types.is_timestamp(column.arrow_type):
+            kind = str
+        elif pa.types.is_integer(column.arrow_type):
+            kind = int
+        else:
+            kind = str
+        if column.nullable:
+            kind = kind | None
+        fields[column.name] = (kind, Field(description=column.description))
+    fields["text"] = (str | None, Field(None, description="extracted text (with text=true); "
+                                                          "null when none was stored"))
+    return create_model("Page", **fields)
+
+
+Page = _page_model()
+
+
+def _crawl_json(crawl: FleetCrawl, pages_per_s: float | None) -> Crawl:
+    limits = crawl.limits
+    return Crawl(
+        id=crawl.id, state=crawl.state, reason=crawl.reason, seeds=list(crawl.seeds),
+        max_pages=limits.max_pages, max_pages_per_host=limits.max_pages_per_host,
+        max_depth=limits.max_depth, min_delay=limits.min_delay,
+        max_duration_s=limits.max_duration_s, user_agent=limits.user_agent,
+        created_at=_time(crawl.created_at), started_at=_time(crawl.started_at),
+        ended_at=_time(crawl.ended_at), counters=crawl.record.counters(),
+        frontier=crawl.record.frontier, pages_per_s=pages_per_s,
+    )
+
+
+def _time(epoch_seconds: float | None) -> datetime | None:
+    return None if epoch_seconds is None else datetime.fromtimestamp(epoch_seconds, tz=UTC)
+
+
+# --- Errors --------------------------------------------------------------------------------
+
+
+def _responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    described = {
+        401: "no token, or not a valid one",
+        404: "no such crawl or page",
+        409: "the action does not apply to the crawl's state",
+        503: "Bigtable or the frontier did not answer: retry later",
+    }
+    return {code: {"model": Error, "description": described[code]} for code in codes}
+
+
+def _validation_error(
+    location: tuple[str, ...], message: str, value: Any
+) -> RequestValidationError:
+    """A 422 shaped like FastAPI's own, so one schema documents every 422."""
+    return RequestValidationError([{
+        "loc": location, "msg": message, "type": "value_error", "input": value,
+    }])
+
+
+class _Unavailable(Exception):
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+# --- The app -------------------------------------------------------------------------------
+
+
+def create_app(control: CrawlControl, tokens: TokenSet) -> FastAPI:
+    """The API over `control`, accepting `tokens`. Refuses an empty token set."""
+    if len(tokens) == 0:
+        raise ValueError("the API refuses to run without a token")
+    app = FastAPI(
+        title="beam-crawler control API",
+        version="1",
+        description="Start, watch, pause, resume and cancel crawls of the fleet; look pages "
+                    "up. Every route but /healthz needs `Authorization: Bearer TOKEN`.",
+    )
+    bearer = HTTPBearer(auto_error=False, description="a token from the server's token file")
+
+    def authorised(
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+    ) -> None:
+        if credentials is None:
+            raise HTTPException(401, "an Authorization: Bearer TOKEN header is required",
+                                headers={"WWW-Authenticate": f'Bearer realm="{REALM}"'})
+        if not tokens.accepts(credentials.credentials):
+            raise HTTPException(401, "the token is not valid",
+                                headers={"WWW-Authenticate":
+                                         f'Bearer realm="{REALM}", error="invalid_token"'})
+
+    @app.exception_handler(_Unavailable)
+    def unavailable(request: Request, exc: _Unavailable) -> JSONResponse:
+        return JSONResponse({"detail": exc.detail}, status_code=503)
+
+    def backend(call, *args):
+        """Run a Bigtable-backed operation; its client errors become a 503 saying what
+        failed (logged once here)."""
+        from google.api_core.exceptions import GoogleAPICallError, RetryError
+
+        try:
+            return call(*args)
+        except (GoogleAPICallError, RetryError) as exc:
+            detail = describe_failure(exc, control.tables.config)
+            log.error("%s", detail)
+            raise _Unavailable(detail) from exc
+
+    def known(crawl_id: str) -> str:
+        try:
+            return check_crawl_id(crawl_id)
+        except ValueError:
+            raise HTTPException(404, f"no crawl {crawl_id!r}") from None
+
+    @app.get("/healthz", response_model=Health, tags=["health"],
+             summary="Liveness (no token needed)")
+    def healthz() -> Health:
+        return Health(status="ok")
+
+    api = APIRouter(dependencies=[Depends(authorised)], tags=["crawls"])
+    crawl_id_path = Annotated[str, Path(description="the crawl's id")]
+
+    @api.post("/crawls", status_code=201, response_model=Crawl,
+              responses=_responses(401, 503), summary="Start a crawl on the fleet")
+    def create(body: CrawlRequest) -> Crawl:
+        limits = CrawlLimits(
+            max_pages=body.max_pages, max_pages_per_host=body.max_pages_per_host,
+            max_depth=body.max_depth, min_delay=body.min_delay,
+            max_duration_s=body.max_duration_s, user_agent=body.user_agent,
+        )
+        try:
+            crawl = backend(control.create, body.seeds, limits)
+        except SeedsNotPublished as exc:
+            raise _Unavailable(str(exc)) from exc
+        return _crawl_json(crawl, None)
+
+    @api.get("/crawls", response_model=CrawlPage, responses=_responses(401, 503),
+             summary="Crawls, newest first")
+    def list_crawls(
+        limit: Annotated[int, Query(ge=1, le=100, description="crawls per page")] = 20,
+        cursor: Annotated[str | None, Query(description="next_cursor of the previous page")]
+        = None,
+    ) -> CrawlPage:
+        if cursor is not None:
+            try:
+                check_cursor(cursor)
+            except ValueError as exc:
+                raise _validation_error(("query", "cursor"), str(exc), cursor) from None
+        crawls, next_cursor = backend(control.list, limit, cursor)
+        return CrawlPage(crawls=[_crawl_json(c, control.pages_per_s(c)) for c in crawls],
+                         next_cursor=next_cursor)
+
+    @api.get("/crawls/{crawl_id}", response_model=Crawl, responses=_responses(401, 404, 503),
+             summary="A crawl's state and progress")
+    def get_crawl(crawl_id: crawl_id_path) -> Crawl:
+        try:
+            crawl = backend(control.get, known(crawl_id))
+        except CrawlNotFound as exc:
+            raise HTTPException(404, str(exc)) from None
+        return _crawl_json(crawl, control.pages_per_s(crawl))
+
+    def act(crawl_id: str, action: CrawlAction) -> Crawl:
+        try:
+            crawl = backend(control.act, known(crawl_id), action)
+        except CrawlNotFound as exc:
+            raise HTTPException(404, str(exc)) from None
+        except TransitionRefused as exc:
+            raise HTTPException(409, str(exc)) from None
+        except TransitionRaced as exc:
+            raise HTTPException(409, str(exc)) from None
+        return _crawl_json(crawl, control.pages_per_s(crawl))
+
+    transitions = _responses(401, 404, 409, 503)
+
+    @api.post("/crawls/{crawl_id}/pause", response_model=Crawl, responses=transitions,
+              summary="Pause: the crawl's URLs wait, none is requested")
+    def pause(crawl_id: crawl_id_path) -> Crawl:
+        return act(crawl_id, CrawlAction.PAUSE)
+
+    @api.post("/crawls/{crawl_id}/resume", response_model=Crawl, responses=transitions,
+              summary="Resume a paused crawl where it was")
+    def resume(crawl_id: crawl_id_path) -> Crawl:
+        return act(crawl_id, CrawlAction.RESUME)
+
+    @api.post("/crawls/{crawl_id}/cancel", response_model=Crawl, responses=transitions,
+              summary="Cancel: `cancelling` until every waiting URL has its row, then "
+                      "`cancelled`")
+    def cancel(crawl_id: crawl_id_path) -> Crawl:
+        return act(crawl_id, CrawlAction.CANCEL)
+
+    @api.get("/pages", response_model=Page, response_model_exclude_unset=True,
+             responses=_responses(401, 404, 503),
+             summary="A page's latest row, by any spelling of its URL")
+    def page(
+        url: Annotated[str, Query(min_length=1, max_length=8192, description="the page's URL")],
+        crawl_id: Annotated[str | None, Query(description="only this crawl's row (default: "
+                                                          "the newest crawl with one)")] = None,
+        text: Annotated[bool, Query(description="add the extracted text")] = False,
+    ) -> dict[str, Any]:
+        try:
+            normalize_url(url)
+        except InvalidURL as exc:
+            raise _validation_error(("query", "url"), str(exc), url) from None
+        if crawl_id is not None:
+            try:
+                check_crawl_id(crawl_id)
+            except ValueError as exc:
+                raise _validation_error(("query", "crawl_id"), str(exc), crawl_id) from None
+        try:
+            found = backend(control.page, url, crawl_id, text)
+        except PageNotFound as exc:
+            raise HTTPException(404, str(exc)) from None
+        except (SegmentReadError, OSError) as exc:
+            detail = f"the text of {url} is stored but not readable: {exc}"
+            log.error("%s", detail)
+            raise _Unavailable(detail) from exc
+        if found.get("fetched_at") is not None:
+            found["fetched_at"] = str(found["fetched_at"])
+        return found
+
+    app.include_router(api)
+    return app

@@ -1,0 +1,408 @@
+"""The fleet's frontier and host scheduler: one pipeline, every crawl's URLs, host state keyed
+by host.
+
+DecodeFleetFrontier reads the fleet's frontier topic, whatever crawl a message belongs to, and
+keys each crawl's URLs by host. ScheduleFleetFetches is the stateful DoFn keyed by host that
+holds a pipeline.core.fleet_host.FleetHostState: every crawl's queue and seen-set on the host,
+one request in flight and one spacing across them. Each crawl's limits and state come from its
+record in Bigtable (pipeline.io.crawls), read at most every `state_ttl_s` per process, so a
+pause, resume or cancel reaches the schedulers within seconds. Like ScheduleFetches, the DoFn
+only stores state, arms the timer and carries out decisions; fetches run on the process pool.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import apache_beam as beam
+from apache_beam import TimeDomain
+from apache_beam.coders import PickleCoder
+from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
+from apache_beam.utils.shared import Shared
+from apache_beam.utils.timestamp import Timestamp
+
+from pipeline.core.budget import LocalPageBudget
+from pipeline.core.counters import Counter
+from pipeline.core.fleet_host import CrawlTerms, FleetDecision, FleetHostState
+from pipeline.core.politeness import HostPolicy, LeaseKind
+from pipeline.core.records import (
+    BatchKind,
+    DeadLetter,
+    FrontierBatch,
+    HostBatch,
+    HostSignal,
+    HostSignalKind,
+    frontier_message,
+)
+from pipeline.core.urls import InvalidURL, host_key, normalize_url
+from pipeline.io.bigtable import BigtableConfig, CrawlNotFound
+from pipeline.io.crawls import FleetCrawl, read_fleet_crawl
+from pipeline.io.dns import parse_resolve
+from pipeline.io.fetch import FetchConfig
+from pipeline.io.host_overflow import HostOverflow
+from pipeline.metrics import crawl_counter
+from pipeline.transforms.frontier import split_by_host
+from pipeline.transforms.resources import WorkerResources, worker_resources
+from pipeline.transforms.schedule import _POLL_MAX, _POLL_MIN, _report
+from pipeline.transforms.schedule import fetch_result as _fetch_result
+from pipeline.transforms.schedule import outcome_row as _outcome_row
+
+log = logging.getLogger(__name__)
+
+ROWS = "rows"
+FleetMessage = HostBatch | HostSignal
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    """What the fleet's scheduler needs, as one small picklable value. `policy` holds the
+    fleet's defaults; each crawl's record overrides min_delay, max_depth, max_pages_per_host
+    and user_agent."""
+
+    policy: HostPolicy
+    fetch: FetchConfig
+    bigtable: BigtableConfig
+    resolve: tuple[str, ...] = ()
+    fetch_concurrency: int = 128
+    state_ttl_s: float = 1.0
+
+
+def crawl_policy(base: HostPolicy, crawl: FleetCrawl) -> HostPolicy:
+    """The fleet's policy with one crawl's own limits."""
+    limits = crawl.limits
+    per_host = limits.max_pages_per_host or limits.max_pages
+    min_delay = limits.min_delay or base.min_delay
+    return dataclasses.replace(
+        base,
+        user_agent=limits.user_agent or base.user_agent,
+        min_delay=min_delay,
+        max_crawl_delay=max(base.max_crawl_delay, min_delay),
+        max_depth=limits.max_depth,
+        max_pages_per_host=limits.max_pages_per_host,
+        # Sized from the crawl's host budget, as CrawlOptions.host_policy does.
+        bloom_capacity=min(4 * per_host, 1_000_000),
+    )
+
+
+class CrawlRecords:
+    """The fleet crawls' records as this process last read them, each at most `ttl_s` old.
+
+    One per process, acquired in the scheduler's `setup` through Beam's Shared (as
+    WorkerResources is), because Beam's local runner sets a DoFn up again for every bundle. A
+    record that cannot be read is asked for again at the next event; its crawl's URLs wait.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._read: dict[tuple[BigtableConfig, str], tuple[float, FleetCrawl | None]] = {}
+
+    def get(self, resources: WorkerResources, config: BigtableConfig, crawl_id: str,
+            now: float, ttl_s: float) -> FleetCrawl | None:
+        key = (config, crawl_id)
+        with self._lock:
+            cached = self._read.get(key)
+        if cached is not None and now - cached[0] < ttl_s:
+            return cached[1]
+        try:
+            crawl: FleetCrawl | None = read_fleet_crawl(resources.bigtable(config), crawl_id)
+        except CrawlNotFound:
+            log.warning("URLs of crawl %s, which has no fleet record: they wait", crawl_id)
+            crawl = None
+        except Exception as exc:  # the client's errors: the URLs wait, asked again later
+            log.warning("cannot read the record of crawl %s (%s): its URLs wait", crawl_id, exc)
+            return cached[1] if cached is not None else None
+        with self._lock:
+            self._read[key] = (now, crawl)
+        return crawl
+
+    def clear(self) -> None:
+        with self._lock:
+            self._read.clear()
+
+
+_RECORDS = Shared()
+
+
+def crawl_records() -> CrawlRecords:
+    """This process's crawl-record cache (call from a DoFn's `setup`; keep the reference)."""
+    return _RECORDS.acquire(CrawlRecords)
+
+
+class DecodeFleetFrontierFn(beam.DoFn):
+    """Fleet frontier payload -> (host, (crawl id, HostBatch | HostSignal)). Messages the fleet
+    does not take (resume seen-marks, redriven dead letters, malformed ones) are counted as
+    malformed and logged."""
+
+    def __init__(self) -> None:
+        self._received = crawl_counter(Counter.BATCHES_RECEIVED)
+        self._decoded = crawl_counter(Counter.URLS_DECODED)
+        self._invalid = crawl_counter(Counter.URLS_INVALID)
+        self._malformed = crawl_counter(Counter.BATCHES_MALFORMED)
+
+    def process(self, payload: bytes) -> Iterator[tuple[str, tuple[str, FleetMessage]]]:
+        try:
+            message = frontier_message(payload)
+        except ValueError as exc:
+            self._malformed.inc()
+            log.warning("dropping a malformed frontier message (%s): %.200r", exc, payload)
+            return
+        if isinstance(message, HostSignal):
+            self._received.inc()
+            try:
+                yield host_key(normalize_url(message.url)), (message.crawl_id, message)
+            except InvalidURL as exc:
+                log.warning("dropping a host signal for %r: %s", message.url, exc)
+            return
+        if isinstance(message, DeadLetter) or not isinstance(message, FrontierBatch):
+            self._malformed.inc()
+            log.warning("the fleet does not take %s messages (crawl %s): dropped",
+                        message.kind, message.crawl_id)
+            return
+        self._received.inc()
+        by_host, invalid = split_by_host(message)
+        self._invalid.inc(invalid)
+        for host, host_batch in by_host.items():
+            self._decoded.inc(len(host_batch.entries))
+            yield host, (message.crawl_id, host_batch)
+
+
+class FleetSchedulerFn(beam.DoFn):
+    """Keyed by host. State: one FleetHostState. Timer: the host's next moment of interest."""
+
+    HOST_STATE = ReadModifyWriteStateSpec("fleet_host", PickleCoder())
+    WAKE = TimerSpec("wake", TimeDomain.REAL_TIME)
+
+    def __init__(self, config: FleetConfig, clock: Callable[[], float] = time.time) -> None:
+        self._config = config
+        self._clock = clock
+        self._accepted_in_bundle: dict[str, int] = {}
+        self._refilled_in_bundle: set[tuple[str, str]] = set()
+        self._accepted = crawl_counter(Counter.URLS_ACCEPTED)
+        self._requests = crawl_counter(Counter.REQUESTS)
+        self._robots_requests = crawl_counter(Counter.ROBOTS_REQUESTS)
+        self._leases_expired = crawl_counter(Counter.LEASES_EXPIRED)
+        self._overflowed = crawl_counter(Counter.URLS_OVERFLOWED)
+        self._not_relayed = crawl_counter(Counter.ROBOTS_MESSAGES_NOT_RELAYED)
+        self._resources: WorkerResources | None = None
+        self._records: CrawlRecords | None = None
+        self._overrides: tuple = ()
+
+    def setup(self) -> None:
+        self._overrides = tuple(parse_resolve(spec) for spec in self._config.resolve)
+        self._resources = worker_resources()
+        self._records = crawl_records()
+
+    def _shared(self) -> WorkerResources:
+        # A method, not a property: Beam inspects every attribute of a DoFn when applied.
+        assert self._resources is not None, "setup() not called"
+        return self._resources
+
+    def start_bundle(self) -> None:
+        self._accepted_in_bundle = {}
+        self._refilled_in_bundle = set()
+
+    def finish_bundle(self) -> None:
+        if self._accepted_in_bundle:
+            store = self._shared().bigtable_store(self._config.bigtable)
+            for crawl_id, n in self._accepted_in_bundle.items():
+                store.counters.add(crawl_id, "accepted", n)
+            store.counters.flush()
+        self._accepted_in_bundle = {}
+
+    # ----------------------------------------------------------------------- crawls
+    def _crawl(self, crawl_id: str, now: float) -> FleetCrawl | None:
+        assert self._records is not None, "setup() not called"
+        return self._records.get(self._shared(), self._config.bigtable, crawl_id, now,
+                                 self._config.state_ttl_s)
+
+    def _policy(self, crawl: FleetCrawl | None) -> HostPolicy:
+        return self._config.policy if crawl is None else crawl_policy(self._config.policy, crawl)
+
+    def _terms(self, state: FleetHostState, now: float) -> dict[str, CrawlTerms]:
+        terms = {}
+        for crawl_id in state.crawls:
+            crawl = self._crawl(crawl_id, now)
+            if crawl is None:
+                continue
+            budget = LocalPageBudget(crawl_id, crawl.limits.max_pages)
+            duration = crawl.limits.max_duration_s
+            terms[crawl_id] = CrawlTerms(
+                policy=self._policy(crawl), state=crawl.state,
+                claim_page=budget.try_claim, budget_spent=lambda b=budget: b.spent,
+                time_spent=duration is not None and now >= crawl.created_at + duration,
+            )
+        return terms
+
+    # ---------------------------------------------------------------------- elements
+    def process(
+        self,
+        element: tuple[str, tuple[str, FleetMessage]],
+        host_state=beam.DoFn.StateParam(HOST_STATE),
+        wake=beam.DoFn.TimerParam(WAKE),
+    ) -> Iterator[object]:
+        host, (crawl_id, message) = element
+        now = self._clock()
+        state: FleetHostState = host_state.read() or FleetHostState(host=host)
+        crawl = self._crawl(crawl_id, now)
+        policy = self._policy(crawl)
+        if isinstance(message, HostSignal):
+            if crawl_id in state.crawls:
+                state.crawls[crawl_id].set_duplicate_heavy(
+                    message.signal is HostSignalKind.THROTTLE, policy)
+                host_state.write(state)
+            return
+        was_busy = state.busy
+        accepted, outcomes, spilled = state.offer(
+            crawl_id, list(message.entries), message.depth, policy,
+            already_accepted=message.kind is BatchKind.SPILL,
+            redirect_hops=message.redirect_hops,
+        )
+        self._accepted.inc(len(accepted))
+        if accepted:
+            self._accepted_in_bundle[crawl_id] = (
+                self._accepted_in_bundle.get(crawl_id, 0) + len(accepted))
+        for outcome in outcomes:
+            yield beam.pvalue.TaggedOutput(ROWS, _outcome_row(crawl_id, host, outcome))
+        if spilled:
+            # Stored before the state that counts them: a retry rewrites the same rows.
+            overflow = HostOverflow(self._shared().bigtable(self._config.bigtable).frontier,
+                                    crawl_id)
+            overflow.write(host, state.crawls[crawl_id].overflow(spilled, policy))
+            self._overflowed.inc(len(spilled))
+        if state.busy and not was_busy:
+            state.busy_since = now
+        self._arm(state, wake, now)
+        host_state.write(state)
+
+    # ------------------------------------------------------------------------- timer
+    @on_timer(WAKE)
+    def on_wake(
+        self,
+        key=beam.DoFn.KeyParam,
+        host_state=beam.DoFn.StateParam(HOST_STATE),
+        wake=beam.DoFn.TimerParam(WAKE),
+    ) -> Iterator[object]:
+        state: FleetHostState | None = host_state.read()
+        if state is None:
+            return
+        now = self._clock()
+        state.wake_at = None
+        yield from self._step(key, state, now)
+        self._arm(state, wake, now)
+        host_state.write(state)
+
+    def _step(self, host: str, state: FleetHostState, now: float) -> Iterator[object]:
+        lease = state.lease
+        if lease is not None:
+            holder = state.holder
+            assert holder is not None
+            policy = self._policy(self._crawl(holder, now))
+            future = self._shared().running_fetch(lease.lease_id)
+            if future is not None and not future.done():
+                running = now - lease.started_at
+                state.wake_at = now + min(_POLL_MAX, max(_POLL_MIN, running / 4))
+                return
+            if future is None:
+                decision = state.expire_lease(now, policy)
+                if state.lease is not None:
+                    state.wake_at = decision.wake_at
+                    return
+                self._leases_expired.inc()
+                log.warning("lease on %s for %s expired; fetching it again", host, lease.url)
+                response = None
+            else:
+                self._shared().forget_fetch(lease.lease_id)
+                response = future.result()
+                decision = state.complete(lease.lease_id, _report(response, lease), now, policy)
+            yield from self._carry_out(host, decision, response)
+        self._tend_overflow(host, state, now)
+        decision = state.next_action(now, self._terms(state, now))
+        yield from self._carry_out(host, decision, None)
+        started = decision.fetch
+        if started is not None:
+            crawl_id, order = started
+            self._start_fetch(crawl_id, order.lease, now)
+        state.wake_at = decision.wake_at
+
+    def _tend_overflow(self, host: str, state: FleetHostState, now: float) -> None:
+        """Each crawl's overflow chunks: delete what an earlier bundle read back, read back
+        what its queue has room for (as ScheduleFetches does for one crawl)."""
+        for crawl_id, crawl_state in state.crawls.items():
+            if not (crawl_state.has_overflow
+                    or crawl_state.overflow_deleted < crawl_state.overflow_read):
+                continue
+            overflow = HostOverflow(self._shared().bigtable(self._config.bigtable).frontier,
+                                    crawl_id)
+            done = crawl_state.deletable()
+            # Only chunks an earlier bundle read back: a retry of this bundle must find the
+            # ones it read itself still stored.
+            if done and (crawl_id, host) not in self._refilled_in_bundle:
+                overflow.delete(host, done)
+                crawl_state.overflow_deleted = done.stop
+            wanted = crawl_state.refill_wanted(self._policy(self._crawl(crawl_id, now)))
+            if wanted:
+                lost = crawl_state.refilled(wanted, overflow.read(host, wanted))
+                self._refilled_in_bundle.add((crawl_id, host))
+                if lost:
+                    log.error("host %s, crawl %s: %d URLs lost with missing overflow chunks",
+                              host, crawl_id, lost)
+
+    def _carry_out(self, host: str, decision: FleetDecision, response) -> Iterator[object]:
+        for crawl_id, one in decision.decisions:
+            if one.robots_messages:
+                # robots.txt redirected to another host: the one-crawl scheduler asks that
+                # host's key through the frontier; the fleet does not relay such errands yet,
+                # so the asking host waits out the errand's deadline and then treats its
+                # robots.txt as unreachable (disallow all, asked again later): stricter,
+                # never less polite.
+                self._not_relayed.inc(len(one.robots_messages))
+                log.warning("host %s (crawl %s): robots.txt redirects to another host; the "
+                            "fleet does not relay it, so it counts as unreachable", host,
+                            crawl_id)
+            for outcome in one.outcomes:
+                yield beam.pvalue.TaggedOutput(ROWS, _outcome_row(crawl_id, host, outcome))
+            if one.page_done is not None and response is not None:
+                yield _fetch_result(crawl_id, host, one.page_done, response)
+
+    def _start_fetch(self, crawl_id: str, lease, now: float) -> None:
+        policy = self._policy(self._crawl(crawl_id, now))
+        # Each crawl's requests carry its own User-Agent (robots.txt included).
+        client = self._shared().fetch_client(
+            dataclasses.replace(self._config.fetch, user_agent=policy.user_agent),
+            self._overrides)
+        self._requests.inc()
+        if lease.kind is LeaseKind.ROBOTS:
+            self._robots_requests.inc()
+        pool = self._shared().fetch_pool(self._config.fetch_concurrency)
+        self._shared().track_fetch(lease.lease_id, pool.submit(client.fetch, lease.url))
+
+    def _arm(self, state: FleetHostState, wake, now: float) -> None:
+        if state.wake_at is None and state.busy:
+            lease = state.lease
+            state.wake_at = lease.expires_at if lease else max(state.next_allowed, now)
+        if state.wake_at is not None:
+            wake.set(Timestamp.of(max(state.wake_at, now)))
+
+
+class ScheduleFleetFetches(beam.PTransform):
+    """Fleet frontier payloads -> fetched pages (main) and terminal rows ('rows')."""
+
+    def __init__(self, config: FleetConfig, clock: Callable[[], float] = time.time) -> None:
+        super().__init__()
+        self._config = config
+        self._clock = clock
+
+    def expand(self, payloads):
+        return (
+            payloads
+            | "DecodeAndGroupByHost" >> beam.ParDo(DecodeFleetFrontierFn())
+            .with_output_types(tuple[str, tuple[str, FleetMessage]])
+            | "FleetHostScheduler" >> beam.ParDo(FleetSchedulerFn(self._config, self._clock))
+            .with_outputs(ROWS, main="fetched")
+        )
+

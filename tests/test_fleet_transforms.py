@@ -1,0 +1,55 @@
+"""The fleet's Beam shell without Beam's runner: decoding every crawl's frontier messages by
+host, and each crawl's limits over the fleet's defaults."""
+
+from __future__ import annotations
+
+from pipeline.core.crawl_states import CrawlLimits, CrawlState
+from pipeline.core.politeness import HostPolicy
+from pipeline.core.records import DeadLetter, FrontierBatch, HostBatch, HostSignal
+from pipeline.io.bigtable import CrawlRecord
+from pipeline.io.crawls import FleetCrawl
+from pipeline.transforms.fleet import DecodeFleetFrontierFn, crawl_policy
+
+BASE = HostPolicy(user_agent="fleet/1.0", min_delay=1.0, max_crawl_delay=30.0, max_depth=None,
+                  max_pages_per_host=None, bloom_capacity=400_000)
+
+
+def _crawl(limits: CrawlLimits) -> FleetCrawl:
+    record = CrawlRecord("c1", "running", (), limits.max_pages, None, None, None, 0.0)
+    return FleetCrawl(id="c1", state=CrawlState.RUNNING, reason="", seeds=(), limits=limits,
+                      created_at=0.0, started_at=0.0, ended_at=None, record=record)
+
+
+def test_a_crawl_s_own_limits_override_the_fleet_s_defaults():
+    policy = crawl_policy(BASE, _crawl(CrawlLimits(
+        max_pages=100, max_pages_per_host=10, max_depth=2, min_delay=45.0,
+        user_agent="mine/2.0")))
+    assert (policy.user_agent, policy.min_delay, policy.max_depth,
+            policy.max_pages_per_host) == ("mine/2.0", 45.0, 2, 10)
+    assert policy.max_crawl_delay == 45.0  # a floor above the cap lifts the cap
+    assert policy.bloom_capacity == 40  # sized from the crawl's host budget
+    assert policy.fetch_timeout == BASE.fetch_timeout
+    defaults = crawl_policy(BASE, _crawl(CrawlLimits(max_pages=100)))
+    assert (defaults.user_agent, defaults.min_delay, defaults.max_depth) == (
+        "fleet/1.0", 1.0, None)
+    assert defaults.bloom_capacity == 400
+
+
+def test_every_crawl_s_messages_are_keyed_by_host_with_their_crawl():
+    decode = DecodeFleetFrontierFn()
+    first = FrontierBatch("c1", 0, ("http://a.test/x", "http://b.test/y"), kind="seeds")
+    second = FrontierBatch("c2", 1, ("http://A.test/z",))
+    got = [item for batch in (first, second) for item in decode.process(batch.to_bytes())]
+    keyed = sorted((host, crawl_id, batch.entries[0][0]) for host, (crawl_id, batch) in got)
+    assert keyed == [("a.test", "c1", "http://a.test/x"), ("a.test", "c2", "http://a.test/z"),
+                     ("b.test", "c1", "http://b.test/y")]
+    assert all(isinstance(batch, HostBatch) for _, (_, batch) in got)
+    signal = HostSignal("c2", "http://a.test/z", "throttle")
+    assert list(decode.process(signal.to_bytes())) == [("a.test", ("c2", signal))]
+
+
+def test_messages_the_fleet_does_not_take_are_dropped_not_raised():
+    decode = DecodeFleetFrontierFn()
+    letter = DeadLetter("c1", "parse", "http://a.test/", 1, "boom", 3)
+    assert list(decode.process(letter.to_bytes())) == []
+    assert list(decode.process(b"not json")) == []

@@ -1,0 +1,271 @@
+"""End to end: the crawl service on one machine. The control API (real uvicorn, httpx) in front
+of the local fleet (one DirectRunner pipeline for every crawl) with both emulators, crawling
+the synthetic web, judged by the web's own request log and the stored rows.
+
+- two crawls at once over the same hosts: the auditor finds no spacing violation across them,
+  and each crawl's rows and counters add up;
+- pause proven at the server: once `pause` has returned, no request reaches the web apart from
+  those already in flight, until `resume`; the crawl then continues and ends `done`;
+- a cancelled crawl ends `cancelled` with every waiting URL in a `cancelled` row;
+- a page is looked up through the API.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from pipeline.core.politeness import HostPolicy
+from pipeline.io.bigtable import BigtableConfig, open_tables
+from pipeline.io.fetch import FetchConfig
+from pipeline.io.pages_table import query_pages
+from pipeline.local.emulators import (
+    EmulatorMissing,
+    ensure_topic,
+    start_bigtable_emulator,
+    start_pubsub_emulator,
+)
+from pipeline.local.fleet import FleetSettings, LocalFleet
+from pipeline.service.app import create_app
+from pipeline.service.auth import TokenSet
+from pipeline.service.control import CrawlControl, FleetDefaults, PubSubFrontier
+from pipeline.service.server import ApiServer
+from testweb.audit import audit_politeness
+from testweb.server import read_request_log, serve
+from testweb.web import WebSpec
+
+pytestmark = pytest.mark.slow
+
+TOKEN = "service-e2e-token-" + uuid.uuid4().hex
+PROJECT = "service-e2e"
+MIN_DELAY = 0.3
+MAX_CRAWL_DELAY = 1.0
+AGENT = "fleet-test/1.0"
+SPEC = WebSpec(hosts=6, pages_per_host=20, hang_seconds=2.0, seed_hosts=2)
+
+
+class Service:
+    def __init__(self, tmp: Path) -> None:
+        self.log_path = tmp / "requests.tsv"
+        self.out = str(tmp / "out")
+        self.web = serve(SPEC, self.log_path)
+        self.bigtable = BigtableConfig(PROJECT, f"i-{uuid.uuid4().hex[:10]}", timeout_s=10)
+        self.tables = open_tables(self.bigtable, create=True)
+        topic = ensure_topic(PROJECT, f"frontier-{uuid.uuid4().hex[:8]}")
+        policy = HostPolicy(user_agent=AGENT, min_delay=MIN_DELAY,
+                            max_crawl_delay=MAX_CRAWL_DELAY, fetch_timeout=2.0,
+                            lease_grace=1.0, bloom_capacity=4000)
+        self.settings = FleetSettings(
+            project=PROJECT, bigtable=self.bigtable, frontier_topic=topic, out=self.out,
+            policy=policy, fetch=FetchConfig(user_agent=AGENT, timeout=2.0,
+                                             connect_timeout=2.0),
+            resolve=(self.web.resolve_arg,), state_ttl_s=1.0, quiet_s=3.0,
+        )
+        self.fleet = LocalFleet(self.settings).start()
+        self.frontier = PubSubFrontier(topic)
+        control = CrawlControl(self.tables, self.frontier,
+                               FleetDefaults(min_delay=MIN_DELAY, user_agent=AGENT),
+                               propagation_s=self.settings.state_ttl_s)
+        self.server = ApiServer(create_app(control, TokenSet([TOKEN]))).start()
+        self.client = httpx.Client(base_url=self.server.url, timeout=30,
+                                   headers={"Authorization": f"Bearer {TOKEN}"})
+
+    def close(self) -> None:
+        self.client.close()
+        self.server.stop()
+        self.fleet.stop()
+        self.frontier.close()
+        self.tables.close()
+        self.web.stop()
+
+    def create(self, **limits) -> str:
+        body = {"seeds": self.web.seeds, "max_pages": 10_000,
+                "max_pages_per_host": SPEC.pages_per_host + 20} | limits
+        answer = self.client.post("/crawls", json=body)
+        assert answer.status_code == 201, answer.text
+        return answer.json()["id"]
+
+    def crawl(self, crawl_id: str) -> dict:
+        answer = self.client.get(f"/crawls/{crawl_id}")
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+    def wait_for(self, crawl_id: str, done, what: str, timeout: float = 240.0) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            crawl = self.crawl(crawl_id)
+            if done(crawl):
+                return crawl
+            assert time.monotonic() < deadline, f"{what} did not happen: {crawl}"
+            time.sleep(0.25)  # polling the API for a condition; the deadline bounds it
+
+    def rows(self, crawl_id: str) -> list[dict]:
+        table = query_pages(self.out, crawl_id, "SELECT url, state FROM pages")
+        return [{"url": url, "state": state} for url, state in table]
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory) -> Iterator[Service]:
+    started = []
+    try:
+        for start in (start_bigtable_emulator, start_pubsub_emulator):
+            started.append(start())
+    except EmulatorMissing as exc:
+        for emulator in started:
+            emulator.stop()
+        pytest.skip(str(exc))
+    with pytest.MonkeyPatch.context() as patch:
+        for emulator in started:
+            for variable, value in emulator.env.items():
+                patch.setenv(variable, value)
+        running = Service(tmp_path_factory.mktemp("service"))
+        try:
+            yield running
+        finally:
+            running.close()
+            for emulator in started:
+                emulator.stop()
+
+
+def _adds_up(service: Service, crawl: dict) -> None:
+    """Every accepted URL has exactly one row, and the counters say what the rows say."""
+    rows = service.rows(crawl["id"])
+    urls = Counter(row["url"] for row in rows)
+    assert all(n == 1 for n in urls.values()), [u for u, n in urls.items() if n > 1][:5]
+    counters = crawl["counters"]
+    assert counters["accepted"] == len(rows) > 0
+    by_state = Counter(row["state"] for row in rows)
+    for state, n in by_state.items():
+        assert counters[state] == n, (state, counters, by_state)
+    assert crawl["frontier"] == 0
+
+
+def test_two_crawls_at_once_over_the_same_hosts_keep_the_spacing_and_add_up(service):
+    first = service.create()
+    second = service.create()
+    done = [service.wait_for(c, lambda crawl: crawl["state"] == "done", f"{c} done")
+            for c in (first, second)]
+    for crawl in done:
+        assert crawl["reason"] == "drained" and crawl["counters"]["fetched"] > 0
+        _adds_up(service, crawl)
+    # Both crawls fetched the same pages: each has its own seen-set.
+    assert {r["url"] for r in service.rows(first) if r["state"] == "fetched"} == {
+        r["url"] for r in service.rows(second) if r["state"] == "fetched"}
+    requests = read_request_log(service.log_path)
+    report = audit_politeness(service.web.web, requests, min_delay=MIN_DELAY,
+                              max_crawl_delay=MAX_CRAWL_DELAY)
+    assert report.ok, report.summary()
+    # One robots.txt request per host for both crawls, not one each.
+    robots = Counter(r.host for r in requests if r.path == "/robots.txt")
+    assert robots and max(robots.values()) == 1, robots
+
+
+def test_pause_holds_at_the_server_resume_continues_cancel_ends_every_waiting_url(service):
+    crawl_id = service.create()
+    service.wait_for(crawl_id, lambda c: c["counters"]["fetched"] >= 10, "10 pages fetched")
+    answer = service.client.post(f"/crawls/{crawl_id}/pause")
+    returned = time.time()
+    assert answer.status_code == 200 and answer.json()["state"] == "paused"
+    # Watch the web for a while: the paused crawl is the only one running.
+    time.sleep(4.0)  # an observation window of the request log, not a synchronisation
+    paused_counters = service.crawl(crawl_id)["counters"]
+    resumed = service.client.post(f"/crawls/{crawl_id}/resume")
+    resumed_at = time.time()
+    assert resumed.status_code == 200 and resumed.json()["state"] == "running"
+    during = [r for r in read_request_log(service.log_path)
+              if returned < r.arrival_ns / 1e9 < resumed_at]
+    # Only fetches already in flight when pause returned: at most one per host, arriving at
+    # once (their connections were being set up).
+    per_host = Counter(r.host for r in during)
+    assert all(n == 1 for n in per_host.values()), during
+    assert all(r.arrival_ns / 1e9 < returned + 0.5 for r in during), during
+    assert paused_counters["accepted"] > paused_counters["fetched"]  # URLs were waiting
+
+    finished = service.wait_for(crawl_id, lambda c: c["state"] == "done", "resumed crawl done")
+    assert finished["counters"]["fetched"] > paused_counters["fetched"]
+    _adds_up(service, finished)
+
+    # Another crawl, cancelled while its URLs wait: every one ends in a row.
+    other = service.create(min_delay=1.0)
+    service.wait_for(other, lambda c: c["counters"]["accepted"] >= 5, "URLs accepted")
+    cancelling = service.client.post(f"/crawls/{other}/cancel")
+    assert cancelling.status_code == 200 and cancelling.json()["state"] == "cancelling"
+    cancelled = service.wait_for(other, lambda c: c["state"] == "cancelled", "cancelled")
+    assert cancelled["counters"]["cancelled"] > 0 and cancelled["ended_at"] is not None
+    _adds_up(service, cancelled)
+
+    # A page of the first crawl, looked up by another spelling.
+    page_url = next(r["url"] for r in service.rows(crawl_id) if r["state"] == "fetched")
+    page = service.client.get("/pages", params={"url": page_url + "#fragment",
+                                                "crawl_id": crawl_id, "text": "true"})
+    assert page.status_code == 200, page.text
+    assert page.json()["state"] == "fetched" and page.json()["crawl_id"] == crawl_id
+
+
+def test_limits_of_one_crawl_do_not_bind_another(service):
+    shallow = service.create(max_depth=0)
+    crawl = service.wait_for(shallow, lambda c: c["state"] == "done", "depth-0 crawl done")
+    rows = service.rows(shallow)
+    fetched = [r for r in rows if r["state"] == "fetched"]
+    assert {r["url"] for r in fetched} <= set(service.web.seeds)
+    assert any(r["state"] == "filtered" for r in rows)
+    _adds_up(service, crawl)
+
+
+def test_crawler_serve_is_one_command_for_emulators_fleet_and_api(tmp_path):
+    """`crawler serve` as an operator runs it: prints the URL and a curl example, crawls what
+    the API is given, and stops cleanly (exit 0) on SIGTERM."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"{TOKEN}\n")
+    spec = WebSpec(hosts=2, pages_per_host=20, hang_seconds=2.0, seed_hosts=1)
+    with serve(spec, tmp_path / "requests.tsv") as web:
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("PUBSUB_EMULATOR_HOST", "BIGTABLE_EMULATOR_HOST")}
+        process = subprocess.Popen(
+            [sys.executable, "-m", "pipeline", "serve", "--port", "0", "--token-file",
+             str(tokens), "--resolve", web.resolve_arg, "--out", str(tmp_path / "out"),
+             "--min-delay", "0.2", "--fetch-timeout", "2", "--max-crawl-delay", "1"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            cwd=Path(__file__).resolve().parents[1],
+        )
+        try:
+            assert process.stdout is not None
+            first = process.stdout.readline()
+            assert first.startswith("control API on http://127.0.0.1:"), (
+                first, process.stderr.read() if process.poll() is not None else "")
+            url = first.split()[3]
+            example = "".join(process.stdout.readline() for _ in range(5))
+            assert "curl" in example and "Authorization: Bearer" in example
+            assert TOKEN not in first + example  # the example reads the file, never quotes it
+            with httpx.Client(base_url=url, timeout=30,
+                              headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+                created = client.post("/crawls", json={"seeds": web.seeds, "max_pages": 15})
+                assert created.status_code == 201, created.text
+                crawl_id = created.json()["id"]
+                deadline = time.monotonic() + 240
+                while (crawl := client.get(f"/crawls/{crawl_id}").json())["state"] != "done":
+                    assert time.monotonic() < deadline, crawl
+                    time.sleep(0.5)  # polling the API for a condition; the deadline bounds it
+            assert 0 < crawl["counters"]["fetched"] <= 15  # the page budget holds
+            assert crawl["counters"]["over_budget"] > 0
+            assert crawl["counters"]["accepted"] == sum(
+                v for k, v in crawl["counters"].items() if k not in ("accepted", "bytes"))
+        finally:
+            process.send_signal(signal.SIGTERM)
+            try:
+                code = process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                raise
+        assert code == 0, process.stderr.read()[-2000:]
