@@ -94,6 +94,33 @@ def test_non_http_hrefs_are_skipped() -> None:
     assert links == ("http://example.test/ok",)
 
 
+def test_links_resolve_as_browsers_resolve_them() -> None:
+    links = links_of(
+        '<a href="sub\\page.htm">b</a><a href="///other.test/p">s</a>'
+        '<a href="https:secure.test/x">h</a><a href="http://0x7f.1/n">n</a>'
+        '<a href="http:same">r</a>'
+    )
+    assert links == (
+        "http://example.test/dir/sub/page.htm",
+        "http://other.test/p",
+        "https://secure.test/x",
+        "http://127.0.0.1/n",
+        "http://example.test/dir/same",
+    )
+
+
+def test_rejected_hrefs_are_counted_by_reason() -> None:
+    page = parse_page(PAGE_URL, html_page("", (
+        '<a href="mailto:a@b.test">m</a><a href="javascript:void(0)">j</a>'
+        '<a href="ftp://files.test/x">f</a><a href="http://1.2.3.08/">n</a>'
+        '<a href="http://[broken">v</a><a href="http://a.test:99999/">p</a>'
+        '<a href="">empty: the page itself</a><a rel="nofollow" href="mailto:c@d.test">x</a>'
+        '<a href="/ok">ok</a>'
+    )), "text/html", extract_text=False)
+    assert page.links == ("http://example.test/ok",)
+    assert page.rejected_links == (("host", 2), ("port", 1), ("scheme", 3))
+
+
 def test_canonical_is_reported_and_is_one_of_the_links() -> None:
     page = parse_page(
         PAGE_URL,

@@ -81,7 +81,26 @@ def test_a_page_that_crashes_the_parser_is_dead_lettered(tmp_path, monkeypatch):
 
 def test_page_links_are_normalised_and_deduplicated_within_the_page():
     hrefs = ("/x?b=2&a=1", "/x?a=1&b=2#frag", "HTTP://A.TEST/x?a=1&b=2", "mailto:a@b", "/")
-    assert page_links("http://a.test/", hrefs) == ("http://a.test/x?a=1&b=2",)
+    # One link per dedup key; the request keeps the first spelling's own query order.
+    found = page_links("http://a.test/", hrefs)
+    assert found.urls == ("http://a.test/x?b=2&a=1",)
+    assert found.rejected == (("scheme", 1),)
+
+
+def test_page_links_add_their_rejections_to_the_parsers():
+    found = page_links("http://a.test/p", ("http://1.2.3.08/", "/ok", "http://a.test:x/"),
+                       rejected=(("scheme", 2),))
+    assert found.urls == ("http://a.test/ok",)
+    assert found.rejected == (("host", 1), ("port", 1), ("scheme", 2))
+
+
+def test_stored_pages_carry_their_rejected_links(tmp_path):
+    warc, _ = writers(tmp_path)
+    body = HTML.replace(b"</article>", b'<a href="mailto:x@y.test">m</a>'
+                        b'<a href="http://256.256.256.256/">n</a></article>')
+    stored = store_page(result(body=body), warc)
+    assert stored.links.urls == ("http://a.test/b", "http://c.test/")
+    assert stored.rejected_links == (("host", 1), ("scheme", 1))
 
 
 def test_the_fast_extractor_is_passed_to_the_parser(tmp_path, monkeypatch):

@@ -96,7 +96,7 @@ def audit_crawl(
         _check_circuit(web, by_host, report, circuit_failures, circuit_seconds, tolerance_s)
     _check_robots(web, by_host, expected, report, user_agent)
     _check_exactly_once(web, by_host, expected, report)
-    rows_by_url = _check_rows(expected, rows, report)
+    rows_by_url = _check_rows(web, expected, rows, report)
     _check_records(web, expected, rows_by_url, report, read_response, read_text, max_body_bytes)
     report.stats.update({
         "requests": len(requests),
@@ -281,7 +281,7 @@ def _check_exactly_once(web: SyntheticWeb, by_host: Mapping[str, list[LoggedRequ
         robots_paths = web.robots_paths(host)
         for request in host_requests:
             if request.path not in robots_paths:
-                counts[web.url(host, request.path)] += 1
+                counts[web.canonical_url(web.url(host, request.path))] += 1
     for url, entry in expected.items():
         got = counts.get(url, 0)
         if got != entry.requests:
@@ -294,12 +294,13 @@ def _check_exactly_once(web: SyntheticWeb, by_host: Mapping[str, list[LoggedRequ
                 f"exactly-once: {url}: {got} requests to a URL no correct crawl requests")
 
 
-def _check_rows(expected: Mapping[str, Expected], rows: list[dict[str, Any]],
-                report: AuditReport) -> dict[str, dict[str, Any]]:
+def _check_rows(web: SyntheticWeb, expected: Mapping[str, Expected],
+                rows: list[dict[str, Any]], report: AuditReport) -> dict[str, dict[str, Any]]:
     """Invariants 3 and 4: one row per accepted URL, in its expected terminal state."""
     by_url: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
-        by_url[str(row.get("url"))].append(row)
+        # A row carries the URL as requested; the truth files it under its canonical spelling.
+        by_url[web.canonical_url(str(row.get("url")))].append(row)
     first: dict[str, dict[str, Any]] = {}
     for url, url_rows in by_url.items():
         first[url] = url_rows[0]

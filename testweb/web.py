@@ -353,6 +353,19 @@ def _fault_title(path: str) -> str:
     return " ".join(words).capitalize() or "Home"
 
 
+def canonical_query_order(path_and_query: str) -> str:
+    """The spelling a page is filed under: its query parameters sorted by name, then value.
+
+    Like real servers, the web answers a query's parameters in any order; its links write
+    them in both orders, and a crawler may request either.
+    """
+    path, mark, query = path_and_query.partition("?")
+    if not mark or "&" not in query:
+        return path_and_query
+    params = sorted(query.split("&"), key=lambda param: param.partition("=")[::2])
+    return f"{path}?{'&'.join(params)}"
+
+
 def _without_session_ids(path_and_query: str) -> str:
     path, _, query = path_and_query.partition("?")
     path = _SESSION_PATH_PARAMETER.sub("", path) or "/"
@@ -765,6 +778,12 @@ class SyntheticWeb:
 
     def url(self, host: str, path_and_query: str = "/") -> str:
         return self.origin(host) + path_and_query
+
+    def canonical_url(self, url: str) -> str:
+        """The URL under which the web files the page `url` names (the ground truth's spelling:
+        see canonical_query_order)."""
+        host, path = self.split_url(url)
+        return self.url(host, canonical_query_order(path))
 
     @staticmethod
     def split_url(url: str) -> tuple[str, str]:
@@ -1432,7 +1451,7 @@ class SyntheticWeb:
     def _lookup(self, host: str, path: str) -> _Page | None:
         if host not in self._profiles:
             return None
-        return self._page(host, path)
+        return self._page(host, canonical_query_order(path))
 
     def _content_owner(self, host: str, path: str) -> str:
         page = self._lookup(host, path)

@@ -1,5 +1,6 @@
 """The `crawler` command: `crawl` runs a crawl locally, `serve` runs the crawl service,
-`testweb` serves the synthetic web, `robots check` says what a robots.txt file allows.
+`testweb` serves the synthetic web, `robots check` says what a robots.txt file allows,
+`url normalize` shows what the crawler makes of URLs.
 
 This module owns argument parsing and what the user sees; the work is done by
 pipeline.local.runtime and testweb.
@@ -111,6 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("crawl_dir", help="OUT/CRAWL_ID directory of a finished crawl")
     query.add_argument("sql", help="SQL over the view `pages`")
     query.set_defaults(func=_query)
+
+    from pipeline.cli.url import add_url_arguments
+
+    url = sub.add_parser("url", help="what the crawler makes of URLs (`url normalize`)")
+    add_url_arguments(url)
 
     demo = sub.add_parser("demo", help="serve the synthetic web and crawl it (no internet needed)")
     demo.add_argument("--hosts", type=int, default=50, help="virtual hosts (default: %(default)s)")

@@ -45,6 +45,9 @@ def print_summary(summary) -> None:
     if summary.urls_blocked_address:
         print(f"  refused         {summary.urls_blocked_address:,} URLs whose host's address is "
               "not public (filtered, `blocked address`; see --allow-network)")
+    if summary.links_rejected:
+        print(f"  links rejected  {sum(summary.links_rejected.values()):,}: "
+              + ", ".join(f"{reason} {n:,}" for reason, n in summary.links_rejected.items()))
     print(f"  CPU             {summary.cpu_s:,.1f}s in this process, "
           f"peak memory {summary.peak_rss_mb:,.0f} MB")
     for message in summary.invalid_seeds:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from pipeline.core.records import BatchKind, HostSignalKind, PageState
+from pipeline.core.urls import RejectReason
 
 
 class Counter(StrEnum):
@@ -61,6 +62,15 @@ class Counter(StrEnum):
     CONTENT_DUPLICATES = "content_duplicates"
     NEAR_DUPLICATES = "near_duplicates"
     HOST_SIGNALS_EMITTED = "host_signals_emitted"
+    # Links on stored pages that could not become URLs to crawl, per RejectReason
+    # (see links_rejected)
+    LINKS_REJECTED_SCHEME = "links_rejected_scheme"
+    LINKS_REJECTED_RELATIVE = "links_rejected_relative"
+    LINKS_REJECTED_HOST = "links_rejected_host"
+    LINKS_REJECTED_PORT = "links_rejected_port"
+    LINKS_REJECTED_BASE = "links_rejected_base"
+    LINKS_REJECTED_MALFORMED = "links_rejected_malformed"
+    LINKS_REJECTED_LENGTH = "links_rejected_length"
     # Sinks
     ROWS_WRITTEN = "rows_written"
     BIGTABLE_ROWS_WRITTEN = "bigtable_rows_written"
@@ -86,6 +96,11 @@ class Maximum(StrEnum):
 def rows_in(state: PageState) -> Counter:
     """The counter of terminal rows written in `state`."""
     return Counter(f"rows_{PageState(state)}")
+
+
+def links_rejected(reason: RejectReason | str) -> Counter:
+    """The counter of a stored page's links rejected for `reason`."""
+    return Counter(f"links_rejected_{RejectReason(reason)}")
 
 
 def published(kind: BatchKind | HostSignalKind | str) -> Counter:

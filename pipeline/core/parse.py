@@ -17,15 +17,17 @@ from __future__ import annotations
 import codecs
 import re
 import threading
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from urllib.parse import urljoin, urlsplit
 
 import charset_normalizer
 import trafilatura
 from lxml import etree
 from lxml.html import HtmlElement, HTMLParser, document_fromstring
+
+from pipeline.core.urls import InvalidURL, resolve_url
 
 
 class PageParseError(ValueError):
@@ -38,9 +40,13 @@ class ParsedPage:
 
     text: main text (trafilatura), or None when the page says noindex, extraction was not
         asked for, or nothing was found.
-    links: absolute http(s) URLs in document order, exact repeats dropped, not normalised;
+    links: absolute http(s) URLs in document order, exact repeats dropped, resolved as the
+        URL Standard says (pipeline.core.urls.resolve_url) but not normalised;
         `<link rel=canonical>` is one of them; rel=nofollow links are left out, and the tuple
         is empty when the page's meta robots says nofollow.
+    rejected_links: (reason, count) of the hrefs that are not http(s) URLs (mailto:,
+        javascript:, invalid hosts, ...), sorted by reason; empty hrefs (the page itself) and
+        nofollow links are not counted.
     charset: the Python codec the body was decoded with (e.g. "utf-8", "cp1252", "cp932").
     """
 
@@ -51,6 +57,7 @@ class ParsedPage:
     noindex: bool
     nofollow: bool
     charset: str
+    rejected_links: tuple[tuple[str, int], ...] = ()
 
 
 # --- Content type ---------------------------------------------------------------------------
@@ -291,24 +298,17 @@ def _build_tree(text: str) -> HtmlElement | None:
         raise PageParseError(f"lxml could not parse the page: {exc}") from exc
 
 
-_SKIPPED_SCHEMES = ("javascript:", "mailto:", "tel:", "data:")
-_FOLLOWED_SCHEMES = frozenset({"http", "https"})
-
-
-def _absolute(base: str, href: str) -> str | None:
-    """href resolved against base, or None if it is not a well-formed http(s) URL."""
-    href = href.strip()
-    if not href or href[:11].lower().startswith(_SKIPPED_SCHEMES):
+def _absolute(base: str, href: str, rejected: Counter[str] | None = None) -> str | None:
+    """href resolved against base, or None if it is empty or not an http(s) URL (counted in
+    `rejected` by reason)."""
+    if not href or href.isspace():
         return None
     try:
-        if href[:8].lower().startswith(("http://", "https://")):
-            urlsplit(href)  # validates (e.g. an unbalanced IPv6 bracket raises)
-            return href
-        url = urljoin(base, href)
-        scheme = urlsplit(url).scheme
-    except ValueError:
+        return resolve_url(href, base)
+    except InvalidURL as exc:
+        if rejected is not None:
+            rejected[exc.reason] += 1
         return None
-    return url if scheme in _FOLLOWED_SCHEMES else None
 
 
 def _tokens(value: str | None) -> set[str]:
@@ -426,8 +426,9 @@ def parse_page(
         base = _absolute(url, markup.base_href) or url
     canonical = _absolute(base, markup.canonical_href) if markup.canonical_href else None
     links: tuple[str, ...] = ()
+    rejected: Counter[str] = Counter()
     if not markup.nofollow:
-        resolved = (_absolute(base, href) for href in markup.hrefs)
+        resolved = (_absolute(base, href, rejected) for href in markup.hrefs)
         links = tuple(dict.fromkeys(link for link in resolved if link is not None))
 
     page_text = None
@@ -441,4 +442,5 @@ def parse_page(
         noindex=markup.noindex,
         nofollow=markup.nofollow,
         charset=charset,
+        rejected_links=tuple(sorted(rejected.items())),
     )

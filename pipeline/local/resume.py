@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from pipeline.core.parse import is_html, parse_page
 from pipeline.core.records import RecordPointer
-from pipeline.core.urls import InvalidURL, host_key, normalize_url
+from pipeline.core.urls import InvalidURL, dedup_key, host_key, normalize_url
 from pipeline.io import storage
 from pipeline.io.pages_table import query_pages
 from pipeline.io.segments import read_response
@@ -64,12 +64,12 @@ def plan_resume(out: str, crawl_id: str, seeds: list[str]) -> ResumePlan:
         "SELECT url, host, depth, state, warc_file, warc_offset, warc_length, "
         "content_type FROM pages",
     )
-    done: set[str] = set()
+    done: set[str] = set()  # dedup keys: a link spelled with another query order is done too
     links: dict[str, tuple[int, int]] = {}
     for url, host, depth, state, warc_file, warc_offset, warc_length, ctype in rows:
-        if url in done:
+        if dedup_key(url) in done:
             continue
-        done.add(url)
+        done.add(dedup_key(url))
         plan.done[host].append(url)
         if state in REQUESTED_STATES:
             plan.issued[host] += 1
@@ -84,7 +84,8 @@ def plan_resume(out: str, crawl_id: str, seeds: list[str]) -> ResumePlan:
             links.setdefault(normalize_url(seed), (0, 0))
         except InvalidURL:
             continue
-    plan.todo = [(url, depth, hops) for url, (depth, hops) in links.items() if url not in done]
+    plan.todo = [(url, depth, hops) for url, (depth, hops) in links.items()
+                 if dedup_key(url) not in done]
     plan.todo.sort(key=lambda item: (item[1], host_key(item[0]), item[0]))
     return plan
 
@@ -99,11 +100,11 @@ def _links_of(url: str, state: str, depth: int, pointer: RecordPointer,
         return []
     if state == "redirected":
         location = next((v for k, v in headers if k.lower() == "location"), None)
-        return [(t, depth, 1) for t in page_links(url, (location,))] if location else []
+        return [(t, depth, 1) for t in page_links(url, (location,)).urls] if location else []
     if not is_html(content_type, body):
         return []
     try:
         parsed = parse_page(url, body, content_type, extract_text=False)
     except Exception:  # it was dead-lettered or stored without links the first time too
         return []
-    return [(t, depth + 1, 0) for t in page_links(url, parsed.links)]
+    return [(t, depth + 1, 0) for t in page_links(url, parsed.links).urls]

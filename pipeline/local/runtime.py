@@ -24,9 +24,9 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.core.budget import BlockPageBudget, LocalPageBudget
-from pipeline.core.counters import Counter, Maximum
+from pipeline.core.counters import Counter, Maximum, links_rejected
 from pipeline.core.records import BatchKind, DeadLetter, FrontierBatch, SeenMarks
-from pipeline.core.urls import InvalidURL, normalize_url
+from pipeline.core.urls import InvalidURL, RejectReason, normalize_url
 from pipeline.graph import build_crawl
 from pipeline.io import storage
 from pipeline.io.bigtable import (
@@ -96,6 +96,8 @@ class CrawlSummary:
     # out, or else at the end.
     hosts_parked: int = 0
     urls_on_parked_hosts: int = 0
+    links_rejected: dict[str, int] = field(default_factory=dict)  # by RejectReason: links on
+    # stored pages that could not become URLs to crawl (mailto:, invalid hosts, ...)
 
 
 def check_seeds(seeds: tuple[str, ...]) -> tuple[list[str], list[str]]:
@@ -108,6 +110,12 @@ def check_seeds(seeds: tuple[str, ...]) -> tuple[list[str], list[str]]:
         except InvalidURL as exc:
             bad.append(f"seed {seed!r} is not crawlable: {exc}")
     return good, bad
+
+
+def _links_rejected(tally: dict[str, int]) -> dict[str, int]:
+    """Links on stored pages that could not become URLs to crawl, by reason (none: left out)."""
+    counts = {str(reason): tally.get(links_rejected(reason), 0) for reason in sorted(RejectReason)}
+    return {reason: n for reason, n in counts.items() if n}
 
 
 def _read_counters() -> dict[str, int]:
@@ -308,6 +316,7 @@ def _run_local_crawl(
         urls_over_time=counters.urls_over_time,
         hosts_parked=parked.hosts_parked,
         urls_on_parked_hosts=parked.urls_on_parked_hosts,
+        links_rejected=_links_rejected(tally),
     )
     storage.write_file(storage.join(out_dir, "summary.json"),
                        (json.dumps(asdict(summary), indent=2) + "\n").encode())

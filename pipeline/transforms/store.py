@@ -21,7 +21,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
-from pipeline.core.counters import Counter
+from pipeline.core.counters import Counter, links_rejected
 from pipeline.core.fingerprints import content_hash, simhash
 from pipeline.core.near_duplicates import ContentVerdict, DuplicatePolicy, HostContent
 from pipeline.core.parse import ParsedPage, is_html, parse_page
@@ -35,7 +35,7 @@ from pipeline.core.records import (
     PageState,
     RecordPointer,
 )
-from pipeline.core.urls import InvalidURL, host_key, normalize_url, url_hash
+from pipeline.core.urls import InvalidURL, dedup_key, host_key, normalize_url, url_hash
 from pipeline.io.redrive import replay_result
 from pipeline.io.segments import SegmentWriter
 from pipeline.metrics import CrawlCounter, crawl_counter
@@ -60,19 +60,32 @@ class StoredPage:
     links: FrontierBatch | None
     dead_letter: DeadLetter | None = None
     text: str | None = None  # extracted text still to be stored, unless a copy already is
+    rejected_links: tuple[tuple[str, int], ...] = ()  # (reason, count) of unusable links
 
 
-def page_links(page_url: str, hrefs: tuple[str, ...]) -> tuple[str, ...]:
-    """Normalise a page's links and drop repeats within the page (order kept)."""
-    seen: dict[str, None] = {}
+@dataclass(frozen=True, slots=True)
+class PageLinks:
+    """A page's links as request URLs, and how many were rejected for each reason."""
+
+    urls: tuple[str, ...]
+    rejected: tuple[tuple[str, int], ...] = ()
+
+
+def page_links(page_url: str, hrefs: tuple[str, ...],
+               rejected: tuple[tuple[str, int], ...] = ()) -> PageLinks:
+    """Normalise a page's links and drop repeats within the page (one per dedup key, first
+    spelling and order kept) and links to the page itself. `rejected`: counts the parser
+    already made, to which this adds the links that cannot be normalised."""
+    counts: dict[str, int] = dict(rejected)
+    seen: dict[str, str] = {dedup_key(page_url): page_url}
     for href in hrefs:
         try:
             url = normalize_url(href, base=page_url)
-        except InvalidURL:
+        except InvalidURL as exc:
+            counts[exc.reason] = counts.get(exc.reason, 0) + 1
             continue
-        if url != page_url:
-            seen.setdefault(url, None)
-    return tuple(seen)
+        seen.setdefault(dedup_key(url), url)
+    return PageLinks(tuple(seen.values())[1:], tuple(sorted(counts.items())))
 
 
 def store_page(
@@ -104,11 +117,12 @@ def store_page(
     )
     if 300 <= status < 400:
         location = result.header("Location")
-        targets = page_links(result.url, (location,)) if location else ()
+        found = page_links(result.url, (location,)) if location else PageLinks(())
+        targets = found.urls
         if not targets:
             return StoredPage(PageRow(
                 **row, state=PageState.FAILED, reason=f"HTTP {status} without a usable Location"
-            ), None)
+            ), None, rejected_links=found.rejected)
         batch = FrontierBatch(result.crawl_id, result.depth, targets, source_url=result.url,
                               redirect_hops=result.redirect_hops + 1)
         return StoredPage(PageRow(
@@ -132,7 +146,8 @@ def store_page(
                             fetched_at=result.fetched_at)
         return StoredPage(PageRow(**row, state=PageState.DEAD_LETTERED, reason=reason), None,
                           letter)
-    links = page_links(result.url, parsed.links)
+    found = page_links(result.url, parsed.links, parsed.rejected_links)
+    links = found.urls
     batch = (
         FrontierBatch(result.crawl_id, result.depth + 1, links, source_url=result.url)
         if links else None
@@ -141,13 +156,15 @@ def store_page(
         why = "meta robots noindex: text not stored" if parsed.noindex else "no main text found"
         reason = "; ".join(filter(None, (why, truncated)))
         return StoredPage(PageRow(
-            **row, state=PageState.FETCHED, reason=reason, links=len(links)), batch)
+            **row, state=PageState.FETCHED, reason=reason, links=len(links)), batch,
+            rejected_links=found.rejected)
     return StoredPage(
         PageRow(**row, state=PageState.FETCHED, reason=truncated,
                 content_hash=content_hash(parsed.text), simhash=simhash(parsed.text),
                 links=len(links)),
         batch,
         text=parsed.text,
+        rejected_links=found.rejected,
     )
 
 
@@ -234,6 +251,7 @@ class StorePagesFn(beam.DoFn):
         self._link_batches = crawl_counter(Counter.LINK_BATCHES_EMITTED)
         self._bytes = crawl_counter(Counter.BYTES_FETCHED)
         self._dead_letters = crawl_counter(Counter.DEAD_LETTERS)
+        self._rejected: dict[str, CrawlCounter] = {}
 
     def start_bundle(self) -> None:
         self._segments = _BundleSegments(self._out, self._crawl_id)
@@ -241,9 +259,15 @@ class StorePagesFn(beam.DoFn):
 
     def process(self, result: FetchResult) -> None:
         warc, _ = self._segments.of(result.crawl_id)
-        self._buffer.append(store_page(result, warc, agent=self._agent, fast=self._fast,
-                                       parse_attempts=self._parse_attempts))
+        stored = store_page(result, warc, agent=self._agent, fast=self._fast,
+                            parse_attempts=self._parse_attempts)
+        self._buffer.append(stored)
         self._bytes.inc(len(result.body))
+        for reason, count in stored.rejected_links:
+            counter = self._rejected.get(reason)
+            if counter is None:
+                counter = self._rejected[reason] = crawl_counter(links_rejected(reason))
+            counter.inc(count)
 
     def finish_bundle(self) -> Iterator[WindowedValue]:
         if not self._buffer:
