@@ -329,10 +329,16 @@ class RobotsAnswer:
 
 @dataclass(frozen=True, slots=True)
 class FrontierEntry:
-    """A URL a host's queue holds: normalised, hashed, with its depth and attempt count."""
+    """A URL a host's queue holds, with its depth and attempt count.
 
-    url: str
-    url_hash: int
+    `url` is the request URL (pipeline.core.urls.normalize_url): what robots.txt is checked
+    against, what is fetched and what the page row says, in the query order it was found in.
+    `url_hash` is the hash of its dedup key (query parameters sorted): what the seen-set and
+    the row key use, so two orders of one query are one entry and one row.
+    """
+
+    url: str  # request URL
+    url_hash: int  # url_hash(url): of the dedup key
     depth: int
     attempt: int = 0
     redirect_hops: int = 0
@@ -439,8 +445,8 @@ class PageRow:
     """One accepted URL in its terminal state: a row of the `pages` table."""
 
     crawl_id: str
-    url: str
-    url_hash: int
+    url: str  # the request URL (as fetched); see FrontierEntry
+    url_hash: int  # of the URL's dedup key: the row's identity
     host: str
     depth: int
     state: PageState

@@ -48,8 +48,10 @@ class Column:
 
 PAGES_COLUMNS: tuple[Column, ...] = (
     Column("crawl_id", pa.string(), False, "Crawl this page belongs to.", "STRING"),
-    Column("url", pa.string(), False, "Normalised URL.", "STRING"),
-    Column("url_hash", pa.int64(), False, "Signed 64-bit hash of the normalised URL.", "INT64"),
+    Column("url", pa.string(), False, "URL as requested (normalised; its own query order).",
+           "STRING"),
+    Column("url_hash", pa.int64(), False,
+           "Signed 64-bit hash of the URL's dedup key (query parameters sorted).", "INT64"),
     Column("host", pa.string(), False, "Host name of the URL, lowercase.", "STRING"),
     Column("depth", pa.int32(), False, "Links followed from a seed (seeds are 0).", "INT64"),
     Column("state", pa.string(), False, "Terminal state (records.PageState).", "STRING"),
