@@ -45,7 +45,7 @@ def measure(crawl_dir: Path) -> dict[str, float]:
         shuffle_bytes.append(len(pickle.dumps(result)))
         if row.state == "fetched" and is_html(row.content_type, body):
             links = page_links(row.url, parse_page(row.url, body, row.content_type,
-                                                   extract_text=False).links)
+                                                   extract_text=False).links).urls
             if links:
                 frontier_bytes.append(len(FrontierBatch(crawl_id, row.depth + 1, links)
                                           .to_bytes()))

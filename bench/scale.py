@@ -123,7 +123,7 @@ def measure_pages(pages: Sequence[BenchmarkPage], directory: Path) -> PageFigure
         except InvalidURL:
             continue
         links = page_links(url, parse_page(url, page.body, "text/html",
-                                           extract_text=False).links)
+                                           extract_text=False).links).urls
         hosts = [host_key(link) for link in links]
         links_per_page.append(len(links))
         hosts_per_page.append(len(set(hosts)))
