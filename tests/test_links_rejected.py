@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pipeline.cli.output import print_summary
+from pipeline.core.counters import Counter, links_rejected
 from pipeline.core.records import FetchResult
-from pipeline.core.urls import url_hash
-from pipeline.local.runtime import CrawlSummary
-from pipeline.metrics import LocalTally, links_rejected
-from pipeline.transforms.store import OpenSegments, StorePagesFn
+from pipeline.core.urls import RejectReason, url_hash
+from pipeline.local.runtime import CrawlSummary, _links_rejected
+from pipeline.metrics import LocalTally
+from pipeline.transforms.resources import worker_resources
+from pipeline.transforms.store import StorePagesFn
 
 PAGE = (
     "<html><head><title>T</title></head><body><article>"
@@ -30,15 +32,20 @@ def test_the_store_counts_rejected_links_per_reason(tmp_path) -> None:
         store.process(result)
         store.process(result)
     finally:
-        OpenSegments.close_all()
+        worker_resources().close()
     counts, _ = LocalTally.snapshot()
-    assert links_rejected(counts) == {"host": 2, "port": 2, "scheme": 4}
+    assert _links_rejected(counts) == {"host": 2, "port": 2, "scheme": 4}
 
 
-def test_links_rejected_reads_only_its_counters() -> None:
+def test_every_reject_reason_has_its_counter() -> None:
+    assert {links_rejected(reason) for reason in RejectReason} <= set(Counter)
+    assert links_rejected("host") is Counter.LINKS_REJECTED_HOST
+
+
+def test_the_summary_reads_only_the_rejected_links_counters() -> None:
     counts = {"links_rejected_scheme": 5, "pages_stored": 3, "links_rejected_host": 2,
               "links_rejected_port": 0, "urls_invalid": 7}
-    assert links_rejected(counts) == {"host": 2, "scheme": 5}
+    assert _links_rejected(counts) == {"host": 2, "scheme": 5}
 
 
 def test_the_summary_shows_rejected_links_by_reason(capsys) -> None:
