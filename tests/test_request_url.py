@@ -147,3 +147,18 @@ def test_the_url_on_the_wire_is_the_request_url(recorder: _Recorder, path: str) 
         client.close()
     assert response.status == 200, response.error
     assert recorder.targets == [request.removeprefix(f"http://{HOST}:{port}")]
+
+
+@pytest.mark.parametrize(("location", "asked"), [
+    ("https:www.shop.test/robots.txt", ("www.shop.test", "https://www.shop.test/robots.txt")),
+    ("\\\\www.shop.test\\robots.txt", ("www.shop.test", "http://www.shop.test/robots.txt")),
+    ("//0x7f.1:8080/robots.txt#x", ("127.0.0.1:8080", "http://127.0.0.1:8080/robots.txt")),
+])
+def test_a_robots_redirect_is_resolved_as_browsers_resolve_it(
+        location: str, asked: tuple[str, str]) -> None:
+    state = HostState(host=HOST)
+    state.offer([(f"http://{HOST}/", url_hash(f"http://{HOST}/"), None)], 0, POLICY)
+    lease = state.next_action(0.0, POLICY).fetch.lease
+    decision = state.complete(lease.lease_id, FetchReport(status=301, location=location),
+                              0.1, POLICY)
+    assert [(m.host, m.url) for m in decision.robots_messages] == [asked]

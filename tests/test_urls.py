@@ -21,6 +21,7 @@ from pipeline.core.urls import (
     dedup_key,
     host_key,
     normalize_url,
+    resolve_url,
     url_hash,
 )
 
@@ -597,3 +598,18 @@ def test_dedup_key_is_idempotent_and_a_request_url_of_its_own(url: str) -> None:
     assert dedup_key(key) == key
     assert normalize_url(key) == key
     assert url_hash(key) == url_hash(normal)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=40), st.sampled_from(["http://base.test/a/b?c", "https://b.test/x/",
+                                              "http://[::1]:8080/p"]))
+def test_links_resolve_to_the_same_request_in_one_step_or_two(text: str, base: str) -> None:
+    # The parser resolves a link (resolve_url), the store normalises what it resolved: the
+    # request must be what normalising the link against its page gives directly.
+    try:
+        resolved = resolve_url(text, base)
+    except InvalidURL:
+        assert _normal_or_none(text, base) is None
+        return
+    assert resolved.startswith(("http://", "https://"))
+    assert normalize_url(resolved) == normalize_url(text, base)

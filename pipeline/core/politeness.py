@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
 
 from pipeline.core.bloom import BloomFilter
 from pipeline.core.records import FrontierEntry, PageState
@@ -725,8 +725,9 @@ class HostState:
         self.robots_awaited = None
         if fetch.is_redirect:
             assert fetch.location is not None
-            target = urljoin(fetch.url, fetch.location)
-            target_host = _host_of(target)
+            # Resolved as browsers resolve a Location (URL Standard), in the form it is sent.
+            target = _resolved(fetch.location, fetch.url)
+            target_host = host_key(target) if target is not None else None
             if hop + 1 > ROBOTS_MAX_REDIRECTS:
                 self.robots = RobotsPolicy.too_many_redirects(now)
             elif target_host == self.host:
@@ -803,9 +804,9 @@ class HostState:
         return None
 
 
-def _host_of(url: str) -> str | None:
-    """The host key a URL's requests are scheduled under (None: no URL can be made of it)."""
+def _resolved(location: str, url: str) -> str | None:
+    """The request URL a Location header on `url` leads to (None: no URL can be made of it)."""
     try:
-        return host_key(normalize_url(url))
+        return normalize_url(location, url)
     except InvalidURL:
         return None
