@@ -9,10 +9,8 @@ not durable. Deciding what a page's outcome means for its host is not done here.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import apache_beam as beam
 from apache_beam.coders import PickleCoder
@@ -22,20 +20,17 @@ from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
 from pipeline.core.counters import Counter
-from pipeline.core.fingerprints import content_hash, simhash
-from pipeline.core.near_duplicates import ContentVerdict, DuplicatePolicy, HostContent
-from pipeline.core.parse import ParsedPage, is_html, parse_page
-from pipeline.core.records import (
-    DeadLetter,
-    FetchResult,
-    FrontierBatch,
-    HostSignal,
-    HostSignalKind,
-    PageRow,
-    PageState,
-    RecordPointer,
+from pipeline.core.near_duplicates import DuplicatePolicy, HostContent
+from pipeline.core.pages import (
+    PARSE_ATTEMPTS,
+    StoredPage,
+    content_key,
+    dedup_text,
+    judge_content,
+    store_page,
 )
-from pipeline.core.urls import InvalidURL, host_key, normalize_url, url_hash
+from pipeline.core.records import DeadLetter, FetchResult, PageRow, PageState
+from pipeline.core.urls import host_key
 from pipeline.io.redrive import replay_result
 from pipeline.io.segments import SegmentWriter
 from pipeline.metrics import CrawlCounter, crawl_counter
@@ -47,155 +42,6 @@ LINKS = "links"
 ROWS = "rows"
 DEAD_LETTERS = "dead_letters"
 TEXTS = "texts"
-
-
-PARSE_ATTEMPTS = 3  # default of --parse-attempts
-
-
-@dataclass(frozen=True, slots=True)
-class StoredPage:
-    """What storing one response produced: its row, the URLs it leads to, a dead letter."""
-
-    row: PageRow
-    links: FrontierBatch | None
-    dead_letter: DeadLetter | None = None
-    text: str | None = None  # extracted text still to be stored, unless a copy already is
-
-
-def page_links(page_url: str, hrefs: tuple[str, ...]) -> tuple[str, ...]:
-    """Normalise a page's links and drop repeats within the page (order kept)."""
-    seen: dict[str, None] = {}
-    for href in hrefs:
-        try:
-            url = normalize_url(href, base=page_url)
-        except InvalidURL:
-            continue
-        if url != page_url:
-            seen.setdefault(url, None)
-    return tuple(seen)
-
-
-def store_page(
-    result: FetchResult, warc: SegmentWriter, *, agent: str | None = None, fast: bool = False,
-    parse_attempts: int = PARSE_ATTEMPTS,
-) -> StoredPage:
-    """Write one response's WARC record and decide its row: the heart of StorePages.
-
-    2xx: fetched (HTML is parsed: its text is returned for content dedup, which stores it once
-    per distinct text, and its links go to the frontier at depth + 1 if it is the first copy);
-    3xx: redirected, its Location goes to the frontier at the same depth (a redirect is not a
-    link hop); anything else: failed with the HTTP status as the reason.
-    """
-    content_type = result.header("Content-Type")
-    warc_ptr = warc.write_response(
-        result.url, result.fetched_at, result.http_status, result.headers, result.body,
-        ip=result.ip, truncated=result.truncated,
-    )
-    status = result.http_status
-    row = dict(
-        crawl_id=result.crawl_id, url=result.url, url_hash=result.url_hash, host=result.host,
-        depth=result.depth, http_status=status, fetched_at=result.fetched_at,
-        attempts=result.attempt + 1, content_type=content_type, warc=warc_ptr,
-        elapsed_ms=round(result.elapsed * 1000), body_bytes=len(result.body),
-    )
-    retried = f" after {result.attempt + 1} attempts" if result.attempt else ""
-    truncated = (
-        f"body truncated at {len(result.body):,} bytes" if result.truncated else ""
-    )
-    if 300 <= status < 400:
-        location = result.header("Location")
-        targets = page_links(result.url, (location,)) if location else ()
-        if not targets:
-            return StoredPage(PageRow(
-                **row, state=PageState.FAILED, reason=f"HTTP {status} without a usable Location"
-            ), None)
-        batch = FrontierBatch(result.crawl_id, result.depth, targets, source_url=result.url,
-                              redirect_hops=result.redirect_hops + 1)
-        return StoredPage(PageRow(
-            **row, state=PageState.REDIRECTED, reason=f"HTTP {status} to {targets[0]}", links=1
-        ), batch)
-    if not 200 <= status < 300:
-        return StoredPage(PageRow(**row, state=PageState.FAILED, reason=f"HTTP {status}{retried}"),
-                          None)
-    if not is_html(content_type, result.body):
-        kind = (content_type or "no content type").split(";")[0].strip()
-        reason = "; ".join(filter(None, (f"not HTML ({kind}): not parsed", truncated)))
-        return StoredPage(PageRow(**row, state=PageState.FETCHED, reason=reason), None)
-    parsed, error, attempts = _parse_with_retries(result, content_type, agent, fast,
-                                                  parse_attempts)
-    if parsed is None:
-        # Poison: the page crashes the parser every time. It is dead-lettered with its
-        # stored response, and the crawl goes on.
-        reason = f"parse failed after {attempts} attempts: {error}"
-        letter = DeadLetter(result.crawl_id, "parse", result.url, result.url_hash, error,
-                            attempts, warc=warc_ptr, depth=result.depth,
-                            fetched_at=result.fetched_at)
-        return StoredPage(PageRow(**row, state=PageState.DEAD_LETTERED, reason=reason), None,
-                          letter)
-    links = page_links(result.url, parsed.links)
-    batch = (
-        FrontierBatch(result.crawl_id, result.depth + 1, links, source_url=result.url)
-        if links else None
-    )
-    if parsed.noindex or not parsed.text:
-        why = "meta robots noindex: text not stored" if parsed.noindex else "no main text found"
-        reason = "; ".join(filter(None, (why, truncated)))
-        return StoredPage(PageRow(
-            **row, state=PageState.FETCHED, reason=reason, links=len(links)), batch)
-    return StoredPage(
-        PageRow(**row, state=PageState.FETCHED, reason=truncated,
-                content_hash=content_hash(parsed.text), simhash=simhash(parsed.text),
-                links=len(links)),
-        batch,
-        text=parsed.text,
-    )
-
-
-def content_key(crawl_id: str, content_hash: int) -> int:
-    """The content dedup key: identical text is stored once per crawl, so crawls of the fleet
-    never point at each other's segments."""
-    return url_hash(f"content:{crawl_id}:{content_hash}")
-
-
-def dedup_text(
-    stored: StoredPage, first: tuple[str, RecordPointer] | None, wet: SegmentWriter
-) -> tuple[StoredPage, tuple[str, RecordPointer]]:
-    """Content dedup for one page whose text hashes like `first` (None: nothing stored yet).
-
-    The first copy's text is written to WET and its links go on; a later copy becomes
-    `duplicate`, points at the first copy's text and sends no links (they are the same).
-    Returns the page's final form and the (url, text pointer) to remember for its hash.
-    """
-    assert stored.text is not None
-    row = stored.row
-    if first is None:
-        pointer = wet.write_text(row.url, row.fetched_at or 0.0, stored.text, refers_to=row.url)
-        return StoredPage(dataclasses.replace(row, wet=pointer), stored.links), (row.url, pointer)
-    first_url, pointer = first
-    duplicate = dataclasses.replace(
-        row, state=PageState.DUPLICATE, reason=f"same text as {first_url}", wet=pointer,
-        duplicate_of=first_url, links=0,
-    )
-    return StoredPage(duplicate, None), first
-
-
-def _parse_with_retries(
-    result: FetchResult, content_type: str | None, agent: str | None, fast: bool = False,
-    parse_attempts: int = PARSE_ATTEMPTS,
-) -> tuple[ParsedPage | None, str, int]:
-    """parse_page, tried parse_attempts times: (page, "", attempts) or (None, error, attempts).
-
-    Any exception counts: a parser bug must cost one page, not the bundle it is in.
-    """
-    error = ""
-    for attempt in range(1, parse_attempts + 1):
-        try:
-            page = parse_page(result.url, result.body, content_type, agent=agent, fast=fast)
-            return page, "", attempt
-        except Exception as exc:  # noqa: BLE001 - see docstring
-            error = f"{type(exc).__name__}: {exc}"[:500]
-            log.warning("parsing %s failed (attempt %d): %s", result.url, attempt, error)
-    return None, error, parse_attempts
 
 
 class _BundleSegments:
@@ -353,24 +199,6 @@ class ReplayDeadLetters(beam.PTransform):
     def expand(self, letters):
         return letters | "ReadStoredResponses" >> beam.ParDo(
             ReplayDeadLettersFn()).with_outputs(ROWS, main="fetched")
-
-
-def judge_content(row: PageRow, content: HostContent, policy: DuplicatePolicy
-                  ) -> tuple[PageRow, HostSignal | None]:
-    """One page with text (or an exact duplicate) of a host: flag it if it nearly repeats an
-    earlier page of the host, and return the throttle or release signal for the host's
-    scheduler when the host's recent pages became mostly duplicates, or distinct again."""
-    verdict: ContentVerdict = content.observe(
-        row.url, row.simhash, policy, exact_duplicate=row.state == PageState.DUPLICATE
-    )
-    if verdict.near_duplicate_of is not None:
-        row = dataclasses.replace(row, near_duplicate_of=verdict.near_duplicate_of)
-    if verdict.throttle is None:
-        return row, None
-    signal = HostSignalKind.THROTTLE if verdict.throttle else HostSignalKind.RELEASE
-    log.warning("host %s: %.0f%% of its last %d pages with text were duplicates: %s",
-                row.host, 100 * verdict.duplicate_share, len(content.recent), signal)
-    return row, HostSignal(row.crawl_id, row.url, signal)
 
 
 class HostContentFn(beam.DoFn):
