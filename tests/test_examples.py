@@ -105,7 +105,7 @@ def test_crawl_example_filters_short_pages_and_still_ends_every_url_in_one_row(t
         pytest.skip("the Pub/Sub emulator is not installed (gcloud components install "
                     "pubsub-emulator)")
     out = str(tmp_path / "out")
-    with serve(WebSpec(hosts=3, pages_per_host=6, seed_hosts=3), tmp_path / "log.tsv") as web:
+    with serve(WebSpec(hosts=2, pages_per_host=20, seed_hosts=2), tmp_path / "log.tsv") as web:
         summary = crawl_with_filter.run([*web.seeds, "--out", out, "--min-words", "10000",
                                          "--min-delay", "0.1", "--resolve", web.resolve_arg,
                                          "--max-pages", "200"])
