@@ -25,13 +25,12 @@ from pipeline.transforms.bigtable import WritePagesToBigtable
 from pipeline.transforms.fleet import ROWS as FLEET_ROWS
 from pipeline.transforms.fleet import FleetConfig, ScheduleFleetFetches
 from pipeline.transforms.frontier import (
-    REDRIVE,
     PublishDeadLetters,
     PublishFrontier,
     PublishPageEvents,
     ReadFrontier,
 )
-from pipeline.transforms.schedule import ROBOTS, ROWS, SPILL, ScheduleConfig, ScheduleFetches
+from pipeline.transforms.schedule import ScheduleConfig, ScheduleFetches
 from pipeline.transforms.store import ReplayDeadLetters, StorePages
 from pipeline.transforms.table import WritePagesTable
 
@@ -90,14 +89,14 @@ def build_crawl(
         schedule_config(opts), budget, clock, counters=bigtable
     )
     # Dead letters sent back by `crawler redrive`: their stored responses are parsed again.
-    replayed = frontier[REDRIVE] | "ReplayDeadLetters" >> ReplayDeadLetters()
+    replayed = frontier.redrive | "ReplayDeadLetters" >> ReplayDeadLetters()
     fetched = (scheduled.fetched, replayed.fetched) | "AllFetched" >> beam.Flatten()
     stored = fetched | "StorePages" >> StorePages(
         opts.out, opts.crawl_id, agent=opts.user_agent.split("/")[0],
         duplicates=opts.duplicate_policy(), fast=opts.extractor == "trafilatura-fast",
         parse_attempts=opts.parse_attempts, page_step=page_step,
     )
-    rows = (scheduled[ROWS], replayed[ROWS], stored.rows) | "AllRows" >> beam.Flatten()
+    rows = (scheduled.rows, replayed.rows, stored.rows) | "AllRows" >> beam.Flatten()
     rows | "WritePagesTable" >> WritePagesTable(opts.out, opts.crawl_id)
     if bigtable is not None:
         durable = rows | "WritePagesToBigtable" >> WritePagesToBigtable(bigtable)
@@ -112,7 +111,7 @@ def build_crawl(
 
         rows | "WritePagesToBigQuery" >> WritePagesToBigQuery(bigquery_table)
     (
-        (stored.links, scheduled[SPILL], scheduled[ROBOTS])
+        (stored.links, scheduled.spill, scheduled.robots)
         | "AllFrontierBatches" >> beam.Flatten()
         | "PublishFrontier" >> PublishFrontier(topic)
     )

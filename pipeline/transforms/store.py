@@ -140,11 +140,17 @@ class ReplayDeadLettersFn(beam.DoFn):
         yield result
 
 
+class ReplayOutputs(NamedTuple):
+    """ReplayDeadLetters' outputs."""
+
+    fetched: PCollection[FetchResult]  # responses read back from their WARC records
+    rows: PCollection[PageRow]  # letters whose record cannot be read, dead-lettered again
+
+
 class ReplayDeadLetters(beam.PTransform):
-    """DeadLetter -> FetchResult (main), rows of letters that cannot be replayed ('rows')."""
+    """DeadLetter -> ReplayOutputs (fetched results to store again, rows of the unreadable)."""
 
-    def expand(self, letters: PCollection[DeadLetter]):
-        return letters | "ReadStoredResponses" >> beam.ParDo(
-            ReplayDeadLettersFn()).with_outputs(ROWS, main="fetched")
-
-
+    def expand(self, letters: PCollection[DeadLetter]) -> ReplayOutputs:
+        replayed = letters | "ReadStoredResponses" >> beam.ParDo(
+            ReplayDeadLettersFn()).with_input_types(DeadLetter).with_outputs(ROWS, main="fetched")
+        return ReplayOutputs(replayed.fetched, replayed[ROWS])
