@@ -148,3 +148,43 @@ def test_write_pages_table_writes_every_row_of_a_stream(tmp_path):
     assert sorted(query_pages(str(tmp_path), "c1", "SELECT url FROM pages")) == sorted(
         (r.url,) for r in rows)
     assert pages_glob(str(tmp_path), "c1")
+
+
+def test_publish_frontier_publishes_every_batch_to_its_topic(pubsub_emulator_installed,
+                                                              monkeypatch):
+    import time
+    import uuid
+
+    from google.cloud import pubsub_v1
+
+    from pipeline.local.emulators import (
+        ensure_subscription,
+        ensure_topic,
+        start_pubsub_emulator,
+    )
+    from pipeline.transforms.frontier import PublishFrontier, close_shared_publisher
+
+    emulator = start_pubsub_emulator()
+    try:
+        monkeypatch.setenv("PUBSUB_EMULATOR_HOST", emulator.host_port)
+        close_shared_publisher()  # a publisher made for another emulator must not be reused
+        suffix = uuid.uuid4().hex[:8]
+        topic = ensure_topic("test-project", f"frontier-{suffix}")
+        subscription = ensure_subscription("test-project", topic, f"sub-{suffix}")
+        batches = [FrontierBatch("c1", d, (f"http://a.test/{d}",)) for d in range(3)]
+        with TestPipeline() as p:
+            _ = p | beam.Create(batches) | PublishFrontier(topic)
+        received: list[FrontierBatch] = []
+        with pubsub_v1.SubscriberClient() as subscriber:
+            deadline = time.monotonic() + 60
+            while len(received) < len(batches) and time.monotonic() < deadline:
+                answer = subscriber.pull(subscription=subscription, max_messages=10, timeout=10)
+                received += [FrontierBatch.from_bytes(m.message.data)
+                             for m in answer.received_messages]
+                if answer.received_messages:
+                    subscriber.acknowledge(subscription=subscription, ack_ids=[
+                        m.ack_id for m in answer.received_messages])
+        assert sorted(received, key=lambda b: b.depth) == batches
+    finally:
+        close_shared_publisher()
+        emulator.stop()
