@@ -162,12 +162,12 @@ def test_publish_frontier_publishes_every_batch_to_its_topic(pubsub_emulator_ins
         ensure_topic,
         start_pubsub_emulator,
     )
-    from pipeline.transforms.frontier import PublishFrontier, close_shared_publisher
+    from pipeline.transforms.frontier import PublishFrontier
+    from pipeline.transforms.resources import worker_resources
 
     emulator = start_pubsub_emulator()
     try:
         monkeypatch.setenv("PUBSUB_EMULATOR_HOST", emulator.host_port)
-        close_shared_publisher()  # a publisher made for another emulator must not be reused
         suffix = uuid.uuid4().hex[:8]
         topic = ensure_topic("test-project", f"frontier-{suffix}")
         subscription = ensure_subscription("test-project", topic, f"sub-{suffix}")
@@ -186,5 +186,5 @@ def test_publish_frontier_publishes_every_batch_to_its_topic(pubsub_emulator_ins
                         m.ack_id for m in answer.received_messages])
         assert sorted(received, key=lambda b: b.depth) == batches
     finally:
-        close_shared_publisher()
+        worker_resources().close()  # its publisher talks to the emulator stopped below
         emulator.stop()

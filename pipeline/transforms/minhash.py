@@ -21,6 +21,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.pvalue import PCollection
 
+from pipeline.core.counters import Counter
 from pipeline.core.minhash import (
     ClusterMember,
     MinHashParams,
@@ -65,8 +66,8 @@ class _Sketch:
 class _SketchFn(beam.DoFn):
     def __init__(self, params: MinHashParams) -> None:
         self._params = params
-        self._docs = crawl_counter("minhash_documents")
-        self._empty = crawl_counter("minhash_documents_without_words")
+        self._docs = crawl_counter(Counter.MINHASH_DOCUMENTS)
+        self._empty = crawl_counter(Counter.MINHASH_DOCUMENTS_WITHOUT_WORDS)
 
     def process(self, element: tuple[str, str]) -> Iterator[_Sketch]:
         doc_id, text = element
@@ -103,8 +104,8 @@ class _VerifyFn(beam.DoFn):
 
     def __init__(self, params: MinHashParams) -> None:
         self._params = params
-        self._candidates = crawl_counter("minhash_candidate_pairs")
-        self._verified = crawl_counter("minhash_verified_pairs")
+        self._candidates = crawl_counter(Counter.MINHASH_CANDIDATE_PAIRS)
+        self._verified = crawl_counter(Counter.MINHASH_VERIFIED_PAIRS)
 
     def process(self, joined: tuple[str, dict]) -> Iterator[tuple[NearDuplicatePair, int, int]]:
         _, groups = joined

@@ -20,6 +20,7 @@ import apache_beam as beam
 from apache_beam.io import fileio
 from apache_beam.pvalue import PBegin, PCollection
 
+from pipeline.core.counters import Counter
 from pipeline.core.pages import PageText, StoredResponse
 from pipeline.core.records import FetchResult, PageRow
 from pipeline.core.urls import InvalidURL, host_key, url_hash
@@ -40,9 +41,9 @@ class _ReadSegmentFn(beam.DoFn):
     def __init__(self, record_type: str, crawl_id: str | None) -> None:
         self._record_type = record_type
         self._crawl_id = crawl_id
-        self._records = crawl_counter(f"segment_{record_type}_records_read")
-        self._bad_files = crawl_counter("segment_files_unreadable")
-        self._skipped = crawl_counter("segment_records_skipped")
+        self._records = crawl_counter(Counter(f"segment_{record_type}_records_read"))
+        self._bad_files = crawl_counter(Counter.SEGMENT_FILES_UNREADABLE)
+        self._skipped = crawl_counter(Counter.SEGMENT_RECORDS_SKIPPED)
 
     def process(self, metadata: fileio.FileMetadata) -> Iterator[object]:
         path = metadata.path
