@@ -128,9 +128,16 @@ def _jaccard(a: np.ndarray, b: np.ndarray) -> float:
 
 def run_minhash(corpus: dict[str, str], work: Path, **kwargs) -> tuple[list, list, float]:
     out = work / f"minhash-{kwargs.get('verify', 'exact')}"
+    # Read from a file, not beam.Create: Create pickles and bz2-compresses the whole corpus
+    # into the pipeline, which costs more than deduplicating it.
+    source = work / "corpus.jsonl"
+    source.write_text("".join(json.dumps(item) + "\n" for item in sorted(corpus.items())))
     start, cpu = time.perf_counter(), time.process_time()
     with beam.Pipeline(options=PipelineOptions(direct_num_workers=1)) as p:
-        found = p | beam.Create(sorted(corpus.items())) | MinHashDedup(**kwargs)
+        found = (p | beam.io.ReadFromText(str(source))
+                 | beam.Map(lambda line: tuple(json.loads(line))).with_output_types(
+                     tuple[str, str])
+                 | MinHashDedup(**kwargs))
         (found.pairs | "PairJson" >> beam.Map(
             lambda x: json.dumps([x.a, x.b, x.estimated, x.jaccard]))
          | "WritePairs" >> beam.io.WriteToText(str(out / "pairs")))

@@ -90,7 +90,9 @@ def test_from_bigquery_needs_exactly_one_of_table_and_query():
         ReadPagesTable.from_bigquery()
     with pytest.raises(ValueError, match="table or a query"):
         ReadPagesTable.from_bigquery("p:d.t", query="SELECT 1")
-    assert ReadPagesTable.from_bigquery("p:d.t")._bigquery["table"] == "p:d.t"
+    assert ReadPagesTable.from_bigquery("p:d.t").options == {"table": "p:d.t"}
+    assert ReadPagesTable.from_bigquery(query="SELECT 1", gcs_location="gs://b/t").options == {
+        "query": "SELECT 1", "use_standard_sql": True, "gcs_location": "gs://b/t"}
 
 
 def test_the_crawl_of_a_segment_comes_from_its_place_in_the_layout():

@@ -142,32 +142,36 @@ class ReadPagesTable(beam.PTransform):
         if not file_pattern:
             raise ValueError("a file pattern is needed, e.g. out/CRAWL/pages/*.parquet")
         self._pattern = file_pattern
-        self._bigquery: dict | None = None
 
-    @classmethod
-    def from_bigquery(cls, table: str | None = None, *, query: str | None = None,
-                      **read_options) -> ReadPagesTable:
+    @staticmethod
+    def from_bigquery(table: str | None = None, *, query: str | None = None,
+                      **read_options) -> beam.PTransform:
         """Read PROJECT:DATASET.TABLE (or the rows of a standard-SQL `query`) through Beam's
         ReadFromBigQuery; `read_options` go to it (gcs_location, method, ...)."""
-        if (table is None) == (query is None):
-            raise ValueError("give a BigQuery table or a query, not both and not neither")
-        reader = cls.__new__(cls)
-        beam.PTransform.__init__(reader)
-        reader._pattern = ""
-        reader._bigquery = dict(read_options, table=table, query=query,
-                                use_standard_sql=query is not None)
-        return reader
+        return _ReadPagesFromBigQuery(table, query, read_options)
 
     def expand(self, pbegin: PBegin) -> PCollection[PageRow]:
-        if self._bigquery is not None:
-            options = {k: v for k, v in self._bigquery.items() if v is not None}
-            return (
-                pbegin
-                | "ReadFromBigQuery" >> beam.io.ReadFromBigQuery(**options)
-                | "ToPageRow" >> beam.Map(bigquery_row).with_output_types(PageRow)
-            )
         return (
             pbegin
             | "ReadParquet" >> beam.io.ReadFromParquet(self._pattern)
             | "ToPageRow" >> beam.Map(dict_to_row).with_output_types(PageRow)
+        )
+
+
+class _ReadPagesFromBigQuery(beam.PTransform):
+    def __init__(self, table: str | None, query: str | None, read_options: dict) -> None:
+        super().__init__()
+        if (table is None) == (query is None):
+            raise ValueError("give a BigQuery table or a query, not both and not neither")
+        self.options = dict(read_options)
+        if table is not None:
+            self.options["table"] = table
+        else:
+            self.options.update(query=query, use_standard_sql=True)
+
+    def expand(self, pbegin: PBegin) -> PCollection[PageRow]:
+        return (
+            pbegin
+            | "ReadFromBigQuery" >> beam.io.ReadFromBigQuery(**self.options)
+            | "ToPageRow" >> beam.Map(bigquery_row).with_output_types(PageRow)
         )
