@@ -104,6 +104,7 @@ def test_schedule_fetches_fetches_what_robots_allows_and_ends_the_rest_in_rows()
         assert_that(scheduled.rows | beam.Map(lambda r: (r.url, str(r.state))),
                     equal_to([("http://a.test/private/2", "disallowed")]), label="rows")
         assert_that(scheduled.spill, equal_to([]), label="spill")
+        assert_that(scheduled.robots, equal_to([]), label="robots")  # robots.txt on the host
 
 
 def test_replay_dead_letters_reads_the_stored_response_or_says_why_it_cannot(tmp_path):
