@@ -14,12 +14,12 @@ import pickle
 import sys
 from pathlib import Path
 
+from pipeline.core.pages import page_links
 from pipeline.core.parse import is_html, parse_page
 from pipeline.core.records import FetchResult, FrontierBatch, RecordPointer
 from pipeline.io.events import event_of
 from pipeline.io.pages_table import dict_to_row, query_pages
 from pipeline.io.segments import read_response
-from pipeline.transforms.store import page_links
 
 
 def _size(directory: Path) -> int:

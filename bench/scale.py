@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.core.bloom import BloomFilter
+from pipeline.core.pages import page_links
 from pipeline.core.parse import parse_page
 from pipeline.core.politeness import FetchReport, HostPolicy, HostState
 from pipeline.core.records import FetchResult, FrontierBatch, RecordPointer
 from pipeline.core.urls import InvalidURL, host_key, normalize_url, url_hash
 from pipeline.io.segments import SegmentWriter
-from pipeline.transforms.store import page_links
 from testweb.quality import BenchmarkPage, load_benchmark, shared_data_dir
 
 TARGET_RATE = 10_000_000_000 / 432_000  # 10^10 pages in 5 days (DESIGN.md)

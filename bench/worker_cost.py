@@ -165,8 +165,8 @@ def stage_costs(corpus: Corpus, directory: Path, extractor: str,
                 rounds: int = 1) -> tuple[dict[str, float], list[PageWork]]:
     """CPU seconds per page of each stage StorePages and the rows sink run, on the same pages,
     with the functions their DoFns call. Returns the figures and each page's work."""
+    from pipeline.core.pages import StoredPage, dedup_text, judge_content, page_links
     from pipeline.io.pages_table import PagesTableWriter
-    from pipeline.transforms.store import StoredPage, dedup_text, judge_content, page_links
 
     fast = extractor == "trafilatura-fast"
     work = [PageWork(result) for result in corpus.results]
@@ -320,8 +320,8 @@ def pipeline_cpu(recorded: Path, out: Path, extractor: str, *, store: bool,
         if store:
             stored = fetched | "StorePages" >> StorePages(
                 str(out), CRAWL_ID, agent=AGENT, fast=extractor == "trafilatura-fast")
-            stored["rows"] | "WritePagesTable" >> WritePagesTable(str(out), CRAWL_ID)
-            stored["links"] | "DropLinks" >> beam.Map(lambda batch: None)
+            stored.rows | "WritePagesTable" >> WritePagesTable(str(out), CRAWL_ID)
+            stored.links | "DropLinks" >> beam.Map(lambda batch: None)
         else:
             fetched | "Drop" >> beam.Map(lambda result: None)
     return time.process_time() - started
@@ -391,7 +391,7 @@ def shuffle_bytes(work: Sequence[PageWork]) -> dict[str, float]:
     element type there."""
     from apache_beam.coders import registry
 
-    from pipeline.transforms.store import StoredPage
+    from pipeline.core.pages import StoredPage
 
     result_coder = registry.get_coder(FetchResult)
     text_coder = registry.get_coder(tuple[int, StoredPage])

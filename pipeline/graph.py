@@ -25,14 +25,13 @@ from pipeline.transforms.bigtable import WritePagesToBigtable
 from pipeline.transforms.fleet import ROWS as FLEET_ROWS
 from pipeline.transforms.fleet import FleetConfig, ScheduleFleetFetches
 from pipeline.transforms.frontier import (
-    REDRIVE,
     PublishDeadLetters,
     PublishFrontier,
     PublishPageEvents,
     ReadFrontier,
 )
-from pipeline.transforms.schedule import ROBOTS, ROWS, SPILL, ScheduleConfig, ScheduleFetches
-from pipeline.transforms.store import DEAD_LETTERS, LINKS, ReplayDeadLetters, StorePages
+from pipeline.transforms.schedule import ScheduleConfig, ScheduleFetches
+from pipeline.transforms.store import ReplayDeadLetters, StorePages
 from pipeline.transforms.table import WritePagesTable
 
 
@@ -77,25 +76,27 @@ def build_crawl(
     events_topic: str | None = None,
     bigquery_table: str | None = None,
     clock: Callable[[], float] = time.time,
+    page_step: beam.PTransform | None = None,
 ) -> None:
     """Add the crawl to pipeline `p`: it reads `subscription`, publishes links to `topic` and
     pages no retry could parse to `dead_letter_topic`. Rows always go to the Parquet table;
     with `bigtable` also to Bigtable, after which each fetched page's event goes to
-    `events_topic`; with `bigquery_table` also to BigQuery."""
+    `events_topic`; with `bigquery_table` also to BigQuery. `page_step` runs on the parsed
+    pages before their text is stored (see StorePages)."""
     check_budget_fits_runner(p, budget)
     frontier = p | "ReadFrontier" >> ReadFrontier(subscription, opts.crawl_id)
     scheduled = frontier.batches | "ScheduleFetches" >> ScheduleFetches(
         schedule_config(opts), budget, clock, counters=bigtable
     )
     # Dead letters sent back by `crawler redrive`: their stored responses are parsed again.
-    replayed = frontier[REDRIVE] | "ReplayDeadLetters" >> ReplayDeadLetters()
+    replayed = frontier.redrive | "ReplayDeadLetters" >> ReplayDeadLetters()
     fetched = (scheduled.fetched, replayed.fetched) | "AllFetched" >> beam.Flatten()
     stored = fetched | "StorePages" >> StorePages(
         opts.out, opts.crawl_id, agent=opts.user_agent.split("/")[0],
         duplicates=opts.duplicate_policy(), fast=opts.extractor == "trafilatura-fast",
-        parse_attempts=opts.parse_attempts,
+        parse_attempts=opts.parse_attempts, page_step=page_step,
     )
-    rows = (scheduled[ROWS], replayed[ROWS], stored["rows"]) | "AllRows" >> beam.Flatten()
+    rows = (scheduled.rows, replayed.rows, stored.rows) | "AllRows" >> beam.Flatten()
     rows | "WritePagesTable" >> WritePagesTable(opts.out, opts.crawl_id)
     if bigtable is not None:
         durable = rows | "WritePagesToBigtable" >> WritePagesToBigtable(bigtable)
@@ -110,11 +111,11 @@ def build_crawl(
 
         rows | "WritePagesToBigQuery" >> WritePagesToBigQuery(bigquery_table)
     (
-        (stored[LINKS], scheduled[SPILL], scheduled[ROBOTS])
+        (stored.links, scheduled.spill, scheduled.robots)
         | "AllFrontierBatches" >> beam.Flatten()
         | "PublishFrontier" >> PublishFrontier(topic)
     )
-    stored[DEAD_LETTERS] | "PublishDeadLetters" >> PublishDeadLetters(dead_letter_topic)
+    stored.dead_letters | "PublishDeadLetters" >> PublishDeadLetters(dead_letter_topic)
 
 
 def build_fleet(
@@ -139,8 +140,8 @@ def build_fleet(
         out, None, agent=config.policy.user_agent.split("/")[0], duplicates=duplicates,
         fast=fast,
     )
-    rows = (scheduled[FLEET_ROWS], stored["rows"]) | "AllRows" >> beam.Flatten()
+    rows = (scheduled[FLEET_ROWS], stored.rows) | "AllRows" >> beam.Flatten()
     rows | "WritePagesTable" >> WritePagesTable(out, None)
     rows | "WritePagesToBigtable" >> WritePagesToBigtable(config.bigtable)
-    stored[LINKS] | "PublishFrontier" >> PublishFrontier(topic)
-    stored[DEAD_LETTERS] | "PublishDeadLetters" >> PublishDeadLetters(dead_letter_topic)
+    stored.links | "PublishFrontier" >> PublishFrontier(topic)
+    stored.dead_letters | "PublishDeadLetters" >> PublishDeadLetters(dead_letter_topic)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from pipeline.cli.output import print_summary
 from pipeline.core.counters import Counter, links_rejected
-from pipeline.core.records import FetchResult
+from pipeline.core.pages import StoredResponse, Trafilatura
+from pipeline.core.records import FetchResult, RecordPointer
 from pipeline.core.urls import RejectReason, url_hash
 from pipeline.local.runtime import CrawlSummary, _links_rejected
 from pipeline.metrics import LocalTally
+from pipeline.transforms.pages import ParsePagesFn
 from pipeline.transforms.resources import worker_resources
-from pipeline.transforms.store import StorePagesFn
 
 PAGE = (
     "<html><head><title>T</title></head><body><article>"
@@ -26,11 +27,11 @@ def test_the_store_counts_rejected_links_per_reason(tmp_path) -> None:
                          depth=0, attempt=0, fetched_at=1.0, elapsed=0.01, http_status=200,
                          headers=(("Content-Type", "text/html; charset=utf-8"),), body=PAGE)
     LocalTally.reset()
-    store = StorePagesFn(str(tmp_path), "c1", None)
+    parse = ParsePagesFn(None, Trafilatura(), dead_letters=True)
+    stored = StoredResponse(result, RecordPointer(str(tmp_path / "w.warc.gz"), 0, 1))
     try:
-        store.start_bundle()
-        store.process(result)
-        store.process(result)
+        for _ in range(2):
+            list(parse.process(stored))
     finally:
         worker_resources().close()
     counts, _ = LocalTally.snapshot()

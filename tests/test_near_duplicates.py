@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from pipeline.core.fingerprints import hamming, simhash
 from pipeline.core.near_duplicates import DuplicatePolicy, HostContent
+from pipeline.core.pages import judge_content
 from pipeline.core.politeness import HostPolicy, HostState
 from pipeline.core.records import PageRow, PageState
-from pipeline.transforms.store import judge_content
 
 ARTICLE = " ".join(
     f"Sentence {i} of the river report tells how the water rose near mill {i % 7}."

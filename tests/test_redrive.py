@@ -8,6 +8,7 @@ from collections import Counter
 
 import pytest
 
+from pipeline.core import pages as store
 from pipeline.core.records import DeadLetter, FrontierBatch, RecordPointer, frontier_message
 from pipeline.io.pages_table import query_pages
 from pipeline.io.redrive import (
@@ -25,7 +26,6 @@ from pipeline.local.emulators import (
 )
 from pipeline.local.runtime import run_local_crawl
 from pipeline.options import CrawlOptions
-from pipeline.transforms import store
 from testweb.server import read_request_log, serve
 from testweb.web import WebSpec
 

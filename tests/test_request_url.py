@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from pipeline.core.pages import store_page
 from pipeline.core.politeness import FetchReport, HostPolicy, HostState, LeaseKind
 from pipeline.core.records import FetchResult, FrontierBatch, PageState
 from pipeline.core.urls import dedup_key, normalize_url, url_hash
@@ -17,7 +18,6 @@ from pipeline.io.dns import ResolveOverride, Resolver
 from pipeline.io.fetch import FetchClient, FetchConfig
 from pipeline.io.segments import SegmentWriter
 from pipeline.transforms.frontier import split_by_host
-from pipeline.transforms.store import store_page
 
 HOST = "shop.test"
 POLICY = HostPolicy(user_agent="testbot", min_delay=1.0, fetch_timeout=5.0, lease_grace=1.0)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from pipeline.core import pages as store
+from pipeline.core.pages import dedup_text, page_links, store_page
 from pipeline.core.records import FetchResult, PageState
 from pipeline.core.urls import url_hash
 from pipeline.io.segments import SegmentWriter, read_response, read_text
-from pipeline.transforms import store
-from pipeline.transforms.store import dedup_text, page_links, store_page
 
 HTML = (
     "<html><head><title>T</title></head><body><article><h1>Harbour news</h1>"
@@ -104,8 +104,6 @@ def test_stored_pages_carry_their_rejected_links(tmp_path):
 
 
 def test_the_fast_extractor_is_passed_to_the_parser(tmp_path, monkeypatch):
-    from pipeline.transforms import store
-
     seen = []
     real = store.parse_page
 

@@ -71,6 +71,16 @@ class Counter(StrEnum):
     LINKS_REJECTED_BASE = "links_rejected_base"
     LINKS_REJECTED_MALFORMED = "links_rejected_malformed"
     LINKS_REJECTED_LENGTH = "links_rejected_length"
+    # Readers of a crawl's segments
+    SEGMENT_RESPONSE_RECORDS_READ = "segment_response_records_read"
+    SEGMENT_CONVERSION_RECORDS_READ = "segment_conversion_records_read"
+    SEGMENT_RECORDS_SKIPPED = "segment_records_skipped"  # a record whose URL is unusable
+    SEGMENT_FILES_UNREADABLE = "segment_files_unreadable"
+    # MinHashDedup
+    MINHASH_DOCUMENTS = "minhash_documents"
+    MINHASH_DOCUMENTS_WITHOUT_WORDS = "minhash_documents_without_words"
+    MINHASH_CANDIDATE_PAIRS = "minhash_candidate_pairs"
+    MINHASH_VERIFIED_PAIRS = "minhash_verified_pairs"
     # Sinks
     ROWS_WRITTEN = "rows_written"
     BIGTABLE_ROWS_WRITTEN = "bigtable_rows_written"

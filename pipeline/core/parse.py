@@ -18,7 +18,7 @@ import codecs
 import re
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -402,12 +402,14 @@ def parse_page(
     extract_text: bool = True,
     fast: bool = False,
     agent: str | None = None,
+    extractor: Callable[[HtmlElement, str], str | None] | None = None,
 ) -> ParsedPage:
     """Decode and parse an HTML page once; read its links and meta, then extract its text.
 
     url: the page's final URL (links resolve against `<base href>` if present, else this).
     agent: the crawler's robots name; `<meta name=AGENT>` directives apply like `robots`.
     fast: trafilatura's faster heuristics (about a quarter less CPU, see the docstring).
+    extractor: another main-text extractor, called with the same tree and the URL.
     Raises PageParseError if the response is not HTML or lxml cannot make a document of it;
     an empty document is an empty page, not an error.
     """
@@ -433,7 +435,10 @@ def parse_page(
 
     page_text = None
     if extract_text and not markup.noindex:
-        page_text = extract_main_text(tree, url, fast=fast)
+        page_text = (
+            extractor(tree, url) if extractor is not None
+            else extract_main_text(tree, url, fast=fast)
+        ) or None
     return ParsedPage(
         text=page_text,
         title=markup.title,

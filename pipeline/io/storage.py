@@ -276,6 +276,14 @@ def read_all(path: str) -> bytes:
         return handle.read()
 
 
+def open_for_reading(path: str) -> BinaryIO:
+    """A binary stream over the whole of `path` (local file or GCS object); close it after."""
+    if is_gcs(path):
+        filesystems, uncompressed = _gcs()
+        return filesystems.open(path, compression_type=uncompressed)
+    return open(path, "rb")  # noqa: SIM115 - the caller closes it
+
+
 def copy_to_local(path: str, local_path: str) -> None:
     """Copy the file at `path` (local or GCS) to the local file `local_path`."""
     if not is_gcs(path):

@@ -14,13 +14,13 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from pipeline.core.pages import page_links
 from pipeline.core.parse import is_html, parse_page
 from pipeline.core.records import RecordPointer
 from pipeline.core.urls import InvalidURL, dedup_key, host_key, normalize_url
 from pipeline.io import storage
 from pipeline.io.pages_table import query_pages
 from pipeline.io.segments import read_response
-from pipeline.transforms.store import page_links
 
 log = logging.getLogger(__name__)
 

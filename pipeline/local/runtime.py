@@ -127,20 +127,24 @@ def run_local_crawl(
     opts: CrawlOptions,
     *,
     on_progress: Callable[[str], None] | None = None,
+    page_step: beam.PTransform | None = None,
 ) -> CrawlSummary:
     """Crawl until the frontier drains or the budget is spent; returns the summary.
+
+    page_step: a transform of parsed pages run before their text is stored (StorePages).
 
     With opts.resume, continue crawl opts.crawl_id under opts.out from what it stored. Beam's
     local runner is sped up while the crawl runs and restored afterwards.
     """
     with direct_runner_speedups():
-        return _run_local_crawl(opts, on_progress=on_progress)
+        return _run_local_crawl(opts, on_progress=on_progress, page_step=page_step)
 
 
 def _run_local_crawl(
     opts: CrawlOptions,
     *,
     on_progress: Callable[[str], None] | None = None,
+    page_step: beam.PTransform | None = None,
 ) -> CrawlSummary:
     if opts.resume:
         manifest = read_manifest(opts.out, opts.crawl_id)
@@ -222,7 +226,8 @@ def _run_local_crawl(
         p = beam.Pipeline(options=pipeline_options)
         build_crawl(p, opts, subscription=subscription, topic=topic,
                     dead_letter_topic=dead_letter_topic, budget=budget, bigtable=bigtable,
-                    events_topic=events_topic, bigquery_table=opts.bigquery_table)
+                    events_topic=events_topic, bigquery_table=opts.bigquery_table,
+                    page_step=page_step)
         if opts.resume:
             plan = plan_resume(opts.out, opts.crawl_id, seeds)
             assert isinstance(budget, LocalPageBudget)  # CrawlOptions refuses the other

@@ -11,8 +11,10 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import apache_beam as beam
+from apache_beam.pvalue import PBegin, PCollection
 
 from pipeline.core.counters import Counter, published
 from pipeline.core.records import (
@@ -121,29 +123,42 @@ class DecodeFrontierFn(beam.DoFn):
             yield host, host_batch
 
 
-class ReadFrontier(beam.PTransform):
-    """Pub/Sub frontier subscription -> (host, HostMessage) ('batches'), redriven dead letters
-    ('redrive')."""
+class FrontierOutputs(NamedTuple):
+    """ReadFrontier's outputs."""
 
-    def __init__(self, subscription: str, crawl_id: str) -> None:
+    batches: PCollection[tuple[str, HostMessage]]  # one message's URLs (or marks) by host
+    redrive: PCollection[DeadLetter]  # dead letters `crawler redrive` sent back
+
+
+class ReadFrontier(beam.PTransform):
+    """Pub/Sub frontier subscription -> FrontierOutputs (batches by host, redriven letters).
+
+    payloads: where the frontier's messages come from instead of the subscription, a
+    PTransform PBegin -> bytes (a TestStream in tests, another queue in your own pipeline).
+    """
+
+    def __init__(self, subscription: str, crawl_id: str, *,
+                 payloads: beam.PTransform | None = None) -> None:
         super().__init__()
-        if not subscription.startswith("projects/"):
+        if payloads is None and not subscription.startswith("projects/"):
             raise ValueError(f"subscription must be a full path projects/P/subscriptions/S, "
                              f"got {subscription!r}")
         self._subscription = subscription
         self._crawl_id = crawl_id
+        self._payloads = payloads
 
-    def expand(self, pbegin):
+    def expand(self, pbegin: PBegin) -> FrontierOutputs:
+        source = self._payloads or beam.io.ReadFromPubSub(subscription=self._subscription)
         decoded = (
             pbegin
-            | "ReadFromPubSub" >> beam.io.ReadFromPubSub(subscription=self._subscription)
+            | "ReadFromPubSub" >> source
             | "DecodeAndGroupByHost" >> beam.ParDo(DecodeFrontierFn(self._crawl_id))
             # A str key gets a deterministic coder: the host scheduler's state is keyed by it.
             # (The hint applies to the main output.)
             .with_output_types(tuple[str, HostMessage])
             .with_outputs(REDRIVE, main="batches")
         )
-        return decoded
+        return FrontierOutputs(decoded.batches, decoded[REDRIVE])
 
 
 class PublishFn(beam.DoFn):

@@ -17,10 +17,12 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import apache_beam as beam
 from apache_beam import TimeDomain
 from apache_beam.coders import PickleCoder
+from apache_beam.pvalue import PCollection
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.utils.timestamp import Timestamp
 
@@ -411,9 +413,22 @@ class HostSchedulerFn(beam.DoFn):
         self._urls_parked.inc((parked or 0) - (parked_before or 0))
 
 
+class ScheduleOutputs(NamedTuple):
+    """ScheduleFetches' outputs."""
+
+    fetched: PCollection[FetchResult]  # every answered request for a page
+    rows: PCollection[PageRow]  # URLs that ended here: disallowed, failed, over budget, ...
+    spill: PCollection[FrontierBatch]  # URLs a full host queue handed back to the frontier
+    # robots.txt requests and answers bound for other hosts' keys, through the frontier
+    robots: PCollection[RobotsRequest | RobotsAnswer]
+
+
 class ScheduleFetches(beam.PTransform):
-    """(host, HostMessage) -> fetched pages (main), terminal rows ('rows'), spilled URLs
-    ('spill'), robots.txt requests and answers for other hosts' keys ('robots')."""
+    """(host, HostMessage) -> ScheduleOutputs (fetched, rows, spill, robots).
+
+    clock: the scheduler's time source (tests drive it). submit: how a fetch is started,
+    (fetch function, url) -> Future of FetchResponse; default: the process-wide fetch pool.
+    """
 
     def __init__(
         self,
@@ -421,14 +436,20 @@ class ScheduleFetches(beam.PTransform):
         budget: PageBudget,
         clock: Callable[[], float] = time.time,
         counters: BigtableConfig | None = None,
+        submit: Callable[[Callable[[str], FetchResponse], str], Future[FetchResponse]]
+        | None = None,
     ) -> None:
         super().__init__()
         self._config = config
         self._budget = budget
         self._clock = clock
         self._counters = counters
+        self._submit = submit
 
-    def expand(self, host_batches):
-        return host_batches | "HostScheduler" >> beam.ParDo(
-            HostSchedulerFn(self._config, self._budget, self._clock, counters=self._counters)
-        ).with_outputs(ROWS, SPILL, ROBOTS, main="fetched")
+    def expand(self, host_batches: PCollection[tuple[str, HostMessage]]) -> ScheduleOutputs:
+        scheduled = host_batches | "HostScheduler" >> beam.ParDo(
+            HostSchedulerFn(self._config, self._budget, self._clock, submit=self._submit,
+                            counters=self._counters)
+        ).with_output_types(FetchResult).with_outputs(ROWS, SPILL, ROBOTS, main="fetched")
+        return ScheduleOutputs(scheduled.fetched, scheduled[ROWS], scheduled[SPILL],
+                               scheduled[ROBOTS])

@@ -1,0 +1,360 @@
+"""The store stage's steps, each usable alone: write responses, parse, dedup text, flag copies.
+
+    FetchResult --WriteResponses--> StoredResponse --ParsePages--> StoredPage
+        --DedupContent--> StoredPage (text in WET, duplicates marked)
+        --FlagNearDuplicates--> StoredPage (near copies within a host flagged) + host signals
+
+Each step keeps its elements' windows and timestamps, so the steps work in a windowed or batch
+pipeline as well as in the crawl. A step that writes a segment emits only in finish_bundle,
+after the segment is flushed: nothing downstream ever holds a pointer to a record that is not
+durable. The decisions themselves live in pipeline.core.pages; this module wires them to
+files and runner state. StorePages (pipeline.transforms.store) composes the four for the crawl.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import apache_beam as beam
+from apache_beam.coders import PickleCoder
+from apache_beam.pvalue import PCollection, TaggedOutput
+from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
+from apache_beam.utils.windowed_value import WindowedValue
+
+from pipeline.core.counters import Counter, links_rejected
+from pipeline.core.near_duplicates import DuplicatePolicy, HostContent
+from pipeline.core.pages import (
+    PARSE_ATTEMPTS,
+    StoredPage,
+    StoredResponse,
+    TextExtractor,
+    Trafilatura,
+    content_key,
+    dedup_text,
+    judge_content,
+    judge_response,
+)
+from pipeline.core.records import DeadLetter, FetchResult, HostSignal, PageRow, PageState
+from pipeline.io.segments import SegmentWriter
+from pipeline.metrics import CrawlCounter, crawl_counter
+from pipeline.transforms.resources import worker_resources
+
+DEAD_LETTERS = "dead_letters"
+HOST_SIGNALS = "host_signals"
+
+
+class _BundleSegments:
+    """The segment writers a bundle used, by crawl: with one crawl per pipeline that is one
+    pair; the fleet's stages (crawl_id None) write each page under its own crawl."""
+
+    def __init__(self, out: str, crawl_id: str | None) -> None:
+        self._out = out
+        self._crawl_id = crawl_id
+        self._used: dict[str, tuple[SegmentWriter, SegmentWriter]] = {}
+
+    def of(self, crawl_id: str) -> tuple[SegmentWriter, SegmentWriter]:
+        crawl_id = self._crawl_id or crawl_id
+        pair = self._used.get(crawl_id)
+        if pair is None:
+            pair = self._used[crawl_id] = worker_resources().segments(self._out, crawl_id)
+        return pair
+
+    def used(self) -> list[tuple[SegmentWriter, SegmentWriter]]:
+        return list(self._used.values())
+
+
+class _Held:
+    """Elements held until the bundle's segment is flushed, each with its window and time."""
+
+    def __init__(self) -> None:
+        self.items: list[WindowedValue] = []
+
+    def add(self, value: object, timestamp, window) -> None:
+        self.items.append(WindowedValue(value, timestamp, [window]))
+
+    def release(self) -> list[WindowedValue]:
+        items, self.items = self.items, []
+        return items
+
+
+# ------------------------------------------------------------------------- WriteResponses
+class WriteResponsesFn(beam.DoFn):
+    def __init__(self, out: str, crawl_id: str | None) -> None:
+        self._out = out
+        self._crawl_id = crawl_id
+        self._segments = _BundleSegments(out, crawl_id)
+        self._held = _Held()
+        self._bytes = crawl_counter(Counter.BYTES_FETCHED)
+
+    def start_bundle(self) -> None:
+        self._segments = _BundleSegments(self._out, self._crawl_id)
+        self._held = _Held()
+
+    def process(self, result: FetchResult, timestamp=beam.DoFn.TimestampParam,
+                window=beam.DoFn.WindowParam) -> None:
+        warc, _ = self._segments.of(result.crawl_id)
+        pointer = warc.write_response(
+            result.url, result.fetched_at, result.http_status, result.headers, result.body,
+            ip=result.ip, truncated=result.truncated,
+        )
+        self._held.add(StoredResponse(result, pointer), timestamp, window)
+        self._bytes.inc(len(result.body))
+
+    def finish_bundle(self) -> Iterator[WindowedValue]:
+        items = self._held.release()
+        if items:
+            for warc, _ in self._segments.used():
+                warc.flush()  # durable first, then referenced
+            yield from items
+
+
+class WriteResponses(beam.PTransform):
+    """FetchResult -> StoredResponse: each response appended to a WARC segment under
+    {out}/{crawl_id}/warc/, emitted once that segment is flushed. crawl_id None: under each
+    result's own crawl."""
+
+    def __init__(self, out: str, crawl_id: str | None) -> None:
+        super().__init__()
+        if not out:
+            raise ValueError("WriteResponses needs an output root (a directory or gs:// path)")
+        self._out = out
+        self._crawl_id = crawl_id
+
+    def expand(self, results: PCollection[FetchResult]) -> PCollection[StoredResponse]:
+        return results | "AppendWarcRecords" >> beam.ParDo(
+            WriteResponsesFn(self._out, self._crawl_id)
+        ).with_input_types(FetchResult).with_output_types(StoredResponse)
+
+
+# ----------------------------------------------------------------------------- ParsePages
+class ParsedPages(NamedTuple):
+    """ParsePages' outputs. dead_letters stays empty unless with_exception_handling()."""
+
+    pages: PCollection[StoredPage]
+    dead_letters: PCollection[DeadLetter]
+
+
+class ParsePagesFn(beam.DoFn):
+    def __init__(self, agent: str | None, extractor: TextExtractor, dead_letters: bool,
+                 parse_attempts: int = PARSE_ATTEMPTS) -> None:
+        self._parse_attempts = parse_attempts
+        self._agent = agent
+        self._extractor = extractor
+        self._dead_letters = dead_letters
+        self._dead = crawl_counter(Counter.DEAD_LETTERS)
+        self._rejected: dict[str, CrawlCounter] = {}
+
+    def process(self, stored: StoredResponse) -> Iterator[object]:
+        try:
+            page = judge_response(stored, agent=self._agent, extractor=self._extractor,
+                                  raise_on_parse_failure=not self._dead_letters,
+                                  parse_attempts=self._parse_attempts)
+        except Exception as exc:
+            if not self._dead_letters:
+                raise
+            # Anything else that goes wrong with one page costs that page, as a parse
+            # failure does: a row saying why, and a dead letter to redrive it.
+            page = _dead_lettered(stored, f"{type(exc).__name__}: {exc}"[:500])
+        for reason, count in page.rejected_links:
+            counter = self._rejected.get(reason)
+            if counter is None:
+                counter = self._rejected[reason] = crawl_counter(links_rejected(reason))
+            counter.inc(count)
+        yield page
+        if page.dead_letter is not None:
+            self._dead.inc()
+            yield TaggedOutput(DEAD_LETTERS, page.dead_letter)
+
+
+def _dead_lettered(stored: StoredResponse, error: str) -> StoredPage:
+    result = stored.result
+    letter = DeadLetter(result.crawl_id, "parse", result.url, result.url_hash, error, 1,
+                        warc=stored.warc, depth=result.depth, fetched_at=result.fetched_at)
+    row = PageRow(
+        crawl_id=result.crawl_id, url=result.url, url_hash=result.url_hash, host=result.host,
+        depth=result.depth, state=PageState.DEAD_LETTERED, reason=f"store failed: {error}",
+        http_status=result.http_status, fetched_at=result.fetched_at,
+        attempts=result.attempt + 1, content_type=result.header("Content-Type"),
+        warc=stored.warc, elapsed_ms=round(result.elapsed * 1000),
+        body_bytes=len(result.body),
+    )
+    return StoredPage(row, None, letter)
+
+
+class ParsePages(beam.PTransform):
+    """StoredResponse -> ParsedPages: each response's row, links and text (one parse a page).
+
+    extractor: the main-text extractor, (tree, url) -> text (default: the crawler's
+    trafilatura settings). agent: the robots name `<meta name=AGENT>` directives are read for.
+    A page the parser fails on parse_attempts times (3) raises PageParseFailed, unless
+    with_exception_handling() routes it to `dead_letters` (and gives it a dead_lettered row).
+    """
+
+    def __init__(self, *, extractor: TextExtractor | None = None,
+                 agent: str | None = None, parse_attempts: int = PARSE_ATTEMPTS) -> None:
+        super().__init__()
+        if parse_attempts < 1:
+            raise ValueError(f"parse_attempts must be at least 1, got {parse_attempts}")
+        self._parse_attempts = parse_attempts
+        extractor = extractor or Trafilatura()
+        if not callable(extractor):
+            raise TypeError(f"extractor must be callable as (tree, url) -> text, "
+                            f"got {extractor!r}")
+        self._extractor = extractor
+        self._agent = agent
+        self._dead_letters = False
+
+    def with_exception_handling(self) -> ParsePages:
+        """The same transform, with pages that cannot be parsed sent to `dead_letters`."""
+        handled = ParsePages(extractor=self._extractor, agent=self._agent,
+                             parse_attempts=self._parse_attempts)
+        handled._dead_letters = True
+        return handled
+
+    def expand(self, stored: PCollection[StoredResponse]) -> ParsedPages:
+        parsed = stored | "Parse" >> beam.ParDo(
+            ParsePagesFn(self._agent, self._extractor, self._dead_letters, self._parse_attempts)
+        ).with_input_types(StoredResponse).with_output_types(StoredPage).with_outputs(
+            DEAD_LETTERS, main="pages"
+        )
+        return ParsedPages(parsed.pages, parsed[DEAD_LETTERS])
+
+
+# --------------------------------------------------------------------------- DedupContent
+class DedupContentFn(beam.DoFn):
+    """Keyed by content hash: the first page with a text stores it; later ones are duplicates.
+
+    State: the first copy's (url, text pointer). Pages leave in finish_bundle, after the WET
+    segment is flushed.
+    """
+
+    FIRST = ReadModifyWriteStateSpec("first", PickleCoder())
+
+    def __init__(self, out: str, crawl_id: str | None) -> None:
+        self._out = out
+        self._crawl_id = crawl_id
+        self._segments = _BundleSegments(out, crawl_id)
+        self._held = _Held()
+        self._duplicates = crawl_counter(Counter.CONTENT_DUPLICATES)
+
+    def start_bundle(self) -> None:
+        self._segments = _BundleSegments(self._out, self._crawl_id)
+        self._held = _Held()
+
+    def process(self, element: tuple[int, StoredPage], first=beam.DoFn.StateParam(FIRST),
+                timestamp=beam.DoFn.TimestampParam, window=beam.DoFn.WindowParam) -> None:
+        _, page = element
+        _, wet = self._segments.of(page.row.crawl_id)
+        remembered = first.read()
+        final, keep = dedup_text(page, remembered, wet)
+        if remembered is None:
+            first.write(keep)
+        else:
+            self._duplicates.inc()
+        self._held.add(final, timestamp, window)
+
+    def finish_bundle(self) -> Iterator[WindowedValue]:
+        items = self._held.release()
+        if items:
+            for _, wet in self._segments.used():
+                wet.flush()
+            yield from items
+
+
+def _has_text(page: StoredPage) -> bool:
+    return page.text is not None
+
+
+class DedupContent(beam.PTransform):
+    """StoredPage -> StoredPage: the first page with a given text has it written to a WET
+    segment under {out}/{crawl_id}/wet/; later pages with the same text become `duplicate`
+    and point at that copy (per crawl and window). Pages without text pass unchanged.
+    crawl_id None: each page's text is stored under its own crawl."""
+
+    def __init__(self, out: str, crawl_id: str | None) -> None:
+        super().__init__()
+        if not out:
+            raise ValueError("DedupContent needs an output root (a directory or gs:// path)")
+        self._out = out
+        self._crawl_id = crawl_id
+
+    def expand(self, pages: PCollection[StoredPage]) -> PCollection[StoredPage]:
+        without_text, with_text = pages | "HasText" >> beam.Partition(
+            lambda page, _: int(_has_text(page)), 2
+        )
+        deduped = (
+            with_text
+            | "KeyByContentHash" >> beam.Map(
+                lambda page: (content_key(page.row.crawl_id, page.row.content_hash), page))
+            .with_output_types(tuple[int, StoredPage])
+            | "FirstCopyWins" >> beam.ParDo(DedupContentFn(self._out, self._crawl_id))
+            .with_output_types(StoredPage)
+        )
+        return (without_text, deduped) | "AllPages" >> beam.Flatten()
+
+
+# --------------------------------------------------------------------- FlagNearDuplicates
+class NearDuplicateOutputs(NamedTuple):
+    """FlagNearDuplicates' outputs: every page, and throttle/release signals per host."""
+
+    pages: PCollection[StoredPage]
+    host_signals: PCollection[HostSignal]
+
+
+class HostContentFn(beam.DoFn):
+    """Keyed by host: flags near-duplicate pages and tells the host's scheduler when the host
+    serves mostly duplicates (see pipeline.core.near_duplicates). State: one HostContent."""
+
+    CONTENT = ReadModifyWriteStateSpec("content", PickleCoder())
+
+    def __init__(self, policy: DuplicatePolicy) -> None:
+        self._policy = policy
+        self._near = crawl_counter(Counter.NEAR_DUPLICATES)
+        self._signals = crawl_counter(Counter.HOST_SIGNALS_EMITTED)
+
+    def process(self, element: tuple[str, StoredPage],
+                content_state=beam.DoFn.StateParam(CONTENT)) -> Iterator[object]:
+        _, page = element
+        content: HostContent = content_state.read() or HostContent()
+        row, signal = judge_content(page.row, content, self._policy)
+        content_state.write(content)
+        if row.near_duplicate_of is not None:
+            self._near.inc()
+        yield dataclasses.replace(page, row=row)
+        if signal is not None:
+            self._signals.inc()
+            yield TaggedOutput(HOST_SIGNALS, signal)
+
+
+def _fingerprinted(page: StoredPage) -> bool:
+    # Pages whose text was hashed (first copies and exact duplicates) join the host's index.
+    return page.row.simhash is not None
+
+
+class FlagNearDuplicates(beam.PTransform):
+    """StoredPage -> NearDuplicateOutputs: pages whose text nearly repeats (simhash) an earlier
+    page of their host get `near_duplicate_of`; `host_signals` tells a host's scheduler to slow
+    down while the host serves mostly duplicates, and to resume once it does not."""
+
+    def __init__(self, policy: DuplicatePolicy | None = None) -> None:
+        super().__init__()
+        self._policy = policy or DuplicatePolicy()
+
+    def expand(self, pages: PCollection[StoredPage]) -> NearDuplicateOutputs:
+        others, fingerprinted = pages | "HasFingerprint" >> beam.Partition(
+            lambda page, _: int(_fingerprinted(page)), 2
+        )
+        judged = (
+            fingerprinted
+            | "KeyByHost" >> beam.Map(lambda page: (page.row.host, page))
+            .with_output_types(tuple[str, StoredPage])
+            | "NearDuplicates" >> beam.ParDo(HostContentFn(self._policy))
+            .with_output_types(StoredPage)
+            .with_outputs(HOST_SIGNALS, main="pages")
+        )
+        return NearDuplicateOutputs(
+            (others, judged.pages) | "AllPages" >> beam.Flatten(),
+            judged[HOST_SIGNALS],
+        )
