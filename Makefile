@@ -18,7 +18,7 @@ demo: $(BIN)/crawler
 	$(BIN)/crawler demo
 
 test: $(BIN)/crawler
-	$(BIN)/ruff check pipeline testweb tests bench
+	$(BIN)/ruff check pipeline testweb tests bench examples
 	$(BIN)/pytest -q -ra
 
 bench: $(BIN)/crawler
@@ -26,7 +26,7 @@ bench: $(BIN)/crawler
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 lint: $(BIN)/crawler
-	$(BIN)/ruff check pipeline testweb tests bench
+	$(BIN)/ruff check pipeline testweb tests bench examples
 
 clean:
 	rm -rf $(VENV) crawl-out .pytest_cache .ruff_cache
