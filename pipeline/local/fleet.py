@@ -3,10 +3,9 @@ control API starts, and the watcher that ends crawls.
 
 It owns the fleet's life on one machine: a fresh subscription to the fleet's frontier topic,
 the pipeline (pipeline.graph.build_fleet) running in the background, and a watcher thread that
-reads the crawl records every `poll_s` and moves a crawl to `done` (drained, or its time budget
-spent) or from `cancelling` to `cancelled` once its rows add up (core.crawl_states
-.crawl_ending). Starting and stopping crawls is the API's; deciding about URLs is the
-pipeline's.
+runs a pass of pipeline.transforms.crawl_watch every `poll_s`, moving a crawl to `done`
+(drained, or its time budget spent) or from `cancelling` to `cancelled` once its rows add
+up. Starting and stopping crawls is the API's; deciding about URLs is the pipeline's.
 """
 
 from __future__ import annotations
@@ -22,15 +21,14 @@ from dataclasses import dataclass
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipeline.core.crawl_states import FINAL_STATES, TransitionRefused, crawl_ending
 from pipeline.core.near_duplicates import DuplicatePolicy
 from pipeline.core.politeness import HostPolicy
 from pipeline.graph import build_fleet
 from pipeline.io.bigtable import BigtableConfig, open_tables
-from pipeline.io.crawls import TransitionRaced, apply_action, list_fleet_crawls
 from pipeline.io.fetch import FetchConfig
 from pipeline.local.direct_runner import direct_runner_speedups
 from pipeline.local.emulators import ensure_subscription, ensure_topic
+from pipeline.transforms.crawl_watch import CrawlEndings
 from pipeline.transforms.fleet import FleetConfig, crawl_records
 from pipeline.transforms.resources import worker_resources
 
@@ -101,40 +99,10 @@ class LocalFleet:
 
     # --------------------------------------------------------------------------- watcher
     def _watch(self) -> None:
-        quiet_since: dict[str, tuple[tuple[int, int], float]] = {}
+        endings = CrawlEndings(self.settings.quiet_s)
         with open_tables(self.settings.bigtable, create=False) as tables:
             while not self._stop.wait(self.settings.poll_s):
                 try:
-                    self._end_crawls(tables, quiet_since)
+                    endings.run_pass(tables, self._clock())
                 except Exception:  # one bad poll must not end the watching
                     log.exception("the fleet's watcher could not read the crawl records")
-
-    def _end_crawls(self, tables, quiet_since: dict) -> None:
-        now = self._clock()
-        cursor = None
-        while True:
-            crawls, cursor = list_fleet_crawls(tables, limit=100, cursor=cursor)
-            for crawl in crawls:
-                if crawl.state in FINAL_STATES:
-                    quiet_since.pop(crawl.id, None)
-                    continue
-                counts = (crawl.record.accepted, crawl.record.terminal)
-                previous = quiet_since.get(crawl.id)
-                if previous is None or previous[0] != counts:
-                    quiet_since[crawl.id] = (counts, now)
-                    previous = quiet_since[crawl.id]
-                ending = crawl_ending(
-                    crawl.state, accepted=counts[0], terminal=counts[1],
-                    quiet_s=now - previous[1], quiet_needed_s=self.settings.quiet_s, now=now,
-                    created_at=crawl.created_at, max_duration_s=crawl.limits.max_duration_s,
-                )
-                if ending is None:
-                    continue
-                action, reason = ending
-                try:
-                    apply_action(tables, crawl.id, action, at=now, reason=reason)
-                    log.warning("crawl %s: %s (%s)", crawl.id, action, reason)
-                except (TransitionRefused, TransitionRaced):
-                    pass  # the API moved it meanwhile: decided again at the next poll
-            if cursor is None:
-                return
