@@ -129,11 +129,15 @@ def build_fleet(
     duplicates: DuplicatePolicy | None = None,
     fast: bool = False,
     clock: Callable[[], float] = time.time,
+    events_topic: str | None = None,
+    bigquery_table: str | None = None,
 ) -> None:
     """Add the fleet to pipeline `p`: one graph for every crawl. It reads the fleet's frontier
     `subscription` (messages of any crawl), schedules every crawl's URLs in host state keyed by
     host, stores each page under its crawl's directory of `out` and its row in Bigtable (and
-    the crawl's Parquet table), and publishes links back to `topic`."""
+    the crawl's Parquet table), and publishes links back to `topic`. With `events_topic`, each
+    fetched page's event (it names its crawl) goes there once its row is durable; with
+    `bigquery_table`, rows also go to BigQuery."""
     payloads = p | "ReadFleetFrontier" >> beam.io.ReadFromPubSub(subscription=subscription)
     scheduled = payloads | "ScheduleFleetFetches" >> ScheduleFleetFetches(config, clock)
     stored = scheduled.fetched | "StorePages" >> StorePages(
@@ -142,6 +146,16 @@ def build_fleet(
     )
     rows = (scheduled[FLEET_ROWS], stored.rows) | "AllRows" >> beam.Flatten()
     rows | "WritePagesTable" >> WritePagesTable(out, None)
-    rows | "WritePagesToBigtable" >> WritePagesToBigtable(config.bigtable)
+    durable = rows | "WritePagesToBigtable" >> WritePagesToBigtable(config.bigtable)
+    if events_topic is not None:
+        (
+            durable
+            | "PageCrawledEvents" >> beam.FlatMap(lambda row: filter(None, [event_of(row)]))
+            | "PublishEvents" >> PublishPageEvents(events_topic)
+        )
+    if bigquery_table is not None:
+        from pipeline.transforms.bigquery import WritePagesToBigQuery  # needs BigQuery's client
+
+        rows | "WritePagesToBigQuery" >> WritePagesToBigQuery(bigquery_table)
     stored.links | "PublishFrontier" >> PublishFrontier(topic)
     stored.dead_letters | "PublishDeadLetters" >> PublishDeadLetters(dead_letter_topic)

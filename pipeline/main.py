@@ -1,25 +1,32 @@
-"""The launcher: `python -m pipeline.main` submits the crawl's graph to any Beam runner.
+"""The launcher: `python -m pipeline.main` submits the crawler's job to any Beam runner.
 
 It takes Beam's usual flags (`--runner`, `--project`, `--region`, `--temp_location`, ...) and
-the crawl's options (pipeline.options), builds the graph of pipeline.graph with the fleet's
-cloud resources (topics, subscription and tables named by options, defaults in
-pipeline.io.resources) and the page budget shared through Bigtable, calls run() and returns.
-It never waits for the job: in a Flex Template the launch ends once the job is submitted, and
-the job runs on.
+the crawler's options (pipeline.options), builds the job on the fleet's cloud resources
+(topics, subscription and tables named by options, defaults in pipeline.io.resources), calls
+run() and returns. It never waits for the job: in a Flex Template the launch ends once the job
+is submitted, and the job runs on.
 
-On Dataflow it also asks for what the crawl needs there (docs/architecture.md, "Running on
+The job is the fleet by default (`--mode fleet`, pipeline.graph.build_fleet): one long-running
+pipeline serving every crawl the control API (pipeline.service) starts, each crawl's limits and
+state read from its record in Bigtable, and a watch in the same job that ends crawls once they
+are over (pipeline.transforms.crawl_watch). `--mode crawl --crawl_id ID` is the one-crawl job
+(pipeline.graph.build_crawl) whose options are the crawl's limits and whose page budget is
+shared through Bigtable.
+
+On Dataflow it also asks for what the crawler needs there (docs/architecture.md, "Running on
 Dataflow"): a streaming job on Streaming Engine; one SDK process per worker, so the process
 that started a host's fetch is the one whose timer collects it; workers on the image that has
 this package installed (`--sdk_container_image`); output on Cloud Storage.
 
-It does not create topics, tables or subscriptions (terraform/ does), publish seeds (whoever
-starts a crawl does, to the frontier topic, with the job's --crawl_id), or patch any runner.
-On a local runner the job lives only as long as this process: a crawl on one machine is
-`crawler crawl` (pipeline.local.runtime), which runs the same graph and waits for it.
+It does not create topics, tables or subscriptions (terraform/ does), start crawls (the
+control API does, or for a one-crawl job whoever publishes its seeds with the job's crawl id),
+or patch any runner. On a local runner the job lives only as long as this process: a crawl on
+one machine is `crawler crawl`, the fleet on one machine `crawler serve`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 
@@ -34,10 +41,13 @@ from apache_beam.options.pipeline_options import (
 )
 from apache_beam.runners.runner import PipelineResult
 
-from pipeline.graph import build_crawl
+from pipeline.core.crawl_states import CLOUD_STATE_TTL_S
+from pipeline.graph import build_crawl, build_fleet
 from pipeline.io.storage import is_gcs
 from pipeline.options import CrawlOptions, CrawlPipelineOptions
 from pipeline.transforms.budget import shared_page_budget
+from pipeline.transforms.crawl_watch import WatchFleetCrawls
+from pipeline.transforms.fleet import FleetConfig
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +55,13 @@ log = logging.getLogger(__name__)
 # the process whose timer started it, and the result waits there for the host's next timer
 # firing; with one process per worker, every firing of a key on that worker finds it.
 ONE_SDK_PROCESS_PER_WORKER = "no_use_multiple_sdk_containers"
+# The fleet's crawl watch: how often it reads the crawl records, and how long a crawl's counters
+# must stand still before it counts as drained. On Dataflow a link batch may wait in the
+# frontier subscription for a while (a bundle retried, a worker restarted) between a page's
+# row and its links' acceptance; a minute of stillness covers that with room to spare, and
+# costs a finished crawl a minute before it reads `done`.
+WATCH_EVERY_S = 5.0
+WATCH_QUIET_S = 60.0
 
 
 class LaunchError(ValueError):
@@ -63,10 +80,15 @@ def job_options(argv: list[str] | None) -> tuple[PipelineOptions, CrawlOptions]:
     Raises LaunchError naming the missing or wrong option.
     """
     options = PipelineOptions(argv)
-    if options.view_as(CrawlPipelineOptions).crawl_id is None:
+    view = options.view_as(CrawlPipelineOptions)
+    if view.mode == "crawl" and view.crawl_id is None:
         raise LaunchError(
-            "--crawl_id is required: frontier messages name the crawl they belong to, and "
-            "whoever publishes the seeds must use the job's crawl id")
+            "--crawl_id is required with --mode crawl: frontier messages name the crawl they "
+            "belong to, and whoever publishes the seeds must use the job's crawl id")
+    if view.mode == "fleet" and view.crawl_id is not None:
+        raise LaunchError(
+            f"--crawl_id {view.crawl_id!r} names one crawl, but the fleet serves every crawl "
+            "the control API starts (POST /crawls); drop it, or add --mode crawl")
     crawl = CrawlOptions.from_pipeline_options(options)
     if crawl.resume or crawl.redrive or crawl.resolve:
         raise LaunchError("--resume, --redrive and --resolve belong to a crawl on one machine "
@@ -103,8 +125,8 @@ def _complete_for_dataflow(options: PipelineOptions, crawl: CrawlOptions) -> Non
     debug.add_experiment(ONE_SDK_PROCESS_PER_WORKER)
 
 
-def build_fleet(p: beam.Pipeline, crawl: CrawlOptions) -> None:
-    """The crawl's graph on the fleet's resources, with the page budget shared in Bigtable."""
+def build_crawl_job(p: beam.Pipeline, crawl: CrawlOptions) -> None:
+    """One crawl's graph on the fleet's resources, with the page budget shared in Bigtable."""
     bigtable = crawl.bigtable_config()
     project = crawl.project
     build_crawl(
@@ -120,11 +142,45 @@ def build_fleet(p: beam.Pipeline, crawl: CrawlOptions) -> None:
     )
 
 
+def fleet_config(crawl: CrawlOptions) -> FleetConfig:
+    """The fleet's scheduler settings: the job's options are the defaults a crawl's record
+    overrides (min_delay, user_agent, max_depth, max_pages_per_host), and the machinery every
+    crawl shares (timeouts, retries, queue caps, concurrency)."""
+    # The job's own page limits are no crawl's: each crawl brings its own from its record.
+    defaults = dataclasses.replace(crawl, max_pages=None, max_pages_per_host=None,
+                                   max_depth=None)
+    return FleetConfig(
+        policy=defaults.host_policy(), fetch=defaults.fetch_config(),
+        bigtable=crawl.bigtable_config(), fetch_concurrency=crawl.fetch_concurrency,
+        state_ttl_s=CLOUD_STATE_TTL_S,
+    )
+
+
+def build_fleet_job(p: beam.Pipeline, crawl: CrawlOptions) -> None:
+    """The fleet on its cloud resources, with the watch that ends its crawls."""
+    project = crawl.project
+    config = fleet_config(crawl)
+    build_fleet(
+        p, config, out=crawl.out,
+        subscription=f"projects/{project}/subscriptions/{crawl.frontier_subscription}",
+        topic=f"projects/{project}/topics/{crawl.frontier_topic}",
+        dead_letter_topic=f"projects/{project}/topics/{crawl.dead_letter_topic}",
+        duplicates=crawl.duplicate_policy(), fast=crawl.extractor == "trafilatura-fast",
+        events_topic=f"projects/{project}/topics/{crawl.events_topic}",
+        bigquery_table=crawl.bigquery_table,
+    )
+    _ = p | "WatchCrawls" >> WatchFleetCrawls(config.bigtable, every_s=WATCH_EVERY_S,
+                                              quiet_s=WATCH_QUIET_S)
+
+
 def run(argv: list[str] | None = None) -> PipelineResult:
     """Build the job from argv and submit it; returns at once with the runner's result."""
     options, crawl = job_options(argv)
     p = beam.Pipeline(options=options)
-    build_fleet(p, crawl)
+    if crawl.mode == "fleet":
+        build_fleet_job(p, crawl)
+    else:
+        build_crawl_job(p, crawl)
     return p.run()
 
 

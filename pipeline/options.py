@@ -43,13 +43,15 @@ LOCAL_PROJECT = "local-crawler"  # the project the local emulators accept
 # trafilatura with the crawler's settings scores F1 0.965 at ~34 ms/page, its fast mode 0.961
 # at ~32 ms. The Rust port rs-trafilatura has no wheel on PyPI (its build needs crates.io).
 EXTRACTORS = ("trafilatura", "trafilatura-fast")
+JOB_MODES = ("fleet", "crawl")
 # A crawl id names Pub/Sub topics, output directories and the last part of Bigtable row keys
 # (`reversed-host/url-hash/crawl-id`), so it may not hold '/' or anything a topic refuses.
 _CRAWL_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 TEMPLATE_NAME = "beam-crawler"
 TEMPLATE_DESCRIPTION = (
-    "A polite web crawler as a streaming pipeline: reads URL batches from the frontier "
+    "A polite web crawler as a streaming pipeline, by default the fleet that serves every "
+    "crawl the control API starts: reads URL batches from the frontier "
     "subscription, fetches each host at most once per delay, writes WARC/WET segments to "
     "Cloud Storage, page rows to Bigtable (and optionally BigQuery), and loops links back "
     "to the frontier topic."
@@ -209,9 +211,16 @@ OPTIONS: tuple[Option, ...] = (
            default="crawl-out", label="Output root", template_required=True,
            regex=r"^gs://[a-z0-9][-_.a-z0-9]{1,220}[a-z0-9](?:/.*)?$",
            param_type="GCS_WRITE_FOLDER"),
-    Option("crawl_id", "name of this crawl; frontier messages carry it, so a job needs one "
+    Option("crawl_id", "name of this crawl; frontier messages carry it, so a one-crawl job "
+           "(--mode crawl) needs one; the fleet takes each crawl's id from its messages "
            "(default: c<UTC date-time>-<random>)", label="Crawl id",
-           regex=r"^[A-Za-z0-9._-]{1,64}$", template_required=True),
+           regex=r"^[A-Za-z0-9._-]{1,64}$"),
+    # The job's shape, not a crawl's: only the launcher reads it.
+    Option("mode", "what the job is: `fleet`, one long-running job serving every crawl the "
+           "control API starts (per-crawl limits come from each crawl's record; these "
+           "options give the fleet's defaults), or `crawl`, one crawl named by --crawl_id "
+           f"with these options as its limits {_D}", default="fleet",
+           choices=JOB_MODES, cli=False, param_type="ENUM", label="Job mode"),
     # --- Budgets and scope
     Option("max_pages", "global page budget: at most this many pages are requested; the rest "
            f"end `over_budget` {_D}", default=10_000, value=POSITIVE_INT),
@@ -401,6 +410,7 @@ class CrawlOptions:
     seeds: tuple[str, ...]
     out: str = "crawl-out"
     crawl_id: str = field(default_factory=new_crawl_id)
+    mode: str = "fleet"  # the launcher's: a fleet job or a one-crawl job
     max_pages: int | None = 10_000
     max_pages_per_host: int | None = None
     max_depth: int | None = None
@@ -477,6 +487,8 @@ class CrawlOptions:
                 "(it names topics, directories and Bigtable row keys)")
         if not 0 <= self.near_duplicate_bits <= 16:
             raise ValueError("--near-duplicate-bits must be between 0 and 16")
+        if self.mode not in JOB_MODES:
+            raise ValueError(f"--mode {self.mode!r}: use one of {', '.join(JOB_MODES)}")
         if self.extractor not in EXTRACTORS:
             raise ValueError(f"--extractor {self.extractor!r}: use one of {', '.join(EXTRACTORS)}")
         if self.duplicate_slowdown < 1:

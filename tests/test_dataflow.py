@@ -1,6 +1,7 @@
 """The launcher builds a job Dataflow can run, offline: Beam's Dataflow dry run translates the
 whole graph without credentials or network, and every DoFn of the job unpickles where only the
-installed package is importable, as on a worker started from the crawler's image."""
+installed package is importable, as on a worker started from the crawler's image. The job is
+the fleet by default; `--mode crawl` is the one-crawl job."""
 
 from __future__ import annotations
 
@@ -24,10 +25,20 @@ from apache_beam.runners.dataflow.internal import apiclient
 from google.cloud import dataflow
 
 from pipeline.core.budget import LocalPageBudget
+from pipeline.core.crawl_states import CLOUD_STATE_TTL_S
 from pipeline.graph import build_crawl
 from pipeline.io.resources import RESOURCES
-from pipeline.main import ONE_SDK_PROCESS_PER_WORKER, LaunchError, job_options, run
+from pipeline.main import (
+    ONE_SDK_PROCESS_PER_WORKER,
+    WATCH_EVERY_S,
+    WATCH_QUIET_S,
+    LaunchError,
+    job_options,
+    run,
+)
 from pipeline.options import CrawlOptions
+from pipeline.transforms.crawl_watch import WatchCrawlsFn
+from pipeline.transforms.fleet import FleetSchedulerFn
 from pipeline.transforms.frontier import PublishFn
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,15 +50,31 @@ FLAGS = [
     "--runner", "DataflowRunner", "--dry_run=True", "--project", PROJECT,
     "--region", "europe-west1", "--temp_location", "gs://some-bucket/tmp",
     "--sdk_container_image", IMAGE, "--out", "gs://some-bucket/crawl",
-    "--crawl_id", "c-dataflow", "--bigtable_instance", "crawler-pages",
+    "--bigtable_instance", "crawler-pages",
 ]
+CRAWL_FLAGS = [*FLAGS, "--mode", "crawl", "--crawl_id", "c-dataflow"]
+
+
+def _dry_run(flags: list[str]) -> apiclient.Job:
+    result = run(flags)
+    assert result.job is not None, "the dry run returned no job"
+    return result.job
 
 
 @pytest.fixture(scope="module")
 def job() -> apiclient.Job:
-    result = run(FLAGS)
-    assert result.job is not None, "the dry run returned no job"
-    return result.job
+    """The default job: the fleet."""
+    return _dry_run(FLAGS)
+
+
+@pytest.fixture(scope="module")
+def crawl_job() -> apiclient.Job:
+    return _dry_run(CRAWL_FLAGS)
+
+
+@pytest.fixture(scope="module", params=["fleet", "crawl"])
+def any_job(request) -> apiclient.Job:
+    return request.getfixturevalue("job" if request.param == "fleet" else "crawl_job")
 
 
 def _transforms(job: apiclient.Job, urn: str) -> dict[str, beam_runner_api_pb2.PTransform]:
@@ -64,11 +91,17 @@ def _dofn_payloads(job: apiclient.Job) -> dict[str, bytes]:
     return payloads
 
 
-def test_the_launcher_builds_a_streaming_job(job):
-    assert job.proto.type == dataflow.JobType.JOB_TYPE_STREAMING
+def _dofns(job: apiclient.Job) -> dict[str, beam.DoFn]:
+    return {name: pickler.loads(payload)[0] for name, payload in _dofn_payloads(job).items()}
 
 
-def test_the_job_runs_one_sdk_process_per_worker_on_streaming_engine_and_the_crawler_image(job):
+def test_the_launcher_builds_a_streaming_job(any_job):
+    assert any_job.proto.type == dataflow.JobType.JOB_TYPE_STREAMING
+
+
+def test_the_job_runs_one_sdk_process_per_worker_on_streaming_engine_and_the_crawler_image(
+        any_job):
+    job = any_job
     # What Dataflow receives with the job (the dry run stops before building it).
     environment = apiclient.Environment(
         packages=[], options=job.options,
@@ -89,7 +122,50 @@ def test_the_job_runs_one_sdk_process_per_worker_on_streaming_engine_and_the_cra
             for env in docker] == [IMAGE]
 
 
-def test_the_host_scheduler_is_stateful_with_a_processing_time_timer(job):
+def _only_timer_is_processing_time(transform: beam_runner_api_pb2.PTransform) -> None:
+    pardo = beam_runner_api_pb2.ParDoPayload.FromString(transform.spec.payload)
+    assert len(pardo.state_specs) >= 1
+    timers = dict(pardo.timer_family_specs)
+    assert len(timers) == 1
+    (timer,) = timers.values()
+    assert timer.time_domain == beam_runner_api_pb2.TimeDomain.PROCESSING_TIME
+
+
+def test_the_fleet_job_schedules_in_host_state_with_a_processing_time_timer(job):
+    pardos = _transforms(job, common_urns.primitives.PAR_DO.urn)
+    schedulers = [name for name, fn in _dofns(job).items() if isinstance(fn, FleetSchedulerFn)]
+    assert len(schedulers) == 1
+    _only_timer_is_processing_time(pardos[schedulers[0]])
+    # The fleet job is not the one-crawl job: no one-crawl scheduler in it.
+    assert not any(name.endswith("ParDo(HostSchedulerFn)") for name in pardos)
+
+
+def test_the_fleet_schedulers_read_each_crawls_record_from_the_jobs_bigtable(job):
+    (scheduler,) = [fn for fn in _dofns(job).values() if isinstance(fn, FleetSchedulerFn)]
+    config = scheduler._config
+    assert (config.bigtable.project, config.bigtable.instance) == (PROJECT, "crawler-pages")
+    assert config.bigtable.crawls_table == RESOURCES.crawls_table
+    # The bound the cloud API waits out after a pause or cancel (pipeline.service.cloud).
+    assert config.state_ttl_s == CLOUD_STATE_TTL_S
+    # No page limit of the job's own: each crawl brings its budget in its record.
+    assert config.policy.max_pages_per_host is None and config.policy.max_depth is None
+    assert config.resolve == ()
+
+
+def test_the_fleet_job_ends_its_crawls_from_a_periodic_watch_of_the_records(job):
+    watches = {name: fn for name, fn in _dofns(job).items() if isinstance(fn, WatchCrawlsFn)}
+    assert list(watches) == ["WatchCrawls/EndCrawlsThatAreOver"]
+    (watch,) = watches.values()
+    assert (watch._bigtable.project, watch._bigtable.instance) == (PROJECT, "crawler-pages")
+    assert watch._quiet_s == WATCH_QUIET_S
+    names = {t.unique_name for t in job.proto_pipeline.components.transforms.values()}
+    # Fed by Beam's PeriodicImpulse, which Dataflow runs as a splittable DoFn.
+    assert "WatchCrawls/EveryFewSeconds" in names
+    assert WATCH_EVERY_S < WATCH_QUIET_S
+
+
+def test_the_host_scheduler_is_stateful_with_a_processing_time_timer(crawl_job):
+    job = crawl_job
     scheduler = [t for name, t in _transforms(job, common_urns.primitives.PAR_DO.urn).items()
                  if name.endswith("ParDo(HostSchedulerFn)")]
     assert len(scheduler) == 1
@@ -101,7 +177,8 @@ def test_the_host_scheduler_is_stateful_with_a_processing_time_timer(job):
     assert timer.time_domain == beam_runner_api_pb2.TimeDomain.PROCESSING_TIME
 
 
-def test_the_job_reads_the_fleet_subscription_and_publishes_to_the_fleet_topics(job):
+def test_the_job_reads_the_fleet_subscription_and_publishes_to_the_fleet_topics(any_job):
+    job = any_job
     reads = _transforms(job, common_urns.composites.PUBSUB_READ.urn)
     assert len(reads) == 1
     (read,) = reads.values()
@@ -176,8 +253,8 @@ def installed_package(tmp_path_factory) -> Path:
 
 
 def test_every_dofn_of_the_job_unpickles_from_the_installed_package_alone(
-        job, installed_package, tmp_path):
-    payloads = _dofn_payloads(job)
+        any_job, installed_package, tmp_path):
+    payloads = _dofn_payloads(any_job)
     # The DoFns that need the package: the crawl's own, and Beam's wrapping its functions.
     assert len([name for name, payload in payloads.items()
                 if b"pipeline." in _pickle_bytes(payload)]) >= 14
@@ -217,7 +294,7 @@ def pipeline_source() -> str:
 
 
 def test_a_process_local_budget_on_a_runner_with_many_processes_is_refused():
-    options, crawl = job_options(FLAGS)
+    options, crawl = job_options(CRAWL_FLAGS)
     p = beam.Pipeline(options=options)
     with pytest.raises(ValueError, match="LocalPageBudget.*DataflowRunner"):
         build_crawl(
@@ -249,30 +326,50 @@ def test_a_process_local_budget_is_accepted_on_the_direct_runner():
     assert "ScheduleFetches" in names
 
 
+@pytest.mark.parametrize("flags", [FLAGS, CRAWL_FLAGS], ids=["fleet", "crawl"])
 @pytest.mark.parametrize(("drop", "replace", "message"), [
     ("--sdk_container_image", None, "--sdk_container_image is required"),
     ("--out", ["--out", "crawl-out"], "Cloud Storage"),
-    ("--crawl_id", None, "--crawl_id is required"),
 ])
-def test_the_launcher_says_which_option_a_dataflow_job_lacks(drop, replace, message):
-    i = FLAGS.index(drop)
-    flags = FLAGS[:i] + FLAGS[i + 2:] + (replace or [])
+def test_the_launcher_says_which_option_a_dataflow_job_lacks(flags, drop, replace, message):
+    i = flags.index(drop)
+    flags = flags[:i] + flags[i + 2:] + (replace or [])
     with pytest.raises(LaunchError, match=message):
         job_options(flags)
 
 
+def test_a_one_crawl_job_needs_its_crawl_id_and_the_fleet_takes_none():
+    with pytest.raises(LaunchError, match="--crawl_id is required with --mode crawl"):
+        job_options([*FLAGS, "--mode", "crawl"])
+    with pytest.raises(LaunchError, match="the fleet serves every crawl"):
+        job_options([*FLAGS, "--crawl_id", "c-dataflow"])
+    with pytest.raises(SystemExit):  # argparse names the choices
+        job_options([*FLAGS, "--mode", "batch"])
+    assert job_options(FLAGS)[1].mode == "fleet"
+    assert job_options(CRAWL_FLAGS)[1].mode == "crawl"
+
+
 def test_the_crawl_options_reach_the_job():
-    _, crawl = job_options([*FLAGS, "--max_pages", "500", "--min-delay", "2.5",
+    _, crawl = job_options([*CRAWL_FLAGS, "--max_pages", "500", "--min-delay", "2.5",
                             "--user-agent", "fleetbot/1.0"])
     assert (crawl.max_pages, crawl.min_delay, crawl.user_agent) == (500, 2.5, "fleetbot/1.0")
     assert crawl.project == PROJECT and crawl.bigtable_instance == "crawler-pages"
 
 
+def test_the_fleet_jobs_options_are_the_defaults_a_crawl_record_overrides():
+    from pipeline.main import fleet_config
+
+    _, crawl = job_options([*FLAGS, "--min-delay", "2.5", "--user-agent", "fleetbot/1.0",
+                            "--fetch_timeout", "12"])
+    config = fleet_config(crawl)
+    assert (config.policy.min_delay, config.policy.user_agent) == (2.5, "fleetbot/1.0")
+    assert config.fetch.timeout == 12.0
+
+
 def test_the_launcher_command_reports_a_refused_option_in_one_line(capsys):
     from pipeline.main import main
 
-    i = FLAGS.index("--crawl_id")
-    assert main([*FLAGS[:i], *FLAGS[i + 2:], "--crawl_id", "a/b"]) == 2
+    assert main([*FLAGS, "--mode", "crawl", "--crawl_id", "a/b"]) == 2
     assert main([*FLAGS, "--experiments", "use_multiple_sdk_containers"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 2 and all(line.startswith("pipeline.main: ") for line in lines)

@@ -105,7 +105,12 @@ def test_the_metadata_speaks_of_a_streaming_job_and_names_every_template_option(
     # Flex Templates pass parameters as --name=value: names are identifiers.
     assert all(re.fullmatch(r"[a-z][a-z0-9_]*", name) for name in names)
     required = {p["name"] for p in metadata["parameters"] if not p["isOptional"]}
-    assert required == {"out", "crawl_id", "bigtable_instance"}
+    # The fleet (the default mode) takes each crawl's id from its messages; a one-crawl job's
+    # crawl_id is checked by the launcher.
+    assert required == {"out", "bigtable_instance"}
+    (mode,) = [p for p in metadata["parameters"] if p["name"] == "mode"]
+    assert mode["defaultValue"] == "fleet"
+    assert [o["value"] for o in mode["enumOptions"]] == ["fleet", "crawl"]
 
 
 # --- Regexes ---------------------------------------------------------------------------
