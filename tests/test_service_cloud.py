@@ -219,3 +219,52 @@ def test_the_container_command_serves_on_port_and_stops_on_sigterm(cloud):
         if process.poll() is None:
             process.kill()
             process.communicate()
+
+
+# --- `crawler serve --cloud` -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ([], "--cloud needs --project"),
+    (["--project", "p", "--resolve", "a.test:80:127.0.0.1"], "--resolve is the fleet's"),
+    (["--project", "p", "--allow-network", "10.0.0.0/8"], "--allow-network is the fleet's"),
+    (["--project", "p", "--frontier-topic", "goog-x"], "frontier_topic 'goog-x'"),
+])
+def test_serve_cloud_refuses_what_the_cloud_api_cannot_use(tmp_path, capsys, extra, message):
+    from pipeline.cli.main import main as crawler
+
+    tokens = _token_file(tmp_path, TOKEN + "\n")
+    with pytest.raises(SystemExit) as exited:
+        crawler(["serve", "--cloud", "--port", "0", "--token-file", str(tokens), *extra])
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_serve_cloud_serves_the_cloud_app_and_starts_no_emulator(cloud, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    tokens = _token_file(tmp_path, TOKEN + "\n")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "serve", "--cloud", "--port", "0",
+         "--token-file", str(tokens), "--project", PROJECT,
+         "--bigtable-instance", cloud.instance, "--frontier-topic", cloud.topic_name],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("control API on http://127.0.0.1:"), (
+            line + process.stderr.read() if process.poll() is not None else line)
+        url = line.split()[3]
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        created = httpx.post(f"{url}/crawls", headers=auth, timeout=30,
+                             json={"seeds": ["http://c.test/"], "max_pages": 3})
+        assert created.status_code == 201, created.text
+        (batch,) = cloud.frontier_batches(1)
+        assert batch.crawl_id == created.json()["id"]
+        process.terminate()
+        _, errors = process.communicate(timeout=30)
+        assert "emulator" not in errors.lower()
+        assert TOKEN not in errors
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()

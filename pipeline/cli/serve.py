@@ -4,6 +4,10 @@ It refuses to start without tokens, then starts the emulators nobody configured,
 Bigtable tables and the fleet's frontier topic, starts the local fleet (one pipeline crawling
 every crawl the API starts), serves the API and prints its URL and a curl example. Ctrl-C (or
 SIGTERM) stops it and the emulators it started.
+
+With `--cloud` it serves only the API, against the fleet on Google Cloud: Pub/Sub and Bigtable
+of --project and --bigtable-instance, where the Dataflow job (pipeline.main) is the fleet. It
+is the same app Cloud Run serves (pipeline.service.cloud), run from a shell.
 """
 
 from __future__ import annotations
@@ -14,7 +18,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pipeline.options import DEFAULT_USER_AGENT
+from pipeline.io.resources import RESOURCES
+from pipeline.options import DEFAULT_USER_AGENT, LOCAL_PROJECT
+
+LOCAL_FRONTIER_TOPIC = "frontier"
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +43,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bigtable-instance", default="local",
                         help="Bigtable instance of the crawls and pages tables "
                              "(default: %(default)s)")
-    parser.add_argument("--frontier-topic", default="frontier",
-                        help="the fleet's frontier topic (default: %(default)s)")
+    parser.add_argument("--frontier-topic", default=None,
+                        help="the fleet's frontier topic (default: frontier; with --cloud "
+                             f"{RESOURCES.frontier_topic}, the one terraform/ creates)")
+    parser.add_argument("--cloud", action="store_true",
+                        help="serve the API only, against the fleet on Google Cloud (real "
+                             "Pub/Sub and Bigtable of --project and --bigtable-instance, "
+                             "whose Dataflow job is the fleet): no emulators, no local fleet")
     parser.add_argument("--min-delay", type=float, default=1.0,
                         help="min_delay of a crawl that asks for none (default: %(default)s)")
     parser.add_argument("--user-agent", default=DEFAULT_USER_AGENT,
@@ -90,6 +102,10 @@ def run_serve(args: argparse.Namespace) -> int:
         print(f"crawler serve: the control API needs the `service` extra ({exc.name} is "
               "missing): pip install 'beam-crawler[service]'", file=sys.stderr)
         return 3
+    if args.cloud:
+        return _run_cloud(args)
+    if args.frontier_topic is None:
+        args.frontier_topic = LOCAL_FRONTIER_TOPIC
     from pipeline.io.bigtable import BigtableConfig, open_tables
     from pipeline.io.dns import parse_resolve
     from pipeline.local.emulators import (
@@ -155,4 +171,45 @@ def run_serve(args: argparse.Namespace) -> int:
         if tables is not None:
             tables.close()
         stop_emulators(emulators)
+    return 0
+
+
+def _run_cloud(args: argparse.Namespace) -> int:
+    """The API alone, against the cloud fleet; the same app as Cloud Run's (run_serve has
+    refused an unusable token file already)."""
+    from pipeline.service.cloud import CloudSettings, CloudSettingsError, create_cloud_app
+    from pipeline.service.server import ApiServer, ApiServerFailed
+
+    if args.project == LOCAL_PROJECT:
+        print("crawler serve: --cloud needs --project, the project of the fleet's Pub/Sub "
+              "topics and Bigtable instance", file=sys.stderr)
+        return 2
+    for given, flag in ((args.resolve, "--resolve"), (args.allow_networks, "--allow-network")):
+        if given:
+            print(f"crawler serve: {flag} is the fleet's, not the API's: give it to the "
+                  "Dataflow job (pipeline.main)", file=sys.stderr)
+            return 2
+    try:
+        settings = CloudSettings(
+            project=args.project, bigtable_instance=args.bigtable_instance,
+            token_file=args.token_file,
+            frontier_topic=args.frontier_topic or RESOURCES.frontier_topic,
+            min_delay=args.min_delay, user_agent=args.user_agent, port=args.port or 8080)
+        app = create_cloud_app(settings)
+    except CloudSettingsError as exc:
+        print(f"crawler serve: {exc}", file=sys.stderr)
+        return 2
+    try:
+        server = ApiServer(app, host=args.host, port=args.port).start()
+    except ApiServerFailed as exc:
+        print(f"crawler serve: {exc}", file=sys.stderr)
+        return 1
+    print(f"control API on {server.url} (OpenAPI: {server.url}/docs) for the fleet of project "
+          f"{settings.project}, Bigtable instance {settings.bigtable_instance}", flush=True)
+    try:
+        server.wait()
+    except KeyboardInterrupt:
+        print("\nstopping", file=sys.stderr)
+    finally:
+        server.stop()
     return 0
