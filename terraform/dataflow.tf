@@ -1,5 +1,5 @@
 # The fleet: one streaming Dataflow job from the Flex Template (templates/), serving every
-# crawl. Create it only once the image is pushed and the template spec is built
+# crawl the control API (service.tf) starts. Create it only once the image is pushed and the template spec is built
 # (var.launch_job; docs/deploy.md).
 
 locals {
@@ -48,9 +48,15 @@ resource "google_dataflow_flex_template_job" "crawler" {
   max_workers             = var.max_workers
 
   lifecycle {
+    # The fleet (the default mode) takes each crawl's id from its messages; a one-crawl job
+    # needs its own.
     precondition {
-      condition     = contains(keys(var.pipeline_parameters), "crawl_id")
-      error_message = "pipeline_parameters must name the crawl: { crawl_id = \"...\" } (a required template parameter)."
+      condition     = lookup(var.pipeline_parameters, "mode", "fleet") == "fleet" || contains(keys(var.pipeline_parameters), "crawl_id")
+      error_message = "pipeline_parameters with mode = \"crawl\" must name the crawl: { crawl_id = \"...\" }."
+    }
+    precondition {
+      condition     = lookup(var.pipeline_parameters, "mode", "fleet") != "fleet" || !contains(keys(var.pipeline_parameters), "crawl_id")
+      error_message = "The fleet serves every crawl the control API starts: drop crawl_id from pipeline_parameters, or set mode = \"crawl\"."
     }
   }
 

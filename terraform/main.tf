@@ -1,5 +1,6 @@
-# The crawler fleet on Google Cloud: one streaming Dataflow job that serves every crawl, and
-# the stores, queues and identities it needs. Resource names are the ones the code uses
+# The crawler fleet on Google Cloud: one streaming Dataflow job that serves every crawl, the
+# control API on Cloud Run that starts and steers crawls, and the stores, queues and identities
+# they need. Resource names are the ones the code uses
 # (pipeline/io/resources.py); tests/test_terraform.py checks that both agree.
 
 locals {
@@ -13,6 +14,8 @@ locals {
     "iam.googleapis.com",
     "monitoring.googleapis.com",
     "pubsub.googleapis.com",
+    "run.googleapis.com",
+    "secretmanager.googleapis.com",
     "storage.googleapis.com",
   ]
 }

@@ -57,3 +57,23 @@ output "job_id" {
   description = "Id of the running Dataflow job, when var.launch_job is true."
   value       = one(google_dataflow_flex_template_job.crawler[*].job_id)
 }
+
+output "api_url" {
+  description = "URL of the control API on Cloud Run (docs/api.md)."
+  value       = google_cloud_run_v2_service.api.uri
+}
+
+output "api_service_account" {
+  description = "The control API runs as this account."
+  value       = google_service_account.api.email
+}
+
+output "api_image" {
+  description = "Where to push the control API image (templates/service.Dockerfile) for var.api_image_tag."
+  value       = local.api_image
+}
+
+output "api_token_secret" {
+  description = "Secret Manager secret of the API's bearer tokens, one per line; add a version to set or rotate them."
+  value       = google_secret_manager_secret.api_tokens.id
+}

@@ -228,3 +228,58 @@ variable "labels" {
   type        = map(string)
   default     = { app = "beam-crawler" }
 }
+
+variable "api_image_tag" {
+  description = "Tag of the control API image (crawler-api, built from templates/service.Dockerfile) in Artifact Registry."
+  type        = string
+  default     = "latest"
+
+  validation {
+    condition     = can(regex("^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$", var.api_image_tag))
+    error_message = "api_image_tag must be a Docker tag: letters, digits, _, . and -, at most 128 characters."
+  }
+}
+
+variable "api_ingress" {
+  description = "Where the control API accepts requests from: INGRESS_TRAFFIC_ALL (the internet, still behind IAM and tokens), INGRESS_TRAFFIC_INTERNAL_ONLY (the project's VPC) or INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER."
+  type        = string
+  default     = "INGRESS_TRAFFIC_ALL"
+
+  validation {
+    condition     = contains(["INGRESS_TRAFFIC_ALL", "INGRESS_TRAFFIC_INTERNAL_ONLY", "INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER"], var.api_ingress)
+    error_message = "api_ingress must be INGRESS_TRAFFIC_ALL, INGRESS_TRAFFIC_INTERNAL_ONLY or INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER."
+  }
+}
+
+variable "api_min_instances" {
+  description = "Control API instances kept warm; 0 lets it scale to zero (the first request then waits for a start, a few seconds)."
+  type        = number
+  default     = 0
+
+  validation {
+    condition     = var.api_min_instances >= 0 && floor(var.api_min_instances) == var.api_min_instances
+    error_message = "api_min_instances must be a whole number >= 0."
+  }
+}
+
+variable "api_max_instances" {
+  description = "Most control API instances; bounds its bill and the load a burst of calls puts on the crawls table."
+  type        = number
+  default     = 3
+
+  validation {
+    condition     = var.api_max_instances >= 1 && var.api_max_instances <= 100 && floor(var.api_max_instances) == var.api_max_instances
+    error_message = "api_max_instances must be a whole number from 1 to 100 (and >= api_min_instances)."
+  }
+}
+
+variable "api_invokers" {
+  description = "Principals Cloud Run lets call the control API (user:, group:, serviceAccount:, domain:), each then needing a bearer token too. Empty: nobody. allUsers would leave the tokens as the only gate, and is refused."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for m in var.api_invokers : can(regex("^(user|group|serviceAccount|domain):[^\\s]+$", m))])
+    error_message = "Each invoker must be user:EMAIL, group:EMAIL, serviceAccount:EMAIL or domain:DOMAIN (allUsers and allAuthenticatedUsers are refused)."
+  }
+}

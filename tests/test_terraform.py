@@ -279,3 +279,129 @@ def test_the_dashboard_and_alerts_read_counters_the_code_keeps(terraform) -> Non
     subscriptions = re.findall(r"subscription_id=\\\"\$\{google_pubsub_subscription\.(\w+)\.name",
                                text)
     assert subscriptions == ["frontier_fleet"]
+
+
+# --- The control API on Cloud Run ------------------------------------------------------------
+
+
+def test_the_api_is_given_every_setting_it_reads_naming_the_resources_the_code_uses(
+        terraform) -> None:
+    from pipeline.service.cloud import CloudSettings
+
+    env = locals_of(terraform)["api_env"]
+    crawl_defaults = locals_of(terraform)["api_crawl_defaults"]
+    # PORT is Cloud Run's own (reserved); a crawl's defaults follow the job's parameters.
+    assert set(env) | {"PORT", "CRAWLER_MIN_DELAY", "CRAWLER_USER_AGENT"} == set(
+        CloudSettings.ENV.values())
+    assert "CRAWLER_MIN_DELAY" in crawl_defaults and "CRAWLER_USER_AGENT" in crawl_defaults
+    assert set(CloudSettings.REQUIRED) <= {
+        field for field, variable in CloudSettings.ENV.items() if variable in env}
+    topics = resources(terraform, "google_pubsub_topic")
+    tables = resources(terraform, "google_bigtable_table")
+    assert referenced(env["CRAWLER_FRONTIER_TOPIC"], "google_pubsub_topic", topics,
+                      "name") == RESOURCES.frontier_topic
+    for variable, name in (("CRAWLER_PAGES_TABLE", RESOURCES.pages_table),
+                           ("CRAWLER_CRAWLS_TABLE", RESOURCES.crawls_table),
+                           ("CRAWLER_FRONTIER_TABLE", RESOURCES.frontier_table)):
+        assert referenced(env[variable], "google_bigtable_table", tables, "name") == name
+    assert env["CRAWLER_BIGTABLE_INSTANCE"] == "${google_bigtable_instance.crawler.name}"
+    assert env["CRAWLER_PROJECT"] == "${var.project_id}"
+
+
+def _service(terraform) -> dict[str, Any]:
+    (service,) = resources(terraform, "google_cloud_run_v2_service").values()
+    return service
+
+
+def test_the_api_runs_as_its_own_account_with_the_token_secret_mounted_as_its_file(
+        terraform) -> None:
+    service = _service(terraform)
+    template = _value(service["template"])
+    assert _value(template["service_account"]) == "${google_service_account.api.email}"
+    (account,) = [body for label, body in
+                  resources(terraform, "google_service_account").items() if label == "api"]
+    assert _value(account["account_id"]) == "crawler-api"
+    container = _value(template["containers"])
+    assert _value(container["image"]) == "${local.api_image}"
+    assert "/crawler-api:" in locals_of(terraform)["api_image"]
+    (env_block,) = _value(container["dynamic"]).values()
+    assert _value(env_block["for_each"]) == "${merge(local.api_crawl_defaults,local.api_env)}"
+    volume = _value(template["volumes"])
+    secret = _value(volume["secret"])
+    assert _value(secret["secret"]) == "${google_secret_manager_secret.api_tokens.secret_id}"
+    item = _value(secret["items"])
+    mount = _value(container["volume_mounts"])
+    assert _value(mount["name"]) == _value(volume["name"])
+    mounted_file = f"{locals_of(terraform)['api_secret_dir']}/{_value(item['path'])}"
+    token_file = locals_of(terraform)["api_env"]["CRAWLER_TOKEN_FILE"].replace(
+        "${local.api_secret_dir}", locals_of(terraform)["api_secret_dir"])
+    assert _value(mount["mount_path"]) == "${local.api_secret_dir}"
+    assert token_file == mounted_file
+    # The probes ask the one route without a token.
+    for probe in ("startup_probe", "liveness_probe"):
+        assert _value(_value(_value(container[probe])["http_get"])["path"]) == "/healthz"
+
+
+def test_terraform_holds_no_token_value(terraform) -> None:
+    assert resources(terraform, "google_secret_manager_secret_version") == {}
+    (secret,) = resources(terraform, "google_secret_manager_secret").values()
+    assert _value(secret["secret_id"]) == "crawler-api-tokens"
+
+
+def _api_grants(terraform) -> set[tuple[str, str, str]]:
+    """(resource kind, what it is granted on, role) of every grant to the API's account."""
+    api_member = locals_of(terraform)["api"]
+    assert api_member == "serviceAccount:${google_service_account.api.email}"
+    # Every IAM resource of any kind, so a grant of a kind not foreseen here is seen too.
+    kinds = {kind for document in terraform for block in document.get("resource", [])
+             for kind in block if "_iam_" in kind}
+    grants = set()
+    for kind in sorted(kinds):
+        for body in resources(terraform, kind).values():
+            member = _value(body.get("member", body.get("members")))
+            if "google_service_account.api." not in json.dumps(member) and member != (
+                    "${local.api}"):
+                continue
+            target = next((_value(body[key]) for key in (
+                "table", "topic", "subscription", "bucket", "secret_id", "instance",
+                "dataset_id", "repository", "service_account_id", "name", "project")
+                if key in body), "?")
+            grants.add((kind, target, _value(body["role"])))
+    return grants
+
+
+def test_the_api_account_holds_only_the_roles_its_requests_need(terraform) -> None:
+    assert _api_grants(terraform) == {
+        ("google_pubsub_topic_iam_member", "${google_pubsub_topic.frontier.name}",
+         "roles/pubsub.publisher"),
+        ("google_bigtable_table_iam_member", "${google_bigtable_table.crawls.name}",
+         "roles/bigtable.user"),
+        ("google_bigtable_table_iam_member", "${google_bigtable_table.pages.name}",
+         "roles/bigtable.reader"),
+        ("google_storage_bucket_iam_member", "${google_storage_bucket.crawl.name}",
+         "roles/storage.objectViewer"),
+        ("google_secret_manager_secret_iam_member",
+         "${google_secret_manager_secret.api_tokens.id}", "roles/secretmanager.secretAccessor"),
+    }
+    # The bucket grant reads extracted text only, not raw responses or anything else.
+    (text,) = [body for label, body in resources(terraform, "google_storage_bucket_iam_member")
+               .items() if label == "api_text"]
+    expression = _value(_value(text["condition"])["expression"])
+    assert "/objects/crawls/" in expression and ".warc.wet.gz" in expression
+
+
+def test_nobody_may_call_the_api_unless_named_and_never_everybody(terraform) -> None:
+    variables = {name: body for document in terraform for block in document.get("variable", [])
+                 for name, body in block.items()}
+    invokers = variables["api_invokers"]
+    assert _value(invokers["default"]) == []
+    (binding,) = resources(terraform, "google_cloud_run_v2_service_iam_member").values()
+    assert _value(binding["for_each"]) == "${toset(var.api_invokers)}"
+    assert _value(binding["role"]) == "roles/run.invoker"
+    condition = _value(_value(invokers["validation"])["condition"])
+    pattern = re.search(r'regex\("(.+)",\s*m\)', condition)[1].replace("\\\\", "\\")
+    for member in ("user:ops@example.com", "group:crawl-ops@example.com",
+                   "serviceAccount:ci@p.iam.gserviceaccount.com", "domain:example.com"):
+        assert re.fullmatch(pattern, member), member
+    for member in ("allUsers", "allAuthenticatedUsers", "user:", "ops@example.com"):
+        assert not re.fullmatch(pattern, member), member
