@@ -138,6 +138,9 @@ def build_fleet(
     the crawl's Parquet table), and publishes links back to `topic`. With `events_topic`, each
     fetched page's event (it names its crawl) goes there once its row is durable; with
     `bigquery_table`, rows also go to BigQuery."""
+    if config.budget_block is None:
+        # Each crawl's budget counted per process: refused where the fleet has many.
+        check_budget_fits_runner(p, LocalPageBudget("fleet", None))
     payloads = p | "ReadFleetFrontier" >> beam.io.ReadFromPubSub(subscription=subscription)
     scheduled = payloads | "ScheduleFleetFetches" >> ScheduleFleetFetches(config, clock)
     stored = scheduled.fetched | "StorePages" >> StorePages(

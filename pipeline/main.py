@@ -153,6 +153,9 @@ def fleet_config(crawl: CrawlOptions) -> FleetConfig:
         policy=defaults.host_policy(), fetch=defaults.fetch_config(),
         bigtable=crawl.bigtable_config(), fetch_concurrency=crawl.fetch_concurrency,
         state_ttl_s=CLOUD_STATE_TTL_S,
+        # Every worker process claims each crawl's pages from its record: a crawl's max_pages
+        # holds job-wide (pipeline.core.budget).
+        budget_block=crawl.budget_block,
     )
 
 

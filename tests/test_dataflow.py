@@ -24,7 +24,7 @@ from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.dataflow.internal import apiclient
 from google.cloud import dataflow
 
-from pipeline.core.budget import LocalPageBudget
+from pipeline.core.budget import BlockPageBudget, LocalPageBudget
 from pipeline.core.crawl_states import CLOUD_STATE_TTL_S
 from pipeline.graph import build_crawl
 from pipeline.io.resources import RESOURCES
@@ -37,6 +37,7 @@ from pipeline.main import (
     run,
 )
 from pipeline.options import CrawlOptions
+from pipeline.transforms.budget import BigtablePageClaims
 from pipeline.transforms.crawl_watch import WatchCrawlsFn
 from pipeline.transforms.fleet import FleetSchedulerFn
 from pipeline.transforms.frontier import PublishFn
@@ -150,6 +151,26 @@ def test_the_fleet_schedulers_read_each_crawls_record_from_the_jobs_bigtable(job
     # No page limit of the job's own: each crawl brings its budget in its record.
     assert config.policy.max_pages_per_host is None and config.policy.max_depth is None
     assert config.resolve == ()
+    # Each crawl's pages are claimed job-wide from its record, in blocks.
+    assert config.budget_block == CrawlOptions(seeds=()).budget_block
+    budget = scheduler._budget("c-x", 100)
+    assert isinstance(budget, BlockPageBudget) and budget.block == config.budget_block
+    assert budget._advance == BigtablePageClaims(config.bigtable, "c-x")
+
+
+def test_a_fleet_counting_budgets_per_process_is_refused_on_dataflow():
+    import dataclasses
+
+    from pipeline.graph import build_fleet
+    from pipeline.main import fleet_config
+
+    options, crawl = job_options(FLAGS)
+    local = dataclasses.replace(fleet_config(crawl), budget_block=None)
+    with pytest.raises(ValueError, match="LocalPageBudget.*DataflowRunner"):
+        build_fleet(beam.Pipeline(options=options), local, out=crawl.out,
+                    subscription=f"projects/{PROJECT}/subscriptions/s",
+                    topic=f"projects/{PROJECT}/topics/t",
+                    dead_letter_topic=f"projects/{PROJECT}/topics/d")
 
 
 def test_the_fleet_job_ends_its_crawls_from_a_periodic_watch_of_the_records(job):

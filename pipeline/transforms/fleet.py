@@ -26,7 +26,7 @@ from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec
 from apache_beam.utils.shared import Shared
 from apache_beam.utils.timestamp import Timestamp
 
-from pipeline.core.budget import LocalPageBudget
+from pipeline.core.budget import LocalPageBudget, PageBudget
 from pipeline.core.counters import Counter
 from pipeline.core.fleet_host import CrawlTerms, FleetDecision, FleetHostState
 from pipeline.core.politeness import HostPolicy, LeaseKind
@@ -46,6 +46,7 @@ from pipeline.io.dns import parse_resolve
 from pipeline.io.fetch import FetchConfig
 from pipeline.io.host_overflow import HostOverflow
 from pipeline.metrics import crawl_counter
+from pipeline.transforms.budget import shared_page_budget
 from pipeline.transforms.frontier import split_by_host
 from pipeline.transforms.resources import WorkerResources, worker_resources
 from pipeline.transforms.schedule import _POLL_MAX, _POLL_MIN, _report
@@ -70,6 +71,10 @@ class FleetConfig:
     resolve: tuple[str, ...] = ()
     fetch_concurrency: int = 128
     state_ttl_s: float = 1.0
+    # None: each crawl's page budget is counted in this process, exact where the fleet has
+    # one process (the local fleet). A number: pages are claimed in blocks of it from the
+    # crawl's record in Bigtable, as every process of a many-worker fleet must.
+    budget_block: int | None = None
 
 
 def crawl_policy(base: HostPolicy, crawl: FleetCrawl) -> HostPolicy:
@@ -229,7 +234,7 @@ class FleetSchedulerFn(beam.DoFn):
             crawl = self._crawl(crawl_id, now)
             if crawl is None:
                 continue
-            budget = LocalPageBudget(crawl_id, crawl.limits.max_pages)
+            budget = self._budget(crawl_id, crawl.limits.max_pages)
             duration = crawl.limits.max_duration_s
             terms[crawl_id] = CrawlTerms(
                 policy=self._policy(crawl), state=crawl.state,
@@ -237,6 +242,14 @@ class FleetSchedulerFn(beam.DoFn):
                 time_spent=duration is not None and now >= crawl.created_at + duration,
             )
         return terms
+
+    def _budget(self, crawl_id: str, max_pages: int) -> PageBudget:
+        """The crawl's page budget; either kind keeps its count per process and crawl, so a
+        new object per look is the same budget."""
+        if self._config.budget_block is None:
+            return LocalPageBudget(crawl_id, max_pages)
+        return shared_page_budget(self._config.bigtable, crawl_id, max_pages,
+                                  block=self._config.budget_block)
 
     # ---------------------------------------------------------------------- elements
     def process(
