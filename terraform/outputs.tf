@@ -59,8 +59,8 @@ output "job_id" {
 }
 
 output "api_url" {
-  description = "URL of the control API on Cloud Run (docs/api.md)."
-  value       = google_cloud_run_v2_service.api.uri
+  description = "URL of the control API on Cloud Run (docs/api.md), when var.deploy_api is true."
+  value       = one(google_cloud_run_v2_service.api[*].uri)
 }
 
 output "api_service_account" {

@@ -103,6 +103,9 @@ resource "google_storage_bucket_iam_member" "api_text" {
 # --- The service -----------------------------------------------------------------------------
 
 resource "google_cloud_run_v2_service" "api" {
+  # Created once its image is pushed and the token secret has a version (var.deploy_api).
+  count = var.deploy_api ? 1 : 0
+
   name     = "crawler-api"
   location = var.region
   ingress  = var.api_ingress
@@ -121,7 +124,8 @@ resource "google_cloud_run_v2_service" "api" {
       secret {
         secret = google_secret_manager_secret.api_tokens.secret_id
         items {
-          # Read when an instance starts: a new version reaches the API with its next revision.
+          # The API reads its token file when an instance starts: a new version reaches it with
+          # the next revision (docs/deploy.md, rotating tokens).
           version = "latest"
           path    = "tokens"
         }
@@ -180,10 +184,10 @@ resource "google_cloud_run_v2_service" "api" {
 # Who may call the service at all (Cloud Run checks their Google identity; the API then checks
 # its own bearer token). Nobody by default.
 resource "google_cloud_run_v2_service_iam_member" "api_invokers" {
-  for_each = toset(var.api_invokers)
+  for_each = var.deploy_api ? toset(var.api_invokers) : toset([])
 
-  name     = google_cloud_run_v2_service.api.name
-  location = google_cloud_run_v2_service.api.location
+  name     = google_cloud_run_v2_service.api[0].name
+  location = google_cloud_run_v2_service.api[0].location
   role     = "roles/run.invoker"
   member   = each.value
 }

@@ -229,6 +229,12 @@ variable "labels" {
   default     = { app = "beam-crawler" }
 }
 
+variable "deploy_api" {
+  description = "Create the control API's Cloud Run service. Leave false until its image is pushed and the token secret has a version (docs/deploy.md)."
+  type        = bool
+  default     = false
+}
+
 variable "api_image_tag" {
   description = "Tag of the control API image (crawler-api, built from templates/service.Dockerfile) in Artifact Registry."
   type        = string
