@@ -12,18 +12,54 @@ import json
 import os
 import pickle
 import sys
+import tempfile
 from pathlib import Path
 
 from pipeline.core.pages import page_links
 from pipeline.core.parse import is_html, parse_page
-from pipeline.core.records import FetchResult, FrontierBatch, RecordPointer
+from pipeline.core.records import FetchResult, FrontierBatch, PageRow, RecordPointer
+from pipeline.io.bigtable import PAGES_FAMILY, page_mutation
 from pipeline.io.events import event_of
-from pipeline.io.pages_table import dict_to_row, query_pages
+from pipeline.io.pages_table import PagesTableWriter, dict_to_row, query_pages
 from pipeline.io.segments import read_response
 
 
 def _size(directory: Path) -> int:
     return sum(f.stat().st_size for f in directory.glob("*") if f.is_file())
+
+
+def bigtable_row_size(row: PageRow) -> tuple[int, int, int]:
+    """(cells stored, bytes stored, mutations sent) of the row's MutateRows entry. A stored
+    cell counts as Bigtable accounts for it: row key, family, qualifier, an 8-byte timestamp
+    and the value."""
+    entry = page_mutation(row)
+    cells = [m.set_cell for m in entry.mutations if m.WhichOneof("mutation") == "set_cell"]
+    fixed = len(entry.row_key) + len(PAGES_FAMILY) + 8
+    stored = sum(fixed + len(cell.column_qualifier) + len(cell.value) for cell in cells)
+    return len(cells), stored, len(entry.mutations)
+
+
+def bigtable_sizes(rows: list[PageRow], pages: int) -> dict[str, float]:
+    """Cells, bytes and mutations per Bigtable page row, for rows decided without a request
+    (filtered, over_budget) and for all rows, and per fetched page."""
+    figures: dict[str, float] = {}
+    without_request = [r for r in rows if r.state in ("filtered", "over_budget")]
+    for label, group in (("unfetched_row", without_request), ("row", rows)):
+        sizes = [bigtable_row_size(r) for r in group]
+        n = max(len(sizes), 1)
+        figures[f"bigtable_cells_per_{label}"] = sum(s[0] for s in sizes) / n
+        figures[f"bigtable_bytes_per_{label}"] = sum(s[1] for s in sizes) / n
+        figures[f"bigtable_mutations_per_{label}"] = sum(s[2] for s in sizes) / n
+    with tempfile.TemporaryDirectory(prefix="unfetched-rows-") as directory:
+        with PagesTableWriter(directory, "measure", "w0") as writer:
+            for row in without_request:
+                writer.add(row)
+        figures["parquet_bytes_per_unfetched_row"] = _size(
+            Path(directory) / "measure" / "pages") / max(len(without_request), 1)
+    sizes = [bigtable_row_size(r) for r in rows]
+    figures["bigtable_cells_per_fetched_page"] = sum(s[0] for s in sizes) / pages
+    figures["bigtable_bytes_per_fetched_page"] = sum(s[1] for s in sizes) / pages
+    return figures
 
 
 def measure(crawl_dir: Path) -> dict[str, float]:
@@ -61,6 +97,7 @@ def measure(crawl_dir: Path) -> dict[str, float]:
         "warc_bytes_per_page": _size(crawl_dir / "warc") / pages,
         "wet_bytes_per_page": _size(crawl_dir / "wet") / pages,
         "parquet_bytes_per_row": _size(crawl_dir / "pages") / max(len(rows), 1),
+        **bigtable_sizes(rows, pages),
         "segment_files": len(list((crawl_dir / "warc").glob("*"))) +
         len(list((crawl_dir / "wet").glob("*"))),
         "frontier_messages_per_page": len(frontier_bytes) / pages,
