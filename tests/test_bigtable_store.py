@@ -17,8 +17,10 @@ import apache_beam as beam
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import Timestamp
 from google.cloud import bigtable
-from google.cloud.bigtable.data import DeleteRangeFromColumn, RowMutationEntry, SetCell
+from google.cloud.bigtable.data import DeleteAllFromRow, RowMutationEntry, SetCell
 from google.cloud.bigtable.data.row_filters import PassAllFilter
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -189,14 +191,26 @@ page_rows = st.builds(
 )
 
 
+# The compact layout, spelled out: no cell for what the key says or a missing cell reads as.
+_KEY_COLUMNS = {"crawl_id", "url_hash"}
+_ABSENT = {"reason": "", "depth": 0, "attempts": 0, "links": 0}
+
+
+def _cell_values(row: PageRow) -> dict[str, Any]:
+    return {
+        name: value for name, value in row_to_dict(row).items()
+        if value is not None and name not in _KEY_COLUMNS
+        and not (name in _ABSENT and value == _ABSENT[name])
+        and not (name == "host" and value == host_key(row.url))
+    }
+
+
 def _client_built_entry(row: PageRow) -> RowMutationEntry:
     # The same row through the client's own mutation objects: what page_mutation builds as
     # protobuf directly must be exactly what the client would have sent.
-    values = row_to_dict(row)
-    mutations = [
-        DeleteRangeFromColumn(PAGES_FAMILY, name.encode()) if value is None
-        else SetCell(PAGES_FAMILY, name.encode(), _cell_bytes(value), 0)
-        for name, value in values.items()
+    mutations = [DeleteAllFromRow()] + [
+        SetCell(PAGES_FAMILY, name.encode(), _cell_bytes(value), 0)
+        for name, value in _cell_values(row).items()
     ]
     return RowMutationEntry(page_key(row), mutations)
 
@@ -261,8 +275,9 @@ def test_writing_a_row_twice_stores_the_same_cells(tables: BigtableTables) -> No
     assert len(writer) == 1
     writer.flush()
     assert _raw_cells(tables, row) == once
-    # One version per column that has a value; None columns have no cell.
-    assert len(once) == sum(value is not None for value in row_to_dict(row).values())
+    # One version per stored column; None columns, defaults and what the key says have no
+    # cell.
+    assert [q for q, _, _ in once] == sorted(name.encode() for name in _cell_values(row))
 
     # A later write without text leaves no stale WET pointer behind.
     replaced = page(row.url, **{k: getattr(row, k) for k in ("depth", "state", "http_status",
@@ -273,6 +288,87 @@ def test_writing_a_row_twice_stores_the_same_cells(tables: BigtableTables) -> No
     assert read_page(tables, row.crawl_id, row.url) == _expected(replaced)
     qualifiers = {q for q, _, _ in _raw_cells(tables, row)}
     assert b"wet_file" not in qualifiers and b"warc_file" in qualifiers
+
+    # A row decided without a request replaces a fetched one whole: only its own cells stay.
+    ended = page(row.url, state=PageState.OVER_BUDGET, reason="crawl page budget spent",
+                 depth=2)
+    writer.add(ended)
+    writer.flush()
+    assert read_page(tables, row.crawl_id, row.url) == _expected(ended)
+    assert [(q, v) for q, v, _ in _raw_cells(tables, row)] == [
+        (b"depth", (2).to_bytes(8, "big")), (b"reason", b"crawl page budget spent"),
+        (b"state", b"over_budget"), (b"url", row.url.encode())]
+
+
+def test_a_url_decided_without_a_request_is_a_compact_row_findable_by_url(
+    tables: BigtableTables,
+) -> None:
+    filtered = page("http://compact.test/deep/a", state=PageState.FILTERED,
+                    reason="depth 2 > max depth 1", depth=2)
+    seed_over = page("http://compact.test/", state=PageState.OVER_BUDGET,
+                     reason="crawl page budget spent")
+    writer = PageRowWriter(tables)
+    writer.add(filtered)
+    writer.add(seed_over)
+    writer.flush()
+    assert [q for q, _, _ in _raw_cells(tables, filtered)] == [
+        b"depth", b"reason", b"state", b"url"]
+    assert [q for q, _, _ in _raw_cells(tables, seed_over)] == [b"reason", b"state", b"url"]
+    for row in (filtered, seed_over):
+        assert read_page(tables, None, row.url) == _expected(row)
+        looked_up = page_lookup(row.url, config=tables, crawl_id=None, with_text=False)
+        assert (looked_up["state"], looked_up["reason"]) == (str(row.state), row.reason)
+    assert {r.url for r in pages_by_host(tables, "compact.test")} == {
+        filtered.url, seed_over.url}
+
+
+def test_a_host_other_than_the_urls_own_keeps_its_cell(tables: BigtableTables) -> None:
+    # The key's host is the URL's host key; a row naming another host must not lose it.
+    row = page("http://www.other.test:8080/x", host="other.test", state=PageState.FILTERED,
+               reason="scope")
+    writer = PageRowWriter(tables)
+    writer.add(row)
+    writer.flush()
+    assert b"host" in {q for q, _, _ in _raw_cells(tables, row)}
+    assert read_page(tables, row.crawl_id, row.url) == _expected(row)
+
+
+def test_rows_written_with_a_cell_per_column_still_read_back(tables: BigtableTables) -> None:
+    # The layout before rows were compact: every non-null column a cell, key parts included.
+    for row in SHAPES:
+        full = [SetCell(PAGES_FAMILY, name.encode(), _cell_bytes(value), 0)
+                for name, value in row_to_dict(row).items() if value is not None]
+        tables.pages.bulk_mutate_rows([RowMutationEntry(page_key(row), full)])
+    for row in SHAPES:
+        assert read_page(tables, row.crawl_id, row.url) == _expected(row), row.url
+
+
+def test_a_hosts_ended_queue_is_one_mutate_rows_request(
+    config: BigtableConfig, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A spent budget turns a full host queue (2,000 URLs by default) into rows at once.
+    open_tables(config, create=True).close()
+    rows = [page(f"http://queue.test/p{i}", state=PageState.OVER_BUDGET,
+                 reason="crawl page budget spent", depth=1) for i in range(2000)]
+    fn = WritePagesToBigtableFn(config)
+    fn.setup()
+    fn.start_bundle()
+    assert fn._store is not None
+    calls: list[int] = []
+    table = fn._store.writer._table
+    original = table.bulk_mutate_rows
+
+    def counting(entries: Any, **kwargs: Any) -> Any:
+        calls.append(len(entries))
+        return original(entries, **kwargs)
+
+    monkeypatch.setattr(table, "bulk_mutate_rows", counting)
+    for row in rows:
+        fn.process(row, timestamp=Timestamp(0), window=GlobalWindow())
+    assert len(list(fn.finish_bundle())) == len(rows)
+    assert calls == [len(rows)]
+    with open_tables(config, create=False) as opened:
+        assert read_page(opened, "c1", rows[-1].url) == _expected(rows[-1])
 
 
 @pytest.mark.filterwarnings("ignore:Connecting to Bigtable emulator:RuntimeWarning")

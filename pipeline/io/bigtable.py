@@ -80,9 +80,10 @@ COUNTERS: tuple[str, ...] = ("accepted", *TERMINAL_COUNTERS, "bytes")
 SAMPLE_EVERY_S = 5.0
 SAMPLE_SLOTS = 16  # 16 x 5 s = 80 s of history: enough for "pages/s over the last minute"
 
-# Rows per MutateRows request. A page row is at most len(PAGES_COLUMNS) mutations and a
-# request may carry 100,000 mutations.
-DEFAULT_BATCH_ROWS = 1000
+# Rows per MutateRows request: the default host queue cap, so the rows of one host's queue
+# ended at once (a spent budget) go in one request. A page row is at most
+# MAX_MUTATIONS_PER_ROW mutations and a request may carry 100,000.
+DEFAULT_BATCH_ROWS = 2000
 _MAX_MUTATIONS_PER_REQUEST = 100_000
 
 # Every page cell carries this timestamp, so writing a row twice leaves one version of each
@@ -293,9 +294,13 @@ def url_prefix(normalized_url: str) -> bytes:
 
 def page_key(row: PageRow) -> bytes:
     """Row key of a page row: '{reversed host}/{url hash, 16 hex digits}/{crawl id}'."""
+    return _page_key(row, host_key(row.url))
+
+
+def _page_key(row: PageRow, key_host: str) -> bytes:
     check_crawl_id(row.crawl_id)
     unsigned = row.url_hash & 0xFFFF_FFFF_FFFF_FFFF
-    return host_prefix(host_key(row.url)) + f"{unsigned:016x}/{row.crawl_id}".encode()
+    return host_prefix(key_host) + f"{unsigned:016x}/{row.crawl_id}".encode()
 
 
 def _prefix_range(prefix: bytes) -> RowRange:
@@ -345,31 +350,36 @@ def _decode(kind: str, data: bytes) -> Any:
 
 # The raw protobuf classes behind the client's proto-plus types. The client turns every
 # SetCell and DeleteRangeFromColumn object into a proto-plus message one by one, at ~20 us per
-# cell; a page row has 21 cells and a crawl writes a row for every URL it accepts (40 per
-# fetched page at depth 1 on real pages), which made row writes 22 % of a real-pages crawl's
-# CPU. Built straight as protobuf, the same entry costs a quarter of that (110-130 us against
-# 430-500 us a row, two thirds of them `filtered` rows, on the shared 2-core machine).
+# cell; a crawl writes a row for every URL it accepts (40 per fetched page at depth 1 on real
+# pages), which made row writes 22 % of a real-pages crawl's CPU. Built straight as protobuf,
+# the same entry costs a quarter of that (docs/bigtable.md, "Measured").
 _ENTRY_PB = bigtable_types.MutateRowsRequest.Entry.pb()
 _MUTATION_PB = data_types.Mutation.pb()
 _SET_CELL_PB = data_types.Mutation.SetCell.pb()
-# What the client sends for DeleteRangeFromColumn(family, qualifier): an empty time range,
-# i.e. every version. Built once per column; a repeated field copies what it is given.
-_DELETE_COLUMN: dict[str, Any] = {
-    name: _MUTATION_PB(delete_from_column=data_types.Mutation.DeleteFromColumn.pb()(
-        family_name=PAGES_FAMILY, column_qualifier=name.encode(),
-        time_range=data_types.TimestampRange.pb()(),
-    ))
-    for name in _PAGE_KINDS
-}
+# First mutation of every page row: the row's previous cells go, whatever they were, so the
+# row never mixes two writes. One mutation instead of a DeleteFromColumn per null column.
+# A repeated field copies what it is given, so one message serves every entry.
+_DELETE_ROW = _MUTATION_PB(delete_from_row=data_types.Mutation.DeleteFromRow.pb()())
+
+# Columns the row key already holds: never a cell.
+_IN_KEY = frozenset({"crawl_id", "url_hash"})
+# What a missing cell reads as. Most rows are URLs decided without a request (`filtered`,
+# `over_budget`): they keep url, state and reason, and depth when it is not 0.
+_ABSENT_READS_AS: dict[str, Any] = {"reason": "", "depth": 0, "attempts": 0, "links": 0}
+_STORED_KINDS: dict[str, str] = {
+    name: kind for name, kind in _PAGE_KINDS.items() if name not in _IN_KEY}
 _QUALIFIERS: dict[str, bytes] = {name: name.encode() for name in _PAGE_KINDS}
+# A page row's entry holds at most this many mutations (the delete and a cell per column).
+MAX_MUTATIONS_PER_ROW = 1 + len(_STORED_KINDS)
+_NO_DEFAULT = object()
 
 
 class PageRowEntry(RowMutationEntry):
     """A MutateRows entry for one page row, built as protobuf rather than from the client's
     mutation objects; the client sends it as it is (`_to_pb`).
 
-    Every mutation of a page row is idempotent (cells at an explicit timestamp, deletes), so
-    the client may retry it.
+    Every mutation of a page row is idempotent (a row delete, cells at an explicit
+    timestamp), so the client may retry it.
     """
 
     def __init__(self, row_key: bytes, entry_pb: Any) -> None:
@@ -389,29 +399,57 @@ class PageRowEntry(RowMutationEntry):
         return True
 
 
-def page_mutation(row: PageRow) -> PageRowEntry:
-    """The MutateRows entry that makes a page's row equal to `row`: every present column
-    set, every absent (None) column deleted, so the stored row never mixes two writes."""
+def stored_columns(row: PageRow) -> dict[str, Any]:
+    """The columns of `row` that get a cell (name -> value as in row_to_dict): every column
+    except what the row key says (crawl id, URL hash, and the host when it is the URL's host
+    key) and except a null or a value a missing cell reads as (empty reason, 0 depth,
+    attempts and links). Raises ValueError if a required column is None."""
+    return _stored(_row_values(row), host_key(row.url))
+
+
+def _row_values(row: PageRow) -> dict[str, Any]:
     values = row_to_dict(row)
     missing = [name for name in _PAGE_REQUIRED if values[name] is None]
     if missing:
         raise ValueError(f"page row for {row.url!r} lacks required columns {missing}")
-    mutations = []
-    for name, kind in _PAGE_KINDS.items():
-        value = values[name]
-        if value is None:
-            mutations.append(_DELETE_COLUMN[name])
-        else:
-            mutations.append(_MUTATION_PB(set_cell=_SET_CELL_PB(
-                family_name=PAGES_FAMILY, column_qualifier=_QUALIFIERS[name],
-                timestamp_micros=_PAGE_CELL_MICROS, value=_encode(kind, value),
-            )))
-    key = page_key(row)
+    return values
+
+
+def _stored(values: dict[str, Any], key_host: str) -> dict[str, Any]:
+    return {
+        name: value for name in _STORED_KINDS
+        if (value := values[name]) is not None
+        and _ABSENT_READS_AS.get(name, _NO_DEFAULT) != value
+        and not (name == "host" and value == key_host)
+    }
+
+
+def page_mutation(row: PageRow) -> PageRowEntry:
+    """The MutateRows entry that makes a page's row equal to `row`: the row deleted, then a
+    cell for each of its stored_columns(), in one atomic row mutation."""
+    key_host = host_key(row.url)
+    mutations = [_DELETE_ROW]
+    for name, value in _stored(_row_values(row), key_host).items():
+        mutations.append(_MUTATION_PB(set_cell=_SET_CELL_PB(
+            family_name=PAGES_FAMILY, column_qualifier=_QUALIFIERS[name],
+            timestamp_micros=_PAGE_CELL_MICROS, value=_encode(_STORED_KINDS[name], value),
+        )))
+    key = _page_key(row, key_host)
     return PageRowEntry(key, _ENTRY_PB(row_key=key, mutations=mutations))
 
 
 def _page_of(stored: Row) -> PageRow:
+    # What the key says first; cells (all of them in rows written before rows were compact)
+    # override it.
+    reversed_key_host, hash_hex, crawl_id = stored.row_key.decode("utf-8").rsplit("/", 2)
+    unsigned = int(hash_hex, 16)
     values: dict[str, Any] = dict.fromkeys(_PAGE_KINDS)
+    values.update(_ABSENT_READS_AS)
+    values.update(
+        crawl_id=crawl_id,
+        url_hash=unsigned - (1 << 64) if unsigned >= 1 << 63 else unsigned,
+        host=reversed_host(reversed_key_host),  # reversing is its own inverse
+    )
     for cell in stored.cells:
         name = _PAGE_QUALIFIERS.get(cell.qualifier)
         if name is not None and cell.family == PAGES_FAMILY:
@@ -430,9 +468,9 @@ class PageRowWriter:
     """
 
     def __init__(self, tables: BigtableTables, *, batch_rows: int = DEFAULT_BATCH_ROWS) -> None:
-        if not 1 <= batch_rows * len(PAGES_COLUMNS) <= _MAX_MUTATIONS_PER_REQUEST:
+        if not 1 <= batch_rows * MAX_MUTATIONS_PER_ROW <= _MAX_MUTATIONS_PER_REQUEST:
             raise ValueError(
-                f"batch_rows must be 1-{_MAX_MUTATIONS_PER_REQUEST // len(PAGES_COLUMNS)} "
+                f"batch_rows must be 1-{_MAX_MUTATIONS_PER_REQUEST // MAX_MUTATIONS_PER_ROW} "
                 f"(one request carries at most {_MAX_MUTATIONS_PER_REQUEST} mutations), "
                 f"got {batch_rows}"
             )
