@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.stores bigtable [ROWS]
     .venv/bin/python -m bench.stores segments [ROOT] [FLUSH_EVERY]
+    .venv/bin/python -m bench.stores warc-libraries [TRIALS]
 
 The Bigtable figures run against an emulator started for the purpose; ROOT may be a directory
 or gs://bucket/prefix (with STORAGE_EMULATOR_HOST set, the GCS emulator).
@@ -132,9 +133,70 @@ def segment_throughput(root: str, flush_every: int = 100) -> None:
         )
 
 
+def _warcio_response(pointer: Any) -> tuple[int, list[tuple[str, str]], bytes]:
+    """read_response as it was with warcio: the same member, parsed by warcio."""
+    import io
+
+    from warcio.archiveiterator import ArchiveIterator
+
+    from pipeline.io.segments import _member, _served_headers
+
+    for record in ArchiveIterator(io.BytesIO(_member(pointer))):
+        body = record.raw_stream.read()
+        return (int(record.http_headers.get_statuscode()),
+                _served_headers(record.http_headers.headers), body)
+    raise ValueError(f"no record at {pointer}")
+
+
+def warc_libraries(trials: int = 5) -> None:
+    """CPU per record on the 181 real pages, warcio against fastwarc, in one process with the
+    trials interleaved: writing a response record (record + gzip 6) and reading one back by
+    pointer. Prints the median and the range of the trials."""
+    import statistics
+    import tempfile
+
+    from bench.worker_cost import fastwarc_response_member
+    from testweb.quality import load_benchmark, shared_data_dir
+
+    pages = load_benchmark(shared_data_dir())
+    headers = [("Content-Type", "text/html; charset=utf-8"), ("Server", "bench"),
+               ("Content-Encoding", "gzip")]
+    figures: dict[str, list[float]] = {}
+
+    def timed(name: str, run: Any) -> Any:
+        started = time.process_time()
+        result = run()
+        figures.setdefault(name, []).append(
+            (time.process_time() - started) / len(pages) * 1000)
+        return result
+
+    with tempfile.TemporaryDirectory(prefix="warc-libraries-") as root:
+        for trial in range(trials):
+            writer = SegmentWriter(root, "bench", "warc", f"w{trial}")
+            pointers = timed("write: warcio (SegmentWriter.write_response)", lambda w=writer: [
+                w.write_response(f"http://bench.test/{i}", 1.7e9, 200, headers, p.body)
+                for i, p in enumerate(pages)])
+            writer.close()
+            timed("write: fastwarc (bench.worker_cost.fastwarc_response_member)", lambda: [
+                fastwarc_response_member(f"http://bench.test/{i}", 1.7e9, 200, headers, p.body)
+                for i, p in enumerate(pages)])
+            old = timed("read by pointer: warcio", lambda ps=pointers: [
+                _warcio_response(pointer) for pointer in ps])
+            new = timed("read by pointer: fastwarc (read_response)", lambda ps=pointers: [
+                read_response(pointer) for pointer in ps])
+            if old != new:
+                raise SystemExit("fastwarc and warcio read different records")
+    print(f"{len(pages)} real pages, {trials} trials; ms of CPU per record, median (range)")
+    for name, values in figures.items():
+        print(f"  {name:62} {statistics.median(values):.3f} "
+              f"({min(values):.3f}-{max(values):.3f})")
+
+
 if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else "segments"
-    if what == "bigtable":
+    if what == "warc-libraries":
+        warc_libraries(int(sys.argv[2]) if len(sys.argv) > 2 else 5)
+    elif what == "bigtable":
         bigtable_throughput(int(sys.argv[2]) if len(sys.argv) > 2 else 20_000)
     else:
         segment_throughput(

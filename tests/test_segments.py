@@ -211,3 +211,15 @@ def test_header_values_cannot_break_the_record(tmp_path: Path) -> None:
     status, read_headers, body = read_response(pointer)
     assert (status, body) == (200, b"body")
     assert read_headers == [("X-Evil", "a    HTTP/1.1 200 OK"), ("Content-Type", "text/html")]
+
+
+def test_headers_warcio_cannot_encode_are_stored_percent_encoded(tmp_path: Path) -> None:
+    # A non-ASCII value holding ';' beside its name=value parts, and a non-ASCII name: warcio
+    # alone raised UnicodeEncodeError on both, failing the page.
+    headers = [("Content-Disposition", "attachment; x\x80y"), ("X-Größe", "1"),
+               ("Content-Type", "text/html; charset=utf-8"), ("X-Plain", "ä")]
+    with warc_writer(tmp_path) as writer:
+        pointer = writer.write_response("http://a.test/", FETCHED_AT, 200, headers, b"body")
+    assert read_response(pointer) == (200, [
+        ("Content-Disposition", "attachment%3B%20x%C2%80y"), ("X-Gr%C3%B6%C3%9Fe", "1"),
+        ("Content-Type", "text/html; charset=utf-8"), ("X-Plain", "%C3%A4")], b"body")

@@ -1,8 +1,9 @@
 """Segment files: raw responses as WARC/1.1 and extracted text as WET, one gzip member a record.
 
 This module owns the segment layout, writing records (warcio builds them), rolling segments,
-record identifiers, and reading one record back by its RecordPointer. It does not decide what
-to store (the pipeline does), and page rows, not segments, decide which copy of a record counts.
+record identifiers, and reading one record back by its RecordPointer (fastwarc parses it). It
+does not decide what to store (the pipeline does), and page rows, not segments, decide which
+copy of a record counts.
 
 Layout (the way Common Crawl stores crawls); `root` is a local directory or gs://bucket/prefix:
 
@@ -64,7 +65,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Literal
+from urllib.parse import quote
 
+from fastwarc.warc import ArchiveIterator as FastArchiveIterator
+from fastwarc.warc import WarcRecord
 from warcio.archiveiterator import ArchiveIterator
 from warcio.recordbuilder import RecordBuilder
 from warcio.recordloader import ArcWarcRecord
@@ -124,6 +128,10 @@ def _stored_headers(headers: Sequence[tuple[str, str]], body_length: int) -> lis
         stored.append((name, _clean_header(value)))
     stored.append(("Content-Length", str(body_length)))
     return stored
+
+
+def _ascii(text: str) -> str:
+    return text if text.isascii() else quote(text)
 
 
 def _served_headers(stored: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -223,20 +231,33 @@ class SegmentWriter:
             reason = HTTPStatus(http_status).phrase
         except ValueError:
             reason = ""
+        stored = _stored_headers(headers, len(body))
+        try:
+            member = self._response_member(url, warc_headers, http_status, reason, stored, body)
+        except UnicodeEncodeError:
+            # warcio percent-encodes a non-ASCII value whole unless it holds ';', and then
+            # only its `name=value` parts, failing on what is left (and on any non-ASCII
+            # name): such a header is stored percent-encoded whole instead.
+            stored = [(_ascii(name), _ascii(value)) for name, value in stored]
+            member = self._response_member(url, warc_headers, http_status, reason, stored, body)
+        return self._append(offset, member)
+
+    def _response_member(
+        self, url: str, warc_headers: dict[str, str], http_status: int, reason: str,
+        headers: list[tuple[str, str]], body: bytes,
+    ) -> bytes:
         http_headers = StatusAndHeaders(
-            f"{http_status} {reason}".strip(),
-            _stored_headers(headers, len(body)),
-            protocol="HTTP/1.1",
+            f"{http_status} {reason}".strip(), headers, protocol="HTTP/1.1"
         )
         record = self._builder.create_warc_record(
             url,
             "response",
             payload=io.BytesIO(body),
             length=len(body),
-            warc_headers_dict=warc_headers,
+            warc_headers_dict=dict(warc_headers),
             http_headers=http_headers,
         )
-        return self._append(offset, _gzip_member(record))
+        return _gzip_member(record)
 
     def write_text(
         self, url: str, fetched_at: float, text: str, *, refers_to: str | None = None
@@ -361,8 +382,12 @@ class SegmentWriter:
 
 
 def read_record_bytes(pointer: RecordPointer) -> bytes:
-    """The record at `pointer`, decompressed (WARC headers and block)."""
-    return zlib.decompress(_member(pointer), zlib.MAX_WBITS | 16)
+    """The record at `pointer`, decompressed (WARC headers and block). Raises SegmentReadError
+    if the bytes there are not one whole gzip member."""
+    try:
+        return zlib.decompress(_member(pointer), zlib.MAX_WBITS | 16)
+    except zlib.error as exc:
+        raise SegmentReadError(f"{pointer} is not a readable WARC record: {exc}") from exc
 
 
 def _member(pointer: RecordPointer) -> bytes:
@@ -375,33 +400,75 @@ def _member(pointer: RecordPointer) -> bytes:
     return data
 
 
-def _read_record(pointer: RecordPointer, expected_type: str) -> tuple[ArcWarcRecord, bytes]:
-    """The parsed record at `pointer` and its payload (the block after any HTTP headers)."""
+def _read_record(
+    pointer: RecordPointer, expected_type: str, member: bytes
+) -> tuple[WarcRecord, bytes]:
+    """The record in the gzip `member` read from `pointer`, parsed (HTTP headers too for a
+    response whose Content-Type says HTTP), and its payload (the block after those headers).
+
+    fastwarc decompresses and parses it: a record read by pointer costs well under warcio's
+    CPU (docs/benchmarks.md, "Segments: warcio or fastwarc"), with the same status, headers
+    and payload (tests/test_fastwarc_records.py). It does not notice a member cut short, so
+    the callers compare what it read with the lengths the record declares.
+    """
     try:
-        for record in ArchiveIterator(io.BytesIO(_member(pointer))):
-            if record.rec_type != expected_type:
+        for record in FastArchiveIterator(
+            io.BytesIO(member), parse_http=expected_type == "response"
+        ):
+            if str(record.record_type) != expected_type:
                 raise SegmentReadError(
-                    f"{pointer} is a {record.rec_type!r} record, not {expected_type!r}"
+                    f"{pointer} is a {str(record.record_type)!r} record, not {expected_type!r}"
                 )
-            return record, record.raw_stream.read()
+            return record, record.reader.read()
     except SegmentReadError:
         raise
-    except Exception as exc:  # warcio raises several unrelated types on corrupt input
+    except Exception as exc:  # fastwarc raises OSError or ValueError on malformed records
         raise SegmentReadError(f"{pointer} is not a readable WARC record: {exc}") from exc
-    raise SegmentReadError(f"{pointer} holds no WARC record")
+    raise SegmentReadError(f"{pointer} is not a readable WARC record: it holds none")
+
+
+def _cut_short(pointer: RecordPointer, read: int, declared: int) -> SegmentReadError:
+    return SegmentReadError(
+        f"{pointer} is not a readable WARC record: {read} of its {declared} bytes are there "
+        "(the pointer's length ends inside the record)"
+    )
 
 
 def read_response(pointer: RecordPointer) -> tuple[int, list[tuple[str, str]], bytes]:
     """(HTTP status, headers as the server sent them, body) of a WARC response record."""
-    record, body = _read_record(pointer, "response")
-    status = int(record.http_headers.get_statuscode())
-    return status, _served_headers(record.http_headers.headers), body
+    member = _member(pointer)
+    record, body = _read_record(pointer, "response", member)
+    http = record.http_headers
+    declared = http.get("Content-Length") if http is not None else None
+    if declared is None or not declared.isdigit():
+        # Every record of ours says `Content-Type: application/http`, under which alone
+        # fastwarc parses HTTP, and gives its stored body's Content-Length; another record is
+        # read by warcio, from the member zlib has checked whole.
+        return _read_response_with_warcio(pointer, read_record_bytes(pointer))
+    if int(declared) != len(body):
+        raise _cut_short(pointer, len(body), int(declared))
+    return http.status_code, _served_headers(http.astuples()), body
 
 
 def read_text(pointer: RecordPointer) -> str:
     """The text of a WET conversion record."""
-    _, data = _read_record(pointer, "conversion")
+    record, data = _read_record(pointer, "conversion", _member(pointer))
+    if len(data) != record.content_length:
+        raise _cut_short(pointer, len(data), record.content_length)
     return data.decode("utf-8")
+
+
+def _read_response_with_warcio(
+    pointer: RecordPointer, data: bytes
+) -> tuple[int, list[tuple[str, str]], bytes]:
+    try:
+        for record in ArchiveIterator(io.BytesIO(data)):
+            body = record.raw_stream.read()
+            status = int(record.http_headers.get_statuscode())
+            return status, _served_headers(record.http_headers.headers), body
+    except Exception as exc:  # warcio raises several unrelated types on corrupt input
+        raise SegmentReadError(f"{pointer} is not a readable WARC record: {exc}") from exc
+    raise SegmentReadError(f"{pointer} is not a readable WARC record: it holds none")
 
 
 @dataclass(frozen=True, slots=True)
