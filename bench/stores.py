@@ -3,6 +3,7 @@
     .venv/bin/python -m bench.stores bigtable [ROWS]
     .venv/bin/python -m bench.stores segments [ROOT] [FLUSH_EVERY]
     .venv/bin/python -m bench.stores warc-libraries [TRIALS]
+    .venv/bin/python -m bench.stores bigtable-rows OUT/CRAWL_ID [STATE]
 
 The Bigtable figures run against an emulator started for the purpose; ROOT may be a directory
 or gs://bucket/prefix (with STORAGE_EMULATOR_HOST set, the GCS emulator).
@@ -133,6 +134,34 @@ def segment_throughput(root: str, flush_every: int = 100) -> None:
         )
 
 
+def bigtable_rows(crawl_dir: str, state: str = "filtered", trials: int = 5) -> None:
+    """Print the client CPU per row of writing a finished crawl's rows of one state (read
+    from its pages table) through PageRowWriter, against a Bigtable emulator started for the
+    purpose: gRPC included, the emulator's own CPU not."""
+    from pipeline.io.pages_table import dict_to_row, query_pages
+    from pipeline.local.emulators import start_bigtable_emulator
+
+    root, crawl_id = os.path.split(os.path.abspath(crawl_dir))
+    columns = [c[0] for c in query_pages(root, crawl_id, "DESCRIBE SELECT * FROM pages")]
+    rows = [dict_to_row(dict(zip(columns, values, strict=True))) for values in query_pages(
+        root, crawl_id, f"SELECT * FROM pages WHERE state = '{state}'")]
+    if not rows:
+        raise SystemExit(f"no {state!r} rows in {crawl_dir}")
+    with start_bigtable_emulator() as emulator:
+        os.environ.update(emulator.env)
+        with open_tables(BigtableConfig("bench-project", "bench-instance"), create=True) as tables:
+            figures = []
+            for _ in range(trials):
+                writer = PageRowWriter(tables)
+                started = time.process_time()
+                for row in rows:
+                    writer.add(row)
+                writer.flush()
+                figures.append((time.process_time() - started) / len(rows) * 1e6)
+    print(f"{len(rows):,} {state} rows, client CPU per row over {trials} trials: "
+          f"{min(figures):,.0f}-{max(figures):,.0f} us")
+
+
 def _warcio_response(pointer: Any) -> tuple[int, list[tuple[str, str]], bytes]:
     """read_response as it was with warcio: the same member, parsed by warcio."""
     import io
@@ -194,7 +223,9 @@ def warc_libraries(trials: int = 5) -> None:
 
 if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else "segments"
-    if what == "warc-libraries":
+    if what == "bigtable-rows":
+        bigtable_rows(sys.argv[2], *sys.argv[3:4])
+    elif what == "warc-libraries":
         warc_libraries(int(sys.argv[2]) if len(sys.argv) > 2 else 5)
     elif what == "bigtable":
         bigtable_throughput(int(sys.argv[2]) if len(sys.argv) > 2 else 20_000)

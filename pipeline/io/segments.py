@@ -400,6 +400,16 @@ def _member(pointer: RecordPointer) -> bytes:
     return data
 
 
+def _record_member(pointer: RecordPointer) -> bytes:
+    """_member(pointer), with a file that cannot be read reported like a bad record."""
+    try:
+        return _member(pointer)
+    except SegmentReadError:
+        raise
+    except Exception as exc:  # a missing file or object, a storage error
+        raise SegmentReadError(f"{pointer} is not a readable WARC record: {exc}") from exc
+
+
 def _read_record(
     pointer: RecordPointer, expected_type: str, member: bytes
 ) -> tuple[WarcRecord, bytes]:
@@ -436,7 +446,7 @@ def _cut_short(pointer: RecordPointer, read: int, declared: int) -> SegmentReadE
 
 def read_response(pointer: RecordPointer) -> tuple[int, list[tuple[str, str]], bytes]:
     """(HTTP status, headers as the server sent them, body) of a WARC response record."""
-    member = _member(pointer)
+    member = _record_member(pointer)
     record, body = _read_record(pointer, "response", member)
     http = record.http_headers
     declared = http.get("Content-Length") if http is not None else None
@@ -444,7 +454,11 @@ def read_response(pointer: RecordPointer) -> tuple[int, list[tuple[str, str]], b
         # Every record of ours says `Content-Type: application/http`, under which alone
         # fastwarc parses HTTP, and gives its stored body's Content-Length; another record is
         # read by warcio, from the member zlib has checked whole.
-        return _read_response_with_warcio(pointer, read_record_bytes(pointer))
+        try:
+            data = zlib.decompress(member, zlib.MAX_WBITS | 16)
+        except zlib.error as exc:
+            raise SegmentReadError(f"{pointer} is not a readable WARC record: {exc}") from exc
+        return _read_response_with_warcio(pointer, data)
     if int(declared) != len(body):
         raise _cut_short(pointer, len(body), int(declared))
     return http.status_code, _served_headers(http.astuples()), body
@@ -452,7 +466,7 @@ def read_response(pointer: RecordPointer) -> tuple[int, list[tuple[str, str]], b
 
 def read_text(pointer: RecordPointer) -> str:
     """The text of a WET conversion record."""
-    record, data = _read_record(pointer, "conversion", _member(pointer))
+    record, data = _read_record(pointer, "conversion", _record_member(pointer))
     if len(data) != record.content_length:
         raise _cut_short(pointer, len(data), record.content_length)
     return data.decode("utf-8")
