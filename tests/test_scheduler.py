@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from pipeline.core.budget import LocalPageBudget
-from pipeline.core.politeness import HostPolicy
+from pipeline.core.politeness import HostPolicy, HostState
 from pipeline.core.records import (
     FetchResult,
     HostBatch,
@@ -24,7 +24,7 @@ from pipeline.core.records import (
 from pipeline.core.urls import url_hash
 from pipeline.io.fetch import FetchConfig, FetchResponse
 from pipeline.transforms.resources import worker_resources
-from pipeline.transforms.schedule import HostSchedulerFn, ScheduleConfig
+from pipeline.transforms.schedule import HostCells, HostSchedulerFn, ScheduleConfig
 
 HOST = "a.test"
 
@@ -41,6 +41,16 @@ class FakeState:
 
     def clear(self) -> None:
         self.value = None
+
+
+def fake_cells() -> dict[str, FakeState]:
+    """The scheduler's state cells, as keyword arguments of process and on_wake."""
+    return {"host_state": FakeState(), "host_queue": FakeState(), "host_seen": FakeState()}
+
+
+def stored(cells: dict[str, FakeState]) -> HostState:
+    """The host's state as the cells hold it after the last event."""
+    return HostCells(cells["host_state"], cells["host_queue"], cells["host_seen"]).read()
 
 
 @dataclass
@@ -85,17 +95,17 @@ def harness():
     fn = HostSchedulerFn(config, LocalPageBudget("c-sched", None), clock=lambda: pool.clock[0],
                          submit=pool.submit)
     fn.setup()
-    state, timer = FakeState(), FakeTimer()
+    state, timer = fake_cells(), FakeTimer()
 
     def offer(*paths: str) -> list:
         entries = tuple((f"http://{HOST}/{p}", url_hash(f"http://{HOST}/{p}"), None)
                         for p in paths)
         return list(fn.process((HOST, HostBatch(depth=0, kind="links", entries=entries)),
-                               host_state=state, wake=timer))
+                               **state, wake=timer))
 
     def fire(at: float) -> list:
         pool.clock[0] = at
-        return list(fn.on_wake(key=HOST, host_state=state, wake=timer))
+        return list(fn.on_wake(key=HOST, **state, wake=timer))
 
     yield pool, offer, fire, timer
     worker_resources().close()
@@ -232,15 +242,15 @@ def test_a_robots_txt_redirect_to_another_host_travels_to_its_key_and_back():
     fn = HostSchedulerFn(config, LocalPageBudget("c-relay", None), clock=lambda: pool.clock[0],
                          submit=pool.submit)
     fn.setup()
-    states = {"a.test": FakeState(), "b.test": FakeState()}
+    states = {"a.test": fake_cells(), "b.test": fake_cells()}
     timers = {"a.test": FakeTimer(), "b.test": FakeTimer()}
 
     def deliver(host: str, message) -> list:
-        return list(fn.process((host, message), host_state=states[host], wake=timers[host]))
+        return list(fn.process((host, message), **states[host], wake=timers[host]))
 
     def fire(host: str, at: float) -> list:
         pool.clock[0] = at
-        return list(fn.on_wake(key=host, host_state=states[host], wake=timers[host]))
+        return list(fn.on_wake(key=host, **states[host], wake=timers[host]))
 
     def tagged(out: list, tag: str) -> list:
         return [o.value for o in out if getattr(o, "tag", None) == tag]
@@ -282,10 +292,10 @@ def test_a_host_whose_circuit_opens_is_counted_parked_once_per_parking():
     fn = HostSchedulerFn(config, LocalPageBudget("c-park", None), clock=lambda: pool.clock[0],
                          submit=pool.submit)
     fn.setup()
-    state, timer = FakeState(), FakeTimer()
+    state, timer = fake_cells(), FakeTimer()
     entries = tuple((f"http://{HOST}/{p}", url_hash(f"http://{HOST}/{p}"), None) for p in "ab")
     list(fn.process((HOST, HostBatch(depth=0, kind="links", entries=entries)),
-                    host_state=state, wake=timer))
+                    **state, wake=timer))
 
     def parked() -> int:
         return LocalTally.snapshot()[0].get("hosts_parked", 0)
@@ -293,7 +303,7 @@ def test_a_host_whose_circuit_opens_is_counted_parked_once_per_parking():
     def fire_when_due() -> None:
         # A millisecond late, as a real runner is: the timer holds microseconds, the clock more.
         pool.clock[0] = max(pool.clock[0], timer.at) + 0.001
-        list(fn.on_wake(key=HOST, host_state=state, wake=timer))
+        list(fn.on_wake(key=HOST, **state, wake=timer))
 
     def fire_until_requests(n: int) -> None:
         """Fire the host's timer when it asks, until it has started its n-th request."""
@@ -310,11 +320,11 @@ def test_a_host_whose_circuit_opens_is_counted_parked_once_per_parking():
         fire_until_requests(2)
         pool.finish(1, status=503)  # first failure: backoff, not parked
         fire_until_requests(3)
-        assert parked() == before and state.value.parked_until is None
+        assert parked() == before and stored(state).parked_until is None
         pool.finish(2, status=503)  # second failure in a row: the circuit opens
         fire_when_due()
         assert parked() == before + 1
-        assert state.value.parked_until is not None
+        assert stored(state).parked_until is not None
         fire_when_due()  # a repeated firing while parked counts nothing
         assert parked() == before + 1
     finally:
@@ -331,15 +341,15 @@ def test_a_parked_host_is_woken_at_the_deadline_and_its_urls_end_over_budget():
     fn = HostSchedulerFn(config, LocalPageBudget("c-deadline", None),
                          clock=lambda: pool.clock[0], submit=pool.submit)
     fn.setup()
-    state, timer = FakeState(), FakeTimer()
+    state, timer = fake_cells(), FakeTimer()
     entries = tuple((f"http://{HOST}/{p}", url_hash(f"http://{HOST}/{p}"), None)
                     for p in ("a", "b", "c"))
     list(fn.process((HOST, HostBatch(depth=0, kind="links", entries=entries)),
-                    host_state=state, wake=timer))
+                    **state, wake=timer))
 
     def fire(at: float) -> list:
         pool.clock[0] = at
-        return list(fn.on_wake(key=HOST, host_state=state, wake=timer))
+        return list(fn.on_wake(key=HOST, **state, wake=timer))
 
     try:
         fire(0.0)
@@ -347,12 +357,12 @@ def test_a_parked_host_is_woken_at_the_deadline_and_its_urls_end_over_budget():
         fire(1.0)
         pool.finish(1, status=503)  # the circuit opens after one failure: parked an hour
         fire(1.5)
-        assert state.value.parked_until is not None
+        assert stored(state).parked_until is not None
         assert timer.at == 20.0
         out = fire(20.0)
         rows = [o.value for o in out if getattr(o, "tag", None) == "rows"]
         assert sorted((r.url.rsplit("/", 1)[1], r.state, r.reason) for r in rows) == [
             (p, "over_budget", "time budget") for p in ("a", "b", "c")]
-        assert len(pool.submitted) == 2 and not state.value.busy
+        assert len(pool.submitted) == 2 and not stored(state).busy
     finally:
         worker_resources().close()

@@ -88,6 +88,38 @@ class FleetHostState:
     wake_at: float | None = None  # when the host's timer is set to fire (the scheduler's)
     busy_since: float | None = None  # when the host last got work after having none
 
+    # ------------------------------------------------------------------------- storage
+    def stored(self) -> tuple[dict, dict[str, bytes]]:
+        """The state as the scheduler stores it, in parts (HostState.stored for each crawl):
+        the fields, every crawl's included, and the queue data of the crawls whose queue
+        data changed. The crawls' seen-sets are the caller's to store apart."""
+        fields = self.__dict__.copy()
+        crawls: dict[str, dict] = {}
+        changed: dict[str, bytes] = {}
+        for crawl_id, state in self.crawls.items():
+            crawls[crawl_id], queue = state.stored()
+            if queue.data is not None:
+                changed[crawl_id] = queue.data
+        fields["crawls"] = crawls
+        return fields, changed
+
+    @classmethod
+    def restored(cls, fields: dict, load_queue: Callable[[str], bytes | None],
+                 seen: Mapping[str, bytes] | None = None) -> FleetHostState:
+        """The state `stored` gave `fields` for: each crawl's queue data is read with
+        `load_queue(crawl_id)` when an entry of it is needed; `seen` None: the seen-sets were
+        not read (HostState.restored)."""
+        state = cls.__new__(cls)
+        values = dict(fields)
+        crawls = values.pop("crawls")
+        state.__dict__.update(values)
+        state.crawls = {
+            crawl_id: HostState.restored(
+                crawl_fields, lambda c=crawl_id: load_queue(c),
+                None if seen is None else seen.get(crawl_id, b""))
+            for crawl_id, crawl_fields in crawls.items()}
+        return state
+
     # ------------------------------------------------------------------------- queries
     def crawl(self, crawl_id: str) -> HostState:
         """The crawl's own state on this host, created with the rules the host already has."""

@@ -176,10 +176,58 @@ class DecodeFleetFrontierFn(beam.DoFn):
             yield host, (message.crawl_id, host_batch)
 
 
-class FleetSchedulerFn(beam.DoFn):
-    """Keyed by host. State: one FleetHostState. Timer: the host's next moment of interest."""
+class FleetCells:
+    """One host's FleetHostState in three state cells (FleetHostState.stored), as HostCells
+    keeps a HostState: the fields of the host and of every crawl on it (every event), the
+    crawls' queue data by crawl id (read when an entry is needed, written when one changed)
+    and their seen-sets by crawl id (offers only)."""
 
+    def __init__(self, fields, queues, seen) -> None:
+        self._fields, self._queues, self._seen = fields, queues, seen
+        self._queues_read: dict[str, bytes] | None = None
+        self._seen_read: dict[str, bytes] | None = None
+
+    def _queue_data(self) -> dict[str, bytes]:
+        if self._queues_read is None:
+            self._queues_read = self._queues.read() or {}
+        return self._queues_read
+
+    def read(self, *, with_seen: bool = False) -> FleetHostState | None:
+        value = self._fields.read()
+        if value is None:
+            return None
+        if isinstance(value, FleetHostState):
+            # Stored whole, before the state was split into cells (a streaming job updated
+            # to this code): write() stores its queues and seen-sets apart at this event.
+            return value
+        if with_seen:
+            self._seen_read = self._seen.read() or {}
+        return FleetHostState.restored(value, lambda crawl_id: self._queue_data().get(crawl_id),
+                                       self._seen_read)
+
+    def write(self, state: FleetHostState) -> None:
+        fields, queues = state.stored()
+        if queues:
+            self._queues.write({**self._queue_data(), **queues})
+        before = self._seen_read or {}
+        seen = {crawl_id: crawl.seen for crawl_id, crawl in state.crawls.items()
+                if crawl.seen is not None and crawl.seen is not before.get(crawl_id)}
+        if seen:
+            if self._seen_read is None:
+                self._seen_read = self._seen.read() or {}
+            self._seen.write({**self._seen_read, **seen})
+        self._fields.write(fields)
+
+
+class FleetSchedulerFn(beam.DoFn):
+    """Keyed by host. State: one FleetHostState in three cells (FleetCells). Timer: the
+    host's next moment of interest."""
+
+    # The cell keeps its name and coder from when it held the whole FleetHostState, so a
+    # streaming job updated to this code finds its hosts' states (FleetCells.read).
     HOST_STATE = ReadModifyWriteStateSpec("fleet_host", PickleCoder())
+    HOST_QUEUES = ReadModifyWriteStateSpec("fleet_host_queues", PickleCoder())
+    HOST_SEEN = ReadModifyWriteStateSpec("fleet_host_seen", PickleCoder())
     WAKE = TimerSpec("wake", TimeDomain.REAL_TIME)
 
     def __init__(self, config: FleetConfig, clock: Callable[[], float] = time.time) -> None:
@@ -256,18 +304,22 @@ class FleetSchedulerFn(beam.DoFn):
         self,
         element: tuple[str, tuple[str, FleetMessage]],
         host_state=beam.DoFn.StateParam(HOST_STATE),
+        host_queues=beam.DoFn.StateParam(HOST_QUEUES),
+        host_seen=beam.DoFn.StateParam(HOST_SEEN),
         wake=beam.DoFn.TimerParam(WAKE),
     ) -> Iterator[object]:
         host, (crawl_id, message) = element
         now = self._clock()
-        state: FleetHostState = host_state.read() or FleetHostState(host=host)
+        cells = FleetCells(host_state, host_queues, host_seen)
+        offers = not isinstance(message, HostSignal)
+        state: FleetHostState = cells.read(with_seen=offers) or FleetHostState(host=host)
         crawl = self._crawl(crawl_id, now)
         policy = self._policy(crawl)
         if isinstance(message, HostSignal):
             if crawl_id in state.crawls:
                 state.crawls[crawl_id].set_duplicate_heavy(
                     message.signal is HostSignalKind.THROTTLE, policy)
-                host_state.write(state)
+                cells.write(state)
             return
         was_busy = state.busy
         accepted, outcomes, spilled = state.offer(
@@ -290,7 +342,7 @@ class FleetSchedulerFn(beam.DoFn):
         if state.busy and not was_busy:
             state.busy_since = now
         self._arm(state, wake, now)
-        host_state.write(state)
+        cells.write(state)
 
     # ------------------------------------------------------------------------- timer
     @on_timer(WAKE)
@@ -298,16 +350,19 @@ class FleetSchedulerFn(beam.DoFn):
         self,
         key=beam.DoFn.KeyParam,
         host_state=beam.DoFn.StateParam(HOST_STATE),
+        host_queues=beam.DoFn.StateParam(HOST_QUEUES),
+        host_seen=beam.DoFn.StateParam(HOST_SEEN),
         wake=beam.DoFn.TimerParam(WAKE),
     ) -> Iterator[object]:
-        state: FleetHostState | None = host_state.read()
+        cells = FleetCells(host_state, host_queues, host_seen)
+        state: FleetHostState | None = cells.read()
         if state is None:
             return
         now = self._clock()
         state.wake_at = None
         yield from self._step(key, state, now)
         self._arm(state, wake, now)
-        host_state.write(state)
+        cells.write(state)
 
     def _step(self, host: str, state: FleetHostState, now: float) -> Iterator[object]:
         lease = state.lease

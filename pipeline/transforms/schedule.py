@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import apache_beam as beam
 from apache_beam import TimeDomain
-from apache_beam.coders import PickleCoder
+from apache_beam.coders import BytesCoder, PickleCoder
 from apache_beam.pvalue import PCollection
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.utils.timestamp import Timestamp
@@ -131,10 +131,54 @@ def fetch_result(
     )
 
 
-class HostSchedulerFn(beam.DoFn):
-    """Keyed by host. State: one HostState. Timer: the host's next moment of interest."""
+class HostCells:
+    """One host's HostState in its three state cells (HostState.stored): the fields every
+    event reads and writes, the queue's encoded entries (read when an event needs an entry,
+    written when they changed) and the Bloom seen-set (read and written by offers only).
 
+    A runner reads a ReadModifyWriteState when asked and writes it only when told, so a
+    timer firing that starts the next fetch reads the fields and the queue and writes the
+    fields alone, and one that finds nothing to do never touches the queue or the seen-set.
+    """
+
+    def __init__(self, fields, queue, seen) -> None:
+        self._fields, self._queue, self._seen = fields, queue, seen
+        self._seen_read: bytes | None = None
+
+    def read(self, *, with_seen: bool = False) -> HostState | None:
+        value = self._fields.read()
+        if value is None:
+            return None
+        seen = self._read_seen() if with_seen else None
+        if isinstance(value, HostState):
+            # Stored whole, before the state was split into cells (a streaming job updated to
+            # this code keeps its host states): its queue was decoded into new entries and
+            # its seen-set is not the (empty) seen cell's, so write() stores both apart.
+            return value
+        return HostState.restored(value, self._queue.read, seen)
+
+    def _read_seen(self) -> bytes:
+        self._seen_read = self._seen.read() or b""
+        return self._seen_read
+
+    def write(self, state: HostState) -> None:
+        fields, queue = state.stored()
+        if queue.data is not None:
+            self._queue.write(queue.data)
+        if state.seen is not None and state.seen is not self._seen_read:
+            self._seen.write(state.seen)
+        self._fields.write(fields)
+
+
+class HostSchedulerFn(beam.DoFn):
+    """Keyed by host. State: one HostState in three cells (HostCells). Timer: the host's next
+    moment of interest."""
+
+    # The cell keeps its name and coder from when it held the whole HostState, so a
+    # streaming job updated to this code finds its hosts' states (HostCells.read).
     HOST_STATE = ReadModifyWriteStateSpec("host", PickleCoder())
+    HOST_QUEUE = ReadModifyWriteStateSpec("host_queue", BytesCoder())
+    HOST_SEEN = ReadModifyWriteStateSpec("host_seen", BytesCoder())
     WAKE = TimerSpec("wake", TimeDomain.REAL_TIME)
 
     def __init__(
@@ -188,15 +232,19 @@ class HostSchedulerFn(beam.DoFn):
         self,
         element: tuple[str, HostMessage],
         host_state=beam.DoFn.StateParam(HOST_STATE),
+        host_queue=beam.DoFn.StateParam(HOST_QUEUE),
+        host_seen=beam.DoFn.StateParam(HOST_SEEN),
         wake=beam.DoFn.TimerParam(WAKE),
     ) -> Iterator[object]:
         host, batch = element
         policy = self._config.policy
-        state: HostState = host_state.read() or HostState(host=host)
+        cells = HostCells(host_state, host_queue, host_seen)
+        offers = not isinstance(batch, RobotsRequest | RobotsAnswer | HostSignal)
+        state: HostState = cells.read(with_seen=offers) or HostState(host=host)
         was_busy = state.busy
         parked = state.parked_backlog()
         if isinstance(batch, RobotsRequest | RobotsAnswer):
-            yield from self._robots_message(host, batch, state, host_state, wake, was_busy,
+            yield from self._robots_message(host, batch, state, cells, wake, was_busy,
                                             parked)
             return
         if isinstance(batch, HostSignal):
@@ -204,12 +252,12 @@ class HostSchedulerFn(beam.DoFn):
             if throttle and not state.duplicate_heavy:
                 self._hosts_throttled.inc()  # times a host was slowed, not hosts slowed now
             state.set_duplicate_heavy(throttle, policy)
-            host_state.write(state)
+            cells.write(state)
             return
         self._offered.inc(len(batch.entries))
         if isinstance(batch, HostSeenMarks):
             state.mark_seen(list(batch.entries), policy, issued=batch.issued)
-            host_state.write(state)
+            cells.write(state)
             return
         accepted, outcomes, spilled = state.offer(
             list(batch.entries), batch.depth, policy,
@@ -235,10 +283,10 @@ class HostSchedulerFn(beam.DoFn):
             state.busy_since = now
         self._arm(state, wake, now)
         self._count_activity(was_busy, state, parked)
-        host_state.write(state)
+        cells.write(state)
 
     def _robots_message(self, host: str, message: RobotsRequest | RobotsAnswer,
-                        state: HostState, host_state, wake, was_busy: bool,
+                        state: HostState, cells: HostCells, wake, was_busy: bool,
                         parked: int | None) -> Iterator[object]:
         """Another host asks this one for a robots.txt answer, or answers this one's errand."""
         policy = self._config.policy
@@ -256,7 +304,7 @@ class HostSchedulerFn(beam.DoFn):
         state.wake_at = min(wakes) if wakes else None
         self._arm(state, wake, now)
         self._count_activity(was_busy, state, parked)
-        host_state.write(state)
+        cells.write(state)
 
     def start_bundle(self) -> None:
         self._accepted_in_bundle = 0
@@ -306,9 +354,12 @@ class HostSchedulerFn(beam.DoFn):
         self,
         key=beam.DoFn.KeyParam,
         host_state=beam.DoFn.StateParam(HOST_STATE),
+        host_queue=beam.DoFn.StateParam(HOST_QUEUE),
+        host_seen=beam.DoFn.StateParam(HOST_SEEN),
         wake=beam.DoFn.TimerParam(WAKE),
     ) -> Iterator[object]:
-        state: HostState | None = host_state.read()
+        cells = HostCells(host_state, host_queue, host_seen)
+        state: HostState | None = cells.read()
         if state is None:
             return
         was_busy = state.busy
@@ -321,7 +372,7 @@ class HostSchedulerFn(beam.DoFn):
             self._hosts_parked.inc()
         self._arm(state, wake, now)
         self._count_activity(was_busy, state, parked)
-        host_state.write(state)
+        cells.write(state)
 
     def _step(self, host: str, state: HostState, now: float) -> Iterator[object]:
         """Collect a finished fetch if there is one, then start the next if the host is due."""
