@@ -479,28 +479,53 @@ def measure_scrapy(corpus: Corpus, work_dir: Path, extractor: str) -> ScrapyFigu
 # --- the host scheduler -----------------------------------------------------------------------
 
 
-class PickledState:
-    """A ReadModifyWriteState with a PickleCoder: every write is encoded (the runner commits
-    it). cached=False: every read decodes, as when each event is its own bundle and the
-    worker has no state cache (the worst case); cached=True: reads return the last value, as
-    the SDK harness's state cache does for a key that stays on one worker."""
+class CodedState:
+    """A ReadModifyWriteState encoded with its spec's coder: every write is encoded (the
+    runner commits it). cached=False: every read decodes, as when each event is its own
+    bundle and the worker has no state cache (the worst case, and Dataflow's default);
+    cached=True: reads return the last value, as the SDK harness's state cache does for a
+    key that stays on one worker. Counts the bytes each read and write moves."""
 
-    def __init__(self, *, cached: bool) -> None:
+    def __init__(self, coder: Any, *, cached: bool) -> None:
+        self.coder = coder
         self.cached = cached
         self.data: bytes | None = None
         self.value: Any = None
+        self.read_bytes = self.written_bytes = 0
 
     def read(self) -> Any:
-        if self.cached or self.data is None:
+        if self.data is None:
+            return None
+        if self.cached:
             return self.value
-        return pickle.loads(self.data)
+        self.read_bytes += len(self.data)
+        return self.coder.decode(self.data)
 
     def write(self, value: Any) -> None:
-        self.data = pickle.dumps(value)
+        self.data = self.coder.encode(value)
+        self.written_bytes += len(self.data)
         self.value = value
 
     def clear(self) -> None:
         self.data = self.value = None
+
+
+class HostCellsBench:
+    """HostSchedulerFn's state cells, each with its spec's coder."""
+
+    def __init__(self, specs: dict[str, Any], *, cached: bool) -> None:
+        self.cells = {name: CodedState(spec.coder, cached=cached)
+                      for name, spec in specs.items()}
+
+    @property
+    def moved(self) -> tuple[int, int]:
+        """Bytes read and written so far, all cells."""
+        return (sum(c.read_bytes for c in self.cells.values()),
+                sum(c.written_bytes for c in self.cells.values()))
+
+    @property
+    def stored_bytes(self) -> int:
+        return sum(len(c.data or b"") for c in self.cells.values())
 
 
 @dataclass
@@ -528,7 +553,9 @@ class SchedulerFigures:
     per_collect_firing_s: float  # a firing that collects a finished fetch, emits its result
     per_start_firing_s: float  # a firing that starts the next fetch under a new lease
     per_idle_firing_s: float  # a repeated firing that only re-arms the timer
-    state_bytes: int  # the host's pickled state at the end
+    state_bytes: int  # the host's state as stored at the end, all cells
+    # state bytes read / written per event: offer, collecting, starting, repeated firing
+    moved: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 def measure_scheduler(*, firings: int, queue: int, cached: bool) -> SchedulerFigures:
@@ -550,7 +577,9 @@ def measure_scheduler(*, firings: int, queue: int, cached: bool) -> SchedulerFig
     fn = HostSchedulerFn(config, LocalPageBudget(f"{CRAWL_ID}-{uuid.uuid4().hex}", None),
                          clock=lambda: pool.clock[0], submit=pool.submit)
     fn.setup()
-    state, timer = PickledState(cached=cached), _Timer()
+    specs = {"host_state": HostSchedulerFn.HOST_STATE, "host_queue": HostSchedulerFn.HOST_QUEUE,
+             "host_seen": HostSchedulerFn.HOST_SEEN}
+    state, timer = HostCellsBench(specs, cached=cached), _Timer()
     batches = [
         HostBatch(depth=1, kind="links", entries=tuple(
             (url, url_hash(url), None) for url in
@@ -568,16 +597,25 @@ def measure_scheduler(*, firings: int, queue: int, cached: bool) -> SchedulerFig
 
     def fire(at: float) -> list[Any]:
         pool.clock[0] = at
-        return list(fn.on_wake(key=host, host_state=state, wake=timer))
+        return list(fn.on_wake(key=host, wake=timer, **state.cells))
 
     try:
         fn.start_bundle()
         queued = 0
         offer_cpu = 0.0
+        moved = {kind: [0, 0] for kind in ("offer", "collect", "start", "repeat")}
+
+        def count(kind: str, before: tuple[int, int]) -> None:
+            after = state.moved
+            moved[kind][0] += after[0] - before[0]
+            moved[kind][1] += after[1] - before[1]
+
         for batch in batches:
+            before = state.moved
             started = time.process_time()
-            list(fn.process((host, batch), host_state=state, wake=timer))
+            list(fn.process((host, batch), wake=timer, **state.cells))
             offer_cpu += time.process_time() - started
+            count("offer", before)
             queued += len(batch.entries)
         fire(0.0)  # robots.txt first
         finish(0, 200, NEWS_SITE_ROBOTS.encode())
@@ -591,24 +629,34 @@ def measure_scheduler(*, firings: int, queue: int, cached: bool) -> SchedulerFig
             started_before = len(pool.submitted)
             finish(started_before - 1)
             now += 0.25  # the fetch took 0.25 s (binary-exact times: no rounding in the timer)
+            before = state.moved
             started = time.process_time()
             out = fire(now)
             collect_cpu += time.process_time() - started
+            count("collect", before)
             fetched += sum(isinstance(o, FetchResult) for o in out)
             now = max(now, timer.at)  # the host is due again: the next page starts
+            before = state.moved
             started = time.process_time()
             fire(now)
             start_cpu += time.process_time() - started
+            count("start", before)
+            before = state.moved
             started = time.process_time()
             fire(now)  # the runner fired the same timer twice: nothing may start
             idle_cpu += time.process_time() - started
+            count("repeat", before)
             if len(pool.submitted) != started_before + 1:
                 raise RuntimeError("scheduler bench: expected exactly one new request per page, "
                                    f"got {len(pool.submitted) - started_before}")
         if fetched != firings:
             raise RuntimeError(f"scheduler bench: {fetched} pages emitted for {firings} pages")
+        events = {"offer": len(batches), "collect": firings, "start": firings,
+                  "repeat": firings}
         return SchedulerFigures(offer_cpu / queued, collect_cpu / firings, start_cpu / firings,
-                                idle_cpu / firings, len(state.data or b""))
+                                idle_cpu / firings, state.stored_bytes,
+                                {kind: (read / events[kind], written / events[kind])
+                                 for kind, (read, written) in moved.items()})
     finally:
         worker_resources().close()
 
@@ -1014,11 +1062,15 @@ def worker_cost_table(report: Report) -> Any:
                       f"HostSchedulerFn.process, 20-URL batches; {how}")
         table.add_row("scheduler: per firing collecting a fetch",
                       f"{sch.per_collect_firing_s * 1e6:,.0f} us",
-                      f"on_wake, ~1000 queued, news-site robots.txt, state {sch.state_bytes:,} B")
+                      f"on_wake, ~1000 queued, news-site robots.txt, state {sch.state_bytes:,} B "
+                      "stored")
         table.add_row("scheduler: per firing starting a fetch",
                       f"{sch.per_start_firing_s * 1e6:,.0f} us", "on_wake, same host")
         table.add_row("scheduler: per repeated firing (nothing to do)",
                       f"{sch.per_idle_firing_s * 1e6:,.0f} us", "on_wake again at once")
+    for kind, (read, written) in report.scheduler.moved.items():
+        table.add_row(f"scheduler: state bytes per {kind}", f"{read:,.0f} / {written:,.0f} B",
+                      "read / written, every cell, no state cache")
     table.add_section()
     for row in report.extractors:
         table.add_row(f"extractor {row.name}: F1 {row.f1:.3f}", f"{row.cpu_ms:,.2f} ms",

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.core.fleet_host import CrawlTerms, FleetHostState
-from pipeline.core.host_queue import HostQueue, encode_entries
+from pipeline.core.host_queue import HEAD_BATCH, HostQueue, encode_entries
 from pipeline.core.politeness import Decision, FetchReport, HostPolicy, HostState
 from pipeline.core.records import FrontierEntry
 from pipeline.core.urls import url_hash
@@ -118,22 +118,23 @@ def test_reading_a_stored_queue_decodes_nothing_until_an_entry_is_needed():
     assert restored.popleft() == entry(0) and cell.reads == 1
 
 
-def test_a_firing_that_pops_the_head_writes_no_queue_data_until_half_is_popped():
-    queue = HostQueue(entry(n) for n in range(100))
-    data = queue.stored().data
-    assert data is not None
-    rewrites = []
-    for popped in range(1, 101):
-        queue.popleft()
+def test_popping_the_head_reads_the_data_once_per_batch_and_rewrites_it_rarely():
+    queue = HostQueue(entry(n) for n in range(200))
+    cell = Cell()
+    stored = queue.stored()
+    cell.write(stored.data)
+    cell.writes = 0
+    for n in range(200):
+        queue = HostQueue.restored(stored.meta, cell.read)
+        assert queue.popleft() == entry(n)
         stored = queue.stored()
         if stored.data is not None:
-            rewrites.append(popped)
-            data = stored.data
-        queue = HostQueue.restored(stored.meta, lambda d=data: d)
-    # Popping moves an offset; the data is rewritten (compacted) only when the popped part
-    # is more than half of it, so the stored bytes stay within twice the live entries.
-    assert rewrites and all(b - a > 1 for a, b in zip(rewrites, rewrites[1:], strict=False))
-    assert len(rewrites) < 10 and not queue
+            cell.write(stored.data)
+        assert len(stored.data or cell.value) <= 2 * 200 * len(encode_entries([entry(n)]))
+    # The head takes HEAD_BATCH entries at a time from the data (one read each time), and
+    # the data is rewritten (compacted) only when the part taken is more than half of it.
+    assert cell.reads == -(-200 // HEAD_BATCH)
+    assert 0 < cell.writes < 10 and not queue
 
 
 def test_a_cleared_queue_is_written_empty_so_its_old_entries_never_come_back():
@@ -150,7 +151,7 @@ def test_a_cleared_queue_is_written_empty_so_its_old_entries_never_come_back():
 
 def test_stored_data_at_odds_with_its_meta_is_read_as_it_is_and_logged(caplog):
     data = encode_entries([entry(1), entry(2), entry(3)])
-    queue = HostQueue.restored((5, 0, len(data) + 40), lambda: data)
+    queue = HostQueue.restored((5, 0, len(data) + 40, b"", 0), lambda: data)
     assert list(queue) == [entry(1), entry(2), entry(3)] and len(queue) == 3
     assert "not the" in caplog.text
     assert queue.stored().data == data  # written again, consistent with its meta

@@ -7,9 +7,10 @@ change. It knows nothing of hosts, politeness or Beam: pipeline.core.politeness 
 deque, and the scheduler stores its bytes in a state cell of their own (HostQueue.stored).
 
 The stored form is a run of records, each a fixed header (url_hash, depth, attempt,
-redirect_hops, URL length) and the URL in UTF-8. Popping the head only moves an offset into it;
-the bytes are rewritten when entries were added (at either end) or when the popped part has
-grown to half of them, so a firing that starts a fetch rewrites none of them.
+redirect_hops, URL length) and the URL in UTF-8. The next few entries (the head) travel with
+the host's small state; taking entries into the head only moves an offset into the data, which
+is rewritten when entries were appended or the part taken has grown to half of it. So a firing
+that starts a fetch reads the data once per HEAD_BATCH fetches and rewrites none of it.
 """
 
 from __future__ import annotations
@@ -57,6 +58,13 @@ def _decode_at(data: bytes, offset: int) -> tuple[FrontierEntry, int]:
     return FrontierEntry(url, url_hash, depth, attempt, hops), end
 
 
+def _decode_all(data: bytes) -> Iterator[FrontierEntry]:
+    offset = 0
+    while offset < len(data):
+        entry, offset = _decode_at(data, offset)
+        yield entry
+
+
 def _count(data: bytes, offset: int) -> int:
     n = 0
     while offset < len(data):
@@ -70,83 +78,108 @@ def encode_entries(entries: Iterable[FrontierEntry]) -> bytes:
     return _encode(entries)
 
 
+# Entries taken from the data into the head at a time: a firing that starts a fetch then
+# reads the data cell once per HEAD_BATCH requests, not at every one.
+HEAD_BATCH = 16
+# Beyond this many entries at the head (URLs put back for a retry pile up only when many
+# fetches fail), the head goes back into the data rather than grow the small part.
+HEAD_MAX = 64
+
+
 @dataclass(frozen=True, slots=True)
 class StoredQueue:
     """A HostQueue as stored: `meta` travels with the host's small state on every event,
     `data` in a cell of its own, written only when it changed (None: unchanged)."""
 
-    meta: tuple[int, int, int]  # (entries, offset of the head in the data, data length)
+    # (entries in the data from the offset on, that offset, the data's length, the head's
+    # entries encoded, how many they are)
+    meta: tuple[int, int, int, bytes, int]
     data: bytes | None
 
 
 class HostQueue:
     """A FIFO of FrontierEntry with deque's methods, kept encoded: entries are decoded when
-    they reach the head (or when the whole queue is iterated), not when the queue is read."""
+    they near the head (or when the whole queue is iterated), not when the queue is read.
 
-    __slots__ = ("_front", "_data", "_offset", "_in_data", "_tail", "_load", "_length",
-                 "_rewrite", "_head")
+    Order: the head (entries put back with appendleft, and the next HEAD_BATCH taken from the
+    data), then the data from its offset, then the tail (entries appended since the data was
+    last encoded). The head is stored with the host's small state, the data apart.
+    """
+
+    __slots__ = ("_front", "_front_raw", "_front_count", "_data", "_offset", "_in_data",
+                 "_length", "_tail", "_load", "_rewrite")
 
     def __init__(self, entries: Iterable[FrontierEntry] = ()) -> None:
-        self._front: deque[FrontierEntry] = deque()  # put back at the head, before the data
+        self._front: deque[FrontierEntry] = deque()
+        self._front_raw: bytes | None = None  # the head as stored, until an entry is needed
+        self._front_count = 0  # entries in _front_raw
         self._data: bytes | None = b""  # None: not read from storage yet
-        self._offset = 0  # bytes of _data already popped
+        self._offset = 0  # bytes of _data already taken
         self._in_data = 0  # entries in _data from _offset on
         self._length = 0  # len(_data) as stored (checked when it is read)
-        self._tail: list[FrontierEntry] = list(entries)  # added since the data was encoded
+        self._tail: list[FrontierEntry] = list(entries)
         self._load: Callable[[], bytes | None] | None = None
         self._rewrite = False  # the stored data is not _data (cleared, unpickled, at odds)
-        self._head: tuple[FrontierEntry, int] | None = None  # _data's head entry, decoded
 
     # ------------------------------------------------------------------------- storage
     @classmethod
-    def restored(cls, meta: tuple[int, int, int], load: Callable[[], bytes | None]
-                 ) -> HostQueue:
+    def restored(cls, meta: tuple[int, int, int, bytes, int],
+                 load: Callable[[], bytes | None]) -> HostQueue:
         """The queue `stored` described by `meta`; its data is read with `load` the first
-        time an entry is needed (its length never needs it)."""
+        time an entry beyond the head is needed (its length never needs it)."""
         queue = cls()
-        queue._in_data, queue._offset, queue._length = meta
+        queue._in_data, queue._offset, queue._length, head, queue._front_count = meta
+        queue._front_raw = head if queue._front_count else None
         queue._data = None
         queue._load = load
         return queue
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> HostQueue:
-        """A queue of every entry encoded in `data` (encode_entries' form)."""
+    def from_bytes(cls, data: bytes, entries: int | None = None) -> HostQueue:
+        """A queue of every entry encoded in `data` (encode_entries' form); `entries`: how
+        many there are, if known (else they are counted)."""
         queue = cls()
         queue._data = data
         queue._length = len(data)
-        queue._in_data = _count(data, 0)
+        queue._in_data = _count(data, 0) if entries is None else entries
         queue._rewrite = True  # in no state cell yet: stored() writes it
         return queue
 
     def stored(self) -> StoredQueue:
-        """The queue as the scheduler stores it. Entries added since it was read (at either
-        end), or a popped part grown to half the data, make new data; otherwise only the
-        offset moves and `data` is None."""
-        dirty = bool(self._front) or bool(self._tail) or self._rewrite
-        if not dirty and 2 * self._offset <= self._length:
-            return StoredQueue((self._in_data, self._offset, self._length), None)
+        """The queue as the scheduler stores it. The data is encoded again when entries were
+        appended, the head grew past HEAD_MAX or the part already taken from the data is
+        more than half of it; otherwise only the offset moves and `data` is None."""
+        fold = self._front_raw is None and len(self._front) > HEAD_MAX
+        if self._front_raw is not None:
+            head, head_count = self._front_raw, self._front_count
+        elif fold:
+            head, head_count = b"", 0
+        else:
+            head, head_count = _encode(self._front), len(self._front)
+        if not (self._tail or fold or self._rewrite or 2 * self._offset > self._length):
+            return StoredQueue((self._in_data, self._offset, self._length, head, head_count),
+                               None)
         data = self._loaded()
-        if self._offset == 0 and not self._front and not self._rewrite:
+        if self._offset == 0 and not fold and not self._rewrite:
             data = data + _encode(self._tail)  # only appended to: no slice of the old data
         else:
-            data = b"".join((_encode(self._front), data[self._offset:], _encode(self._tail)))
-        self._replace(data, len(self))
-        return StoredQueue((self._in_data, 0, len(data)), data)
+            data = b"".join((_encode(self._front) if fold else b"", data[self._offset:],
+                             _encode(self._tail)))
+        entries = self._in_data + len(self._tail) + (len(self._front) if fold else 0)
+        if fold:
+            self._front.clear()
+        self._data, self._offset, self._in_data, self._length = data, 0, entries, len(data)
+        self._tail = []
+        self._rewrite = False
+        return StoredQueue((entries, 0, len(data), head, head_count), data)
 
     def to_bytes(self) -> bytes:
         """Every entry, head first, in encode_entries' form (the whole queue, always)."""
-        data = self._loaded()
-        if self._front or self._tail or self._offset:
-            return b"".join((_encode(self._front), data[self._offset:], _encode(self._tail)))
+        data = self._loaded() if self._in_data else b""
+        head = self._front_raw if self._front_raw is not None else _encode(self._front)
+        if head or self._tail or self._offset or len(data) != self._length:
+            return b"".join((head, data[self._offset:], _encode(self._tail)))
         return data
-
-    def _replace(self, data: bytes, entries: int) -> None:
-        self._data, self._offset, self._in_data, self._length = data, 0, entries, len(data)
-        self._front.clear()
-        self._tail.clear()
-        self._rewrite = False
-        self._head = None
 
     def _loaded(self) -> bytes:
         if self._data is None:
@@ -167,9 +200,26 @@ class HostQueue:
             self._load = None
         return self._data
 
+    def _head(self) -> deque[FrontierEntry]:
+        """The decoded head, with the next entries of the data taken into it if it is empty."""
+        if self._front_raw is not None:
+            self._front = deque(_decode_all(self._front_raw))
+            self._front_raw = None
+            self._front_count = 0
+        if not self._front and self._in_data:
+            data = self._loaded()
+            offset = self._offset
+            for _ in range(min(HEAD_BATCH, self._in_data)):
+                entry, offset = _decode_at(data, offset)
+                self._front.append(entry)
+            self._in_data -= len(self._front)
+            self._offset = offset
+        return self._front
+
     # ------------------------------------------------------------------- deque's methods
     def __len__(self) -> int:
-        return len(self._front) + self._in_data + len(self._tail)
+        head = self._front_count if self._front_raw is not None else len(self._front)
+        return head + self._in_data + len(self._tail)
 
     def __bool__(self) -> bool:
         return len(self) > 0
@@ -181,44 +231,41 @@ class HostQueue:
         self._tail.extend(entries)
 
     def appendleft(self, entry: FrontierEntry) -> None:
-        self._front.appendleft(entry)
+        self._head().appendleft(entry)
 
     def popleft(self) -> FrontierEntry:
-        if self._front:
-            return self._front.popleft()
-        if self._in_data:
-            entry, end = self._peek_data()
-            self._offset = end
-            self._in_data -= 1
-            self._head = None
-            return entry
+        head = self._head()
+        if head:
+            return head.popleft()
         if self._tail:
             return self._tail.pop(0)
         raise IndexError("pop from an empty queue")
 
     def clear(self) -> None:
-        self._replace(b"", 0)
+        self._front.clear()
+        self._front_raw, self._front_count = None, 0
+        self._data, self._offset, self._in_data, self._length = b"", 0, 0, 0
+        self._tail = []
         self._load = None
         self._rewrite = True  # the stored data still holds the entries: write it empty
 
-    def _peek_data(self) -> tuple[FrontierEntry, int]:
-        if self._head is None:
-            self._head = _decode_at(self._loaded(), self._offset)
-        return self._head
-
     def __getitem__(self, index: int) -> FrontierEntry:
         if index == 0:
-            if self._front:
-                return self._front[0]
-            if self._in_data:
-                return self._peek_data()[0]
+            head = self._head()
+            if head:
+                return head[0]
+            if self._tail:
+                return self._tail[0]
         if index == -1 and self._tail:
             return self._tail[-1]
         entries = list(self)
         return entries[index]
 
     def __iter__(self) -> Iterator[FrontierEntry]:
-        yield from list(self._front)
+        if self._front_raw is not None:
+            yield from _decode_all(self._front_raw)
+        else:
+            yield from list(self._front)
         if self._in_data:
             data = self._loaded()
             offset = self._offset
@@ -240,7 +287,7 @@ class HostQueue:
         return f"HostQueue({len(self)} entries)"
 
     # ------------------------------------------------------------------------- pickling
-    def __reduce__(self) -> tuple[object, tuple[bytes]]:
+    def __reduce__(self) -> tuple[object, tuple[bytes, int]]:
         # The whole queue as one bytes value: pickle copies it instead of building one
         # object per entry, which is what made reading a busy host's state slow.
-        return (HostQueue.from_bytes, (self.to_bytes(),))
+        return (HostQueue.from_bytes, (self.to_bytes(), len(self)))
