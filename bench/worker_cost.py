@@ -1113,7 +1113,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-scrapy", action="store_true", help="skip the Scrapy runs")
     parser.add_argument("--work", type=Path, default=None,
                         help="directory for outputs and worker-cost.json (default: a temp dir)")
+    parser.add_argument("--scheduler-only", action="store_true",
+                        help="only the host scheduler's section (seconds; JSON on stdout), "
+                             "to compare two trees back to back")
     args = parser.parse_args(argv)
+    if args.scheduler_only:
+        firings = 100 if args.quick else 400
+        figures = {("cached" if cached else "uncached"): dataclasses.asdict(
+            measure_scheduler(firings=firings, queue=1000, cached=cached))
+            for cached in (False, True)}
+        print(json.dumps(figures))
+        return 0
     table, _ = run_worker_cost(quick=args.quick, extractor=args.extractor, work=args.work,
                                scrapy=not args.no_scrapy)
     Console(width=160).print(table)

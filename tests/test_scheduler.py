@@ -366,3 +366,58 @@ def test_a_parked_host_is_woken_at_the_deadline_and_its_urls_end_over_budget():
         assert len(pool.submitted) == 2 and not stored(state).busy
     finally:
         worker_resources().close()
+
+
+def test_a_host_state_stored_whole_by_an_earlier_version_carries_on_in_three_cells():
+    """A streaming job updated to the split cells finds a HostState pickled whole (its queue
+    as tuples) in the 'host' cell: the host carries on from it, its queue and seen-set move
+    to their own cells, and a firing then reads the small part only."""
+    import pickle
+
+    from pipeline.core.politeness import HostState
+
+    pool = FakePool()
+    policy = HostPolicy(user_agent="testbot", min_delay=1.0, fetch_timeout=5.0, lease_grace=1.0)
+    config = ScheduleConfig(crawl_id="c1", policy=policy, fetch=FetchConfig(user_agent="testbot"))
+    fn = HostSchedulerFn(config, LocalPageBudget("c-old", None), clock=lambda: pool.clock[0],
+                         submit=pool.submit)
+    fn.setup()
+    old = HostState(host=HOST)
+    old.offer([(f"http://{HOST}/{p}", url_hash(f"http://{HOST}/{p}"), None) for p in "ab"], 0,
+              policy)
+    fields = old.__dict__.copy()
+    fields["queue"] = [(e.url, e.url_hash, e.depth, e.attempt, e.redirect_hops)
+                       for e in old.queue]
+
+    class OldForm:  # unpickles as an earlier version's pickle did: __setstate__(fields)
+        def __reduce__(self):
+            return (_restore_old_form, (fields,))
+
+    cells, timer = fake_cells(), FakeTimer()
+    cells["host_state"].value = pickle.loads(pickle.dumps(OldForm()))
+    try:
+        # Offered again: both were seen (the old seen-set still holds), nothing is queued twice.
+        entries = tuple((f"http://{HOST}/{p}", url_hash(f"http://{HOST}/{p}"), None)
+                        for p in "abc")
+        list(fn.process((HOST, HostBatch(depth=0, kind="links", entries=entries)), **cells,
+                        wake=timer))
+        assert isinstance(cells["host_state"].value, dict)
+        assert cells["host_queue"].value and cells["host_seen"].value
+        assert [e.url[-1] for e in stored(cells).queue] == ["a", "b", "c"]
+        pool.clock[0] = 0.0
+        list(fn.on_wake(key=HOST, **cells, wake=timer))
+        pool.finish(0, status=404)
+        pool.clock[0] = 1.0
+        list(fn.on_wake(key=HOST, **cells, wake=timer))
+        assert [u for u, _, _ in pool.submitted] == [f"http://{HOST}/robots.txt",
+                                                     f"http://{HOST}/a"]
+    finally:
+        worker_resources().close()
+
+
+def _restore_old_form(fields: dict):
+    from pipeline.core.politeness import HostState
+
+    state = HostState.__new__(HostState)
+    state.__setstate__(dict(fields))
+    return state
