@@ -355,3 +355,4 @@ def test_a_fleet_host_stored_in_parts_reads_back_equal(offers):
         assert {c: s.seen for c, s in twin.crawls.items()} == {
             c: s.seen for c, s in plain.crawls.items()}
         assert twin.holder == plain.holder and twin.next_allowed == plain.next_allowed
+        assert pickle.loads(pickle.dumps(twin)) == twin  # and whole, as tests and tools do

@@ -200,12 +200,16 @@ class HostQueue:
             self._load = None
         return self._data
 
-    def _head(self) -> deque[FrontierEntry]:
-        """The decoded head, with the next entries of the data taken into it if it is empty."""
+    def _decoded_front(self) -> deque[FrontierEntry]:
         if self._front_raw is not None:
             self._front = deque(_decode_all(self._front_raw))
             self._front_raw = None
             self._front_count = 0
+        return self._front
+
+    def _head(self) -> deque[FrontierEntry]:
+        """The decoded head, with the next entries of the data taken into it if it is empty."""
+        self._decoded_front()
         if not self._front and self._in_data:
             data = self._loaded()
             offset = self._offset
@@ -231,7 +235,7 @@ class HostQueue:
         self._tail.extend(entries)
 
     def appendleft(self, entry: FrontierEntry) -> None:
-        self._head().appendleft(entry)
+        self._decoded_front().appendleft(entry)  # the data is not needed to put one back
 
     def popleft(self) -> FrontierEntry:
         head = self._head()

@@ -280,9 +280,10 @@ class HostState:
 
     def stored(self) -> tuple[dict, StoredQueue]:
         """The state as the scheduler stores it, in parts, so that an event reads and writes
-        only what it uses: the fields (small, every event; the queue's length and offset in
-        place of its entries, no seen-set) and the queue's data (StoredQueue.data: None when
-        only its head moved). The seen-set is the caller's to store apart, when it changed."""
+        only what it uses: the fields (small, every event; in place of the queue, its next
+        few entries encoded, its length and offset; no seen-set) and the queue's data
+        (StoredQueue.data: None when it did not change). The seen-set is the caller's to
+        store apart, when it changed."""
         fields = self.__dict__.copy()
         queue = fields.pop("queue").stored()
         fields["queue"] = queue.meta
