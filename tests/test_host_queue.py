@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.core.fleet_host import CrawlTerms, FleetHostState
-from pipeline.core.host_queue import HEAD_BATCH, HostQueue, encode_entries
+from pipeline.core.host_queue import HEAD_BATCH, TAIL_MAX, HostQueue, encode_entries
 from pipeline.core.politeness import Decision, FetchReport, HostPolicy, HostState
 from pipeline.core.records import FrontierEntry
 from pipeline.core.urls import url_hash
@@ -137,6 +137,27 @@ def test_popping_the_head_reads_the_data_once_per_batch_and_rewrites_it_rarely()
     assert 0 < cell.writes < 10 and not queue
 
 
+def test_a_few_urls_appended_stay_in_the_small_part_until_they_outgrow_it():
+    cell = Cell()
+    queue = HostQueue(entry(n) for n in range(500))
+    stored = queue.stored()
+    cell.write(stored.data)
+    cell.reads = cell.writes = 0
+    per_url = len(encode_entries([entry(1000)]))
+    n = 500
+    for _ in range(3 * TAIL_MAX // (5 * per_url)):
+        queue = HostQueue.restored(stored.meta, cell.read)
+        queue.extend(entry(n + i) for i in range(5))  # an offer of five URLs
+        n += 5
+        stored = queue.stored()
+        if stored.data is not None:
+            cell.write(stored.data)
+        assert len(stored.meta[5]) <= TAIL_MAX
+    # The data cell is read and written once per TAIL_MAX bytes of URLs, not at every offer.
+    assert 1 <= cell.writes <= 3 and cell.reads == cell.writes
+    assert list(HostQueue.restored(stored.meta, cell.read)) == [entry(i) for i in range(n)]
+
+
 def test_a_cleared_queue_is_written_empty_so_its_old_entries_never_come_back():
     cell = Cell()
     queue = HostQueue(entry(n) for n in range(5))
@@ -151,7 +172,7 @@ def test_a_cleared_queue_is_written_empty_so_its_old_entries_never_come_back():
 
 def test_stored_data_at_odds_with_its_meta_is_read_as_it_is_and_logged(caplog):
     data = encode_entries([entry(1), entry(2), entry(3)])
-    queue = HostQueue.restored((5, 0, len(data) + 40, b"", 0), lambda: data)
+    queue = HostQueue.restored((5, 0, len(data) + 40, b"", 0, b"", 0), lambda: data)
     assert list(queue) == [entry(1), entry(2), entry(3)] and len(queue) == 3
     assert "not the" in caplog.text
     assert queue.stored().data == data  # written again, consistent with its meta
@@ -297,8 +318,8 @@ def test_a_state_pickled_whole_before_the_queue_was_encoded_still_loads():
     copy = HostState.__new__(HostState)
     copy.__setstate__(old)
     assert copy == state and list(copy.queue) == list(state.queue)
-    fields, queue = copy.stored()
-    assert queue.data is not None  # written to its own cell at the next event
+    fields, queue = copy.stored()  # what the next event stores
+    assert list(HostState.restored(fields, lambda: queue.data).queue) == list(state.queue)
 
 
 def test_a_state_without_its_seen_set_refuses_offers_and_whole_pickling():

@@ -8,9 +8,11 @@ deque, and the scheduler stores its bytes in a state cell of their own (HostQueu
 
 The stored form is a run of records, each a fixed header (url_hash, depth, attempt,
 redirect_hops, URL length) and the URL in UTF-8. The next few entries (the head) travel with
-the host's small state; taking entries into the head only moves an offset into the data, which
-is rewritten when entries were appended or the part taken has grown to half of it. So a firing
-that starts a fetch reads the data once per HEAD_BATCH fetches and rewrites none of it.
+the host's small state, and so do URLs appended since the data was last written, up to
+TAIL_MAX bytes; taking entries into the head only moves an offset into the data, which is
+rewritten when the tail outgrows TAIL_MAX or the part taken has grown to half of it. So a firing
+that starts a fetch reads the data once per HEAD_BATCH fetches and rewrites none of it, and
+an offer of a few URLs neither reads nor writes it.
 """
 
 from __future__ import annotations
@@ -81,6 +83,9 @@ def encode_entries(entries: Iterable[FrontierEntry]) -> bytes:
 # Entries taken from the data into the head at a time: a firing that starts a fetch then
 # reads the data cell once per HEAD_BATCH requests, not at every one.
 HEAD_BATCH = 16
+# URLs appended since the data was last written stay with the host's small state up to this
+# many bytes (~60 URLs): an offer then writes them there, not the whole queue again.
+TAIL_MAX = 4096
 # Beyond this many entries at the head (URLs put back for a retry pile up only when many
 # fetches fail), the head goes back into the data rather than grow the small part.
 HEAD_MAX = 64
@@ -92,8 +97,8 @@ class StoredQueue:
     `data` in a cell of its own, written only when it changed (None: unchanged)."""
 
     # (entries in the data from the offset on, that offset, the data's length, the head's
-    # entries encoded, how many they are)
-    meta: tuple[int, int, int, bytes, int]
+    # entries encoded, how many they are, the tail's entries encoded, how many they are)
+    meta: tuple[int, int, int, bytes, int, bytes, int]
     data: bytes | None
 
 
@@ -103,11 +108,12 @@ class HostQueue:
 
     Order: the head (entries put back with appendleft, and the next HEAD_BATCH taken from the
     data), then the data from its offset, then the tail (entries appended since the data was
-    last encoded). The head is stored with the host's small state, the data apart.
+    last written: encoded as stored, then those appended at this event). The head and a tail
+    of up to TAIL_MAX bytes are stored with the host's small state, the data apart.
     """
 
     __slots__ = ("_front", "_front_raw", "_front_count", "_data", "_offset", "_in_data",
-                 "_length", "_tail", "_load", "_rewrite")
+                 "_length", "_tail_raw", "_tail_count", "_tail", "_load", "_rewrite")
 
     def __init__(self, entries: Iterable[FrontierEntry] = ()) -> None:
         self._front: deque[FrontierEntry] = deque()
@@ -117,18 +123,21 @@ class HostQueue:
         self._offset = 0  # bytes of _data already taken
         self._in_data = 0  # entries in _data from _offset on
         self._length = 0  # len(_data) as stored (checked when it is read)
-        self._tail: list[FrontierEntry] = list(entries)
+        self._tail_raw = b""  # the tail as stored
+        self._tail_count = 0  # entries in _tail_raw
+        self._tail: list[FrontierEntry] = list(entries)  # appended at this event
         self._load: Callable[[], bytes | None] | None = None
         self._rewrite = False  # the stored data is not _data (cleared, unpickled, at odds)
 
     # ------------------------------------------------------------------------- storage
     @classmethod
-    def restored(cls, meta: tuple[int, int, int, bytes, int],
+    def restored(cls, meta: tuple[int, int, int, bytes, int, bytes, int],
                  load: Callable[[], bytes | None]) -> HostQueue:
         """The queue `stored` described by `meta`; its data is read with `load` the first
         time an entry beyond the head is needed (its length never needs it)."""
         queue = cls()
-        queue._in_data, queue._offset, queue._length, head, queue._front_count = meta
+        (queue._in_data, queue._offset, queue._length, head, queue._front_count,
+         queue._tail_raw, queue._tail_count) = meta
         queue._front_raw = head if queue._front_count else None
         queue._data = None
         queue._load = load
@@ -146,9 +155,9 @@ class HostQueue:
         return queue
 
     def stored(self) -> StoredQueue:
-        """The queue as the scheduler stores it. The data is encoded again when entries were
-        appended, the head grew past HEAD_MAX or the part already taken from the data is
-        more than half of it; otherwise only the offset moves and `data` is None."""
+        """The queue as the scheduler stores it. The data is written again when the tail
+        outgrew TAIL_MAX bytes, the head HEAD_MAX entries, or the part already taken from
+        the data is more than half of it; otherwise `data` is None."""
         fold = self._front_raw is None and len(self._front) > HEAD_MAX
         if self._front_raw is not None:
             head, head_count = self._front_raw, self._front_count
@@ -156,29 +165,33 @@ class HostQueue:
             head, head_count = b"", 0
         else:
             head, head_count = _encode(self._front), len(self._front)
-        if not (self._tail or fold or self._rewrite or 2 * self._offset > self._length):
-            return StoredQueue((self._in_data, self._offset, self._length, head, head_count),
-                               None)
+        pending = self._tail_raw + _encode(self._tail) if self._tail else self._tail_raw
+        pending_count = self._tail_count + len(self._tail)
+        if not (fold or self._rewrite or 2 * self._offset > self._length) and (
+                len(pending) <= TAIL_MAX):
+            self._tail_raw, self._tail_count, self._tail = pending, pending_count, []
+            return StoredQueue((self._in_data, self._offset, self._length, head, head_count,
+                                pending, pending_count), None)
         data = self._loaded()
         if self._offset == 0 and not fold and not self._rewrite:
-            data = data + _encode(self._tail)  # only appended to: no slice of the old data
+            data = data + pending  # only appended to: no slice of the old data
         else:
             data = b"".join((_encode(self._front) if fold else b"", data[self._offset:],
-                             _encode(self._tail)))
-        entries = self._in_data + len(self._tail) + (len(self._front) if fold else 0)
+                             pending))
+        entries = self._in_data + pending_count + (len(self._front) if fold else 0)
         if fold:
             self._front.clear()
         self._data, self._offset, self._in_data, self._length = data, 0, entries, len(data)
-        self._tail = []
+        self._tail_raw, self._tail_count, self._tail = b"", 0, []
         self._rewrite = False
-        return StoredQueue((entries, 0, len(data), head, head_count), data)
+        return StoredQueue((entries, 0, len(data), head, head_count, b"", 0), data)
 
     def to_bytes(self) -> bytes:
         """Every entry, head first, in encode_entries' form (the whole queue, always)."""
         data = self._loaded() if self._in_data else b""
         head = self._front_raw if self._front_raw is not None else _encode(self._front)
-        if head or self._tail or self._offset or len(data) != self._length:
-            return b"".join((head, data[self._offset:], _encode(self._tail)))
+        if head or self._tail_raw or self._tail or self._offset or len(data) != self._length:
+            return b"".join((head, data[self._offset:], self._tail_raw, _encode(self._tail)))
         return data
 
     def _loaded(self) -> bytes:
@@ -218,12 +231,15 @@ class HostQueue:
                 self._front.append(entry)
             self._in_data -= len(self._front)
             self._offset = offset
+        if not self._front and not self._in_data and self._tail_raw:
+            self._front = deque(_decode_all(self._tail_raw))  # the stored tail is next
+            self._tail_raw, self._tail_count = b"", 0
         return self._front
 
     # ------------------------------------------------------------------- deque's methods
     def __len__(self) -> int:
         head = self._front_count if self._front_raw is not None else len(self._front)
-        return head + self._in_data + len(self._tail)
+        return head + self._in_data + self._tail_count + len(self._tail)
 
     def __bool__(self) -> bool:
         return len(self) > 0
@@ -249,7 +265,7 @@ class HostQueue:
         self._front.clear()
         self._front_raw, self._front_count = None, 0
         self._data, self._offset, self._in_data, self._length = b"", 0, 0, 0
-        self._tail = []
+        self._tail_raw, self._tail_count, self._tail = b"", 0, []
         self._load = None
         self._rewrite = True  # the stored data still holds the entries: write it empty
 
@@ -261,7 +277,7 @@ class HostQueue:
             if self._tail:
                 return self._tail[0]
         if index == -1 and self._tail:
-            return self._tail[-1]
+            return self._tail[-1]  # (the stored tail is decoded below only when needed)
         entries = list(self)
         return entries[index]
 
@@ -276,6 +292,7 @@ class HostQueue:
             for _ in range(self._in_data):
                 entry, offset = _decode_at(data, offset)
                 yield entry
+        yield from _decode_all(self._tail_raw)
         yield from list(self._tail)
 
     def __eq__(self, other: object) -> bool:
