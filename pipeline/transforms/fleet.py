@@ -225,6 +225,9 @@ class FleetSchedulerFn(beam.DoFn):
 
     # The cell keeps its name and coder from when it held the whole FleetHostState, so a
     # streaming job updated to this code finds its hosts' states (FleetCells.read).
+    # Compatibility matters: a host's state holds its lease and queue, and a job replaced
+    # rather than updated would lose them. That Dataflow accepts the two added cells in an
+    # update is not verified here (no Dataflow in the tests).
     HOST_STATE = ReadModifyWriteStateSpec("fleet_host", PickleCoder())
     HOST_QUEUES = ReadModifyWriteStateSpec("fleet_host_queues", PickleCoder())
     HOST_SEEN = ReadModifyWriteStateSpec("fleet_host_seen", PickleCoder())

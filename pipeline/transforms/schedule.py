@@ -176,6 +176,9 @@ class HostSchedulerFn(beam.DoFn):
 
     # The cell keeps its name and coder from when it held the whole HostState, so a
     # streaming job updated to this code finds its hosts' states (HostCells.read).
+    # Compatibility matters: a host's state holds its lease and queue, and a job replaced
+    # rather than updated would lose them. That Dataflow accepts the two added cells in an
+    # update is not verified here (no Dataflow in the tests).
     HOST_STATE = ReadModifyWriteStateSpec("host", PickleCoder())
     HOST_QUEUE = ReadModifyWriteStateSpec("host_queue", BytesCoder())
     HOST_SEEN = ReadModifyWriteStateSpec("host_seen", BytesCoder())
