@@ -294,19 +294,60 @@ def read_recorded(path: str) -> list[FetchResult]:
         return pickle.load(recorded)
 
 
+def _split_page(page: Any) -> Iterator[Any]:
+    from apache_beam.pvalue import TaggedOutput
+
+    yield page.row
+    if page.links is not None:
+        yield TaggedOutput("links", page.links)
+
+
+def store_as_before(fetched: Any, out: str, extractor: str) -> tuple[Any, Any]:
+    """The store stage as it was composed before the WARC record moved ahead of the shuffle,
+    from the same public steps: Reshuffle (each body crossing it), WriteResponses, ParsePages,
+    DedupContent, FlagNearDuplicates (links still on every page), rows and links split last.
+    Kept so one run measures both orders. Returns (rows, links)."""
+    import apache_beam as beam
+
+    from pipeline.core.pages import Trafilatura
+    from pipeline.transforms.pages import (
+        DedupContent,
+        FlagNearDuplicates,
+        ParsePages,
+        WriteResponses,
+    )
+
+    parsed = (
+        fetched
+        | "Reshuffle" >> beam.Reshuffle()
+        | "WriteResponses" >> WriteResponses(out, CRAWL_ID)
+        | "ParsePages" >> ParsePages(extractor=Trafilatura(extractor == "trafilatura-fast"),
+                                     agent=AGENT).with_exception_handling()
+    )
+    judged = (parsed.pages | "DedupContent" >> DedupContent(out, CRAWL_ID)
+              | "FlagNearDuplicates" >> FlagNearDuplicates(DuplicatePolicy()))
+    split = judged.pages | "RowsAndLinks" >> beam.FlatMap(_split_page).with_outputs(
+        "links", main="rows")
+    return split.rows, split.links
+
+
+VARIANTS = ("now", "before")  # the store stage as StorePages composes it, or as it was
+
+
 def pipeline_cpu(recorded: Path, out: Path, extractor: str, *, store: bool,
-                 state_cache: bool = True) -> float:
+                 state_cache: bool = True, variant: str = "now") -> float:
     """CPU seconds of one batch pipeline over the results pickled in `recorded` on the
-    FnApiRunner: StorePages and the Parquet table (store=True), or only reading the recorded
-    results (store=False). state_cache=False: the embedded SDK harness runs without its
-    state cache, as Dataflow's workers do by default (--max_cache_memory_usage_mb 0); the
-    FnApiRunner fixes it at 100 MB otherwise."""
+    FnApiRunner: the store stage (StorePages, or `variant` "before": store_as_before) and the
+    Parquet table (store=True), or only reading the recorded results (store=False).
+    state_cache=False: the embedded SDK harness runs without its state cache, as Dataflow's
+    workers do by default (--max_cache_memory_usage_mb 0); the FnApiRunner fixes it at 100 MB
+    otherwise."""
     if not state_cache:
         from unittest import mock
 
         with mock.patch("apache_beam.runners.portability.fn_api_runner.worker_handlers."
                         "STATE_CACHE_SIZE_MB", 0):
-            return pipeline_cpu(recorded, out, extractor, store=store)
+            return pipeline_cpu(recorded, out, extractor, store=store, variant=variant)
     import apache_beam as beam
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
@@ -317,11 +358,15 @@ def pipeline_cpu(recorded: Path, out: Path, extractor: str, *, store: bool,
     with beam.Pipeline(runner=FnApiRunner()) as p:
         fetched = (p | "RecordingFile" >> beam.Create([str(recorded)])
                    | "Recorded" >> beam.FlatMap(read_recorded).with_output_types(FetchResult))
-        if store:
+        if store and variant == "before":
+            rows, links = store_as_before(fetched, str(out), extractor)
+        elif store:
             stored = fetched | "StorePages" >> StorePages(
                 str(out), CRAWL_ID, agent=AGENT, fast=extractor == "trafilatura-fast")
-            stored.rows | "WritePagesTable" >> WritePagesTable(str(out), CRAWL_ID)
-            stored.links | "DropLinks" >> beam.Map(lambda batch: None)
+            rows, links = stored.rows, stored.links
+        if store:
+            rows | "WritePagesTable" >> WritePagesTable(str(out), CRAWL_ID)
+            links | "DropLinks" >> beam.Map(lambda batch: None)
         else:
             fetched | "Drop" >> beam.Map(lambda result: None)
     return time.process_time() - started
