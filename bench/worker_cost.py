@@ -328,7 +328,7 @@ def store_as_before(fetched: Any, out: str, extractor: str) -> tuple[Any, Any]:
               | "FlagNearDuplicates" >> FlagNearDuplicates(DuplicatePolicy()))
     split = judged.pages | "RowsAndLinks" >> beam.FlatMap(_split_page).with_outputs(
         "links", main="rows")
-    return split.rows, split.links
+    return split.rows, (split.links, judged.host_signals) | "Links" >> beam.Flatten()
 
 
 VARIANTS = ("now", "before")  # the store stage as StorePages composes it, or as it was
