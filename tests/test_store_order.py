@@ -11,11 +11,8 @@ from collections import Counter as Tally
 import apache_beam as beam
 import pytest
 from apache_beam.coders import registry
-from apache_beam.pipeline import PipelineVisitor
-from apache_beam.transforms.core import GroupByKey, ParDo
-from apache_beam.transforms.userstate import is_stateful_dofn
 
-from bench.worker_cost import store_as_before
+from bench.worker_cost import shuffle_inputs, store_as_before
 from pipeline.core.records import FetchResult, HostSignal, PageRow, PageState
 from pipeline.core.urls import url_hash
 from pipeline.io.segments import read_response, read_text
@@ -84,30 +81,15 @@ def _store_before(fetched_pc, out: str):
     return store_as_before(fetched_pc, out, "trafilatura")
 
 
-class _Shuffles(PipelineVisitor):
-    """The PCollections that cross a shuffle: inputs of GroupByKeys and of stateful ParDos."""
-
-    def __init__(self) -> None:
-        self.inputs: list[tuple[str, beam.PCollection]] = []
-
-    def visit_transform(self, node) -> None:
-        transform = node.transform
-        keyed = isinstance(transform, GroupByKey) or (
-            isinstance(transform, ParDo) and is_stateful_dofn(transform.dofn))
-        if keyed and not node.full_label.startswith("Input/"):  # the test's own Create
-            self.inputs += [(node.full_label, pc) for pc in node.inputs]
-
-
 def _run(run: str, store, fetched: list[FetchResult], out: str) -> None:
     _OUTPUTS.pop(run, None)
     p = beam.Pipeline()
     rows, links = store(p | "Input" >> beam.Create(fetched).with_output_types(FetchResult), out)
     rows | "KeepRows" >> beam.Map(_keep, run, "row")
     links | "KeepLinks" >> beam.Map(_keep, run, "link")
-    shuffles = _Shuffles()
-    p.visit(shuffles)
-    assert shuffles.inputs, "the store stage has no shuffle to check"
-    for n, (label, pc) in enumerate(shuffles.inputs):
+    shuffles = shuffle_inputs(p, skip="Input/")  # not the test's own Create
+    assert shuffles, "the store stage has no shuffle to check"
+    for n, (label, pc) in enumerate(shuffles):
         coder = registry.get_coder(pc.element_type)
         (pc | f"Size{n}" >> beam.Map(lambda e, c=coder: len(c.encode(e)))
          | f"Max{n}" >> beam.CombineGlobally(lambda sizes: max(sizes, default=0))
