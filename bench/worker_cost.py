@@ -402,13 +402,10 @@ def shuffle_inputs(p: Any, skip: str = "") -> list[tuple[str, Any]]:
     return found
 
 
-# Encoded sizes of the elements the last shuffled_bytes run moved: (label, bytes) each. The
-# FnApiRunner runs the pipeline in this process, so its steps append here.
-_SHUFFLED: list[tuple[str, int]] = []
+def _sized(element: Any, coder: Any, label: str) -> None:
+    from apache_beam.metrics import Metrics
 
-
-def _note_shuffled(size: int, label: str) -> None:
-    _SHUFFLED.append((label, size))
+    Metrics.distribution("shuffled_bytes", label).update(len(coder.encode(element)))
 
 
 def shuffled_bytes(recorded: Path, out: Path, extractor: str, variant: str
@@ -418,19 +415,22 @@ def shuffled_bytes(recorded: Path, out: Path, extractor: str, variant: str
     coder Beam uses for that PCollection (a separate run: the sizing costs CPU)."""
     import apache_beam as beam
     from apache_beam.coders import registry
+    from apache_beam.metrics.metric import MetricsFilter
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-    _SHUFFLED.clear()
-    with beam.Pipeline(runner=FnApiRunner()) as p:
-        _store_pipeline(p, recorded, out, extractor, store=True, variant=variant)
-        for n, (label, pc) in enumerate(shuffle_inputs(p)):
-            coder = registry.get_coder(pc.element_type)
-            pc | f"Sized{n}" >> beam.Map(
-                lambda element, c=coder, lb=label: _note_shuffled(len(c.encode(element)), lb))
-    moved: dict[str, tuple[int, int]] = {}
-    for label, size in _SHUFFLED:
-        elements, total = moved.get(label, (0, 0))
-        moved[label] = (elements + 1, total + size)
+    p = beam.Pipeline(runner=FnApiRunner())
+    _store_pipeline(p, recorded, out, extractor, store=True, variant=variant)
+    labels = []
+    for n, (label, pc) in enumerate(shuffle_inputs(p)):
+        labels.append(label)
+        pc | f"Sized{n}" >> beam.Map(_sized, registry.get_coder(pc.element_type), label)
+    result = p.run()
+    result.wait_until_finish()
+    found = result.metrics().query(MetricsFilter().with_namespace("shuffled_bytes"))
+    moved = {label: (0, 0) for label in labels}
+    for metric in found["distributions"]:
+        value = metric.committed
+        moved[metric.key.metric.name] = (value.count, value.sum)
     return moved
 
 
