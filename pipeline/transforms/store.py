@@ -5,8 +5,8 @@ WriteResponses and ParsePages (dead letters on) fused with whatever hands the re
 (the host scheduler), an optional user step on the parsed pages, then DedupContent, the links
 leaving, and FlagNearDuplicates on what is left of each page. The raw body is written and
 parsed where it arrives, so no body crosses a shuffle: only a page's row, text and links go to
-content dedup (keyed by text), only its row to the host's near-duplicate index (docs/
-architecture.md, "Storage", has the measurements behind that order). Rows and links leave only
+content dedup (keyed by text), only its row to the host's near-duplicate index
+(docs/architecture.md, "No body crosses a shuffle", weighs that order). Rows and links leave only
 after the segments they point into are flushed (each writing step emits in finish_bundle).
 Deciding what a page's outcome means for its host is not done here.
 """
