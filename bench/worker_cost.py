@@ -508,6 +508,30 @@ def measure_shuffles(corpus: Corpus, work_dir: Path, extractor: str
                                     variant) for variant in VARIANTS}
 
 
+def near_duplicate_state(corpus: Corpus, rounds: int = 200) -> tuple[int, float]:
+    """The near-duplicate index of one host at the policy's capacity, as FlagNearDuplicates
+    keeps it (PickleCoder state, read and rewritten for every page with text of that host):
+    (encoded bytes, CPU seconds to encode and decode it once). URLs are the corpus's, each
+    made unique; fingerprints are random (a seeded generator)."""
+    import random
+
+    from apache_beam.coders import PickleCoder
+
+    policy = DuplicatePolicy()
+    generator = random.Random(14)
+    content = HostContent()
+    urls = corpus.urls
+    for i in range(policy.capacity):
+        content.observe(f"{urls[i % len(urls)].rstrip('/')}/{i}", generator.getrandbits(64),
+                        policy)
+    coder = PickleCoder()
+    encoded = coder.encode(content)
+    started = time.process_time()
+    for _ in range(rounds):
+        coder.decode(coder.encode(content))
+    return len(encoded), (time.process_time() - started) / rounds
+
+
 # --- Scrapy on the same pages -----------------------------------------------------------------
 
 
@@ -983,6 +1007,7 @@ class Report:
     shared_parse: tuple[float, float]
     warc: WarcFigures
     seconds: float = 0.0
+    host_content: tuple[int, float] = (0, 0.0)  # near_duplicate_state
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -1033,7 +1058,8 @@ def run_worker_cost(*, quick: bool, extractor: str = "trafilatura",
     report = Report(extractor, corpus, stages, pipeline, shuffle, coder_cpu_s(page_work),
                     scrapy_figures, scheduler,
                     scheduler_cached,
-                    extractors, links, shared, warc, time.monotonic() - began)
+                    extractors, links, shared, warc, time.monotonic() - began,
+                    near_duplicate_state(corpus))
     (work / "worker-cost.json").write_text(json.dumps(report.to_json(), indent=1,
                                                       default=str))
     return worker_cost_table(report), report
@@ -1104,6 +1130,11 @@ def worker_cost_table(report: Report) -> Any:
     table.add_row("former Reshuffle coder CPU: encode + decode, with body",
                   f"{with_body * ms:,.3f} ms",
                   f"against {without * ms:,.3f} ms without the body, pointer added")
+    state_bytes, state_s = report.host_content
+    table.add_row("state: a host's near-duplicate index at capacity",
+                  f"{state_bytes / 1024:,.1f} KB",
+                  f"read and rewritten per page with text of that host; encode + decode "
+                  f"{state_s * 1e6:,.0f} us")
     table.add_section()
     for sch, how in ((report.scheduler, "every read decodes the state"),
                      (report.scheduler_cached, "state cache: writes encode, reads do not")):
