@@ -294,37 +294,144 @@ def read_recorded(path: str) -> list[FetchResult]:
         return pickle.load(recorded)
 
 
+def _split_page(page: Any) -> Iterator[Any]:
+    from apache_beam.pvalue import TaggedOutput
+
+    yield page.row
+    if page.links is not None:
+        yield TaggedOutput("links", page.links)
+
+
+def store_as_before(fetched: Any, out: str, extractor: str) -> tuple[Any, Any]:
+    """The store stage as it was composed before the WARC record moved ahead of the shuffle,
+    from the same public steps: Reshuffle (each body crossing it), WriteResponses, ParsePages,
+    DedupContent, FlagNearDuplicates (links still on every page), rows and links split last.
+    Kept so one run measures both orders. Returns (rows, links)."""
+    import apache_beam as beam
+
+    from pipeline.core.pages import Trafilatura
+    from pipeline.transforms.pages import (
+        DedupContent,
+        FlagNearDuplicates,
+        ParsePages,
+        WriteResponses,
+    )
+
+    parsed = (
+        fetched
+        | "Reshuffle" >> beam.Reshuffle()
+        | "WriteResponses" >> WriteResponses(out, CRAWL_ID)
+        | "ParsePages" >> ParsePages(extractor=Trafilatura(extractor == "trafilatura-fast"),
+                                     agent=AGENT).with_exception_handling()
+    )
+    judged = (parsed.pages | "DedupContent" >> DedupContent(out, CRAWL_ID)
+              | "FlagNearDuplicates" >> FlagNearDuplicates(DuplicatePolicy()))
+    split = judged.pages | "RowsAndLinks" >> beam.FlatMap(_split_page).with_outputs(
+        "links", main="rows")
+    return split.rows, (split.links, judged.host_signals) | "Links" >> beam.Flatten()
+
+
+VARIANTS = ("now", "before")  # the store stage as StorePages composes it, or as it was
+
+
 def pipeline_cpu(recorded: Path, out: Path, extractor: str, *, store: bool,
-                 state_cache: bool = True) -> float:
+                 state_cache: bool = True, variant: str = "now") -> float:
     """CPU seconds of one batch pipeline over the results pickled in `recorded` on the
-    FnApiRunner: StorePages and the Parquet table (store=True), or only reading the recorded
-    results (store=False). state_cache=False: the embedded SDK harness runs without its
-    state cache, as Dataflow's workers do by default (--max_cache_memory_usage_mb 0); the
-    FnApiRunner fixes it at 100 MB otherwise."""
+    FnApiRunner: the store stage (StorePages, or `variant` "before": store_as_before) and the
+    Parquet table (store=True), or only reading the recorded results (store=False).
+    state_cache=False: the embedded SDK harness runs without its state cache, as Dataflow's
+    workers do by default (--max_cache_memory_usage_mb 0); the FnApiRunner fixes it at 100 MB
+    otherwise."""
     if not state_cache:
         from unittest import mock
 
         with mock.patch("apache_beam.runners.portability.fn_api_runner.worker_handlers."
                         "STATE_CACHE_SIZE_MB", 0):
-            return pipeline_cpu(recorded, out, extractor, store=store)
+            return pipeline_cpu(recorded, out, extractor, store=store, variant=variant)
     import apache_beam as beam
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+    started = time.process_time()
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        _store_pipeline(p, recorded, out, extractor, store=store, variant=variant)
+    return time.process_time() - started
+
+
+def _store_pipeline(p: Any, recorded: Path, out: Path, extractor: str, *, store: bool,
+                    variant: str) -> None:
+    import apache_beam as beam
 
     from pipeline.transforms.store import StorePages
     from pipeline.transforms.table import WritePagesTable
 
-    started = time.process_time()
-    with beam.Pipeline(runner=FnApiRunner()) as p:
-        fetched = (p | "RecordingFile" >> beam.Create([str(recorded)])
-                   | "Recorded" >> beam.FlatMap(read_recorded).with_output_types(FetchResult))
-        if store:
-            stored = fetched | "StorePages" >> StorePages(
-                str(out), CRAWL_ID, agent=AGENT, fast=extractor == "trafilatura-fast")
-            stored.rows | "WritePagesTable" >> WritePagesTable(str(out), CRAWL_ID)
-            stored.links | "DropLinks" >> beam.Map(lambda batch: None)
-        else:
-            fetched | "Drop" >> beam.Map(lambda result: None)
-    return time.process_time() - started
+    fetched = (p | "RecordingFile" >> beam.Create([str(recorded)])
+               | "Recorded" >> beam.FlatMap(read_recorded).with_output_types(FetchResult))
+    if not store:
+        fetched | "Drop" >> beam.Map(lambda result: None)
+        return
+    if variant == "before":
+        rows, links = store_as_before(fetched, str(out), extractor)
+    else:
+        stored = fetched | "StorePages" >> StorePages(
+            str(out), CRAWL_ID, agent=AGENT, fast=extractor == "trafilatura-fast")
+        rows, links = stored.rows, stored.links
+    rows | "WritePagesTable" >> WritePagesTable(str(out), CRAWL_ID)
+    links | "DropLinks" >> beam.Map(lambda batch: None)
+
+
+def shuffle_inputs(p: Any, skip: str = "") -> list[tuple[str, Any]]:
+    """(label, PCollection) of every PCollection of pipeline `p` that crosses a shuffle: the
+    inputs of GroupByKeys (Reshuffle's among them) and of stateful ParDos (keyed state lives
+    with the key, so a runner moves each element to its key first). Transforms whose label
+    starts with `skip` (a source's own shuffle) are left out."""
+    from apache_beam.pipeline import PipelineVisitor
+    from apache_beam.transforms.core import GroupByKey, ParDo
+    from apache_beam.transforms.userstate import is_stateful_dofn
+
+    found: list[tuple[str, Any]] = []
+
+    class Shuffles(PipelineVisitor):
+        def visit_transform(self, node: Any) -> None:
+            transform = node.transform
+            keyed = isinstance(transform, GroupByKey) or (
+                isinstance(transform, ParDo) and is_stateful_dofn(transform.dofn))
+            if keyed and not (skip and node.full_label.startswith(skip)):
+                found.extend((node.full_label, pc) for pc in node.inputs)
+
+    p.visit(Shuffles())
+    return found
+
+
+def _sized(element: Any, coder: Any, label: str) -> None:
+    from apache_beam.metrics import Metrics
+
+    Metrics.distribution("shuffled_bytes", label).update(len(coder.encode(element)))
+
+
+def shuffled_bytes(recorded: Path, out: Path, extractor: str, variant: str
+                   ) -> dict[str, tuple[int, int]]:
+    """What crosses each shuffle of the store stage and the rows sink when `variant` runs on
+    the recorded results: {shuffle's label: (elements, bytes)}, each element encoded with the
+    coder Beam uses for that PCollection (a separate run: the sizing costs CPU)."""
+    import apache_beam as beam
+    from apache_beam.coders import registry
+    from apache_beam.metrics.metric import MetricsFilter
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+    p = beam.Pipeline(runner=FnApiRunner())
+    _store_pipeline(p, recorded, out, extractor, store=True, variant=variant)
+    labels = []
+    for n, (label, pc) in enumerate(shuffle_inputs(p)):
+        labels.append(label)
+        pc | f"Sized{n}" >> beam.Map(_sized, registry.get_coder(pc.element_type), label)
+    result = p.run()
+    result.wait_until_finish()
+    found = result.metrics().query(MetricsFilter().with_namespace("shuffled_bytes"))
+    moved = {label: (0, 0) for label in labels}
+    for metric in found["distributions"]:
+        value = metric.committed
+        moved[metric.key.metric.name] = (value.count, value.sum)
+    return moved
 
 
 @dataclass(frozen=True)
@@ -333,6 +440,7 @@ class PipelineFigures:
     feed_per_page_s: float  # marginal CPU per page of reading the recorded results
     rows_written: int
     no_cache_per_page_s: float  # the same as per_page_s, the harness's state cache off
+    before_no_cache_per_page_s: float  # the former order (store_as_before), cache off
 
 
 def measure_pipeline(corpus: Corpus, work_dir: Path, extractor: str) -> PipelineFigures:
@@ -342,13 +450,17 @@ def measure_pipeline(corpus: Corpus, work_dir: Path, extractor: str) -> Pipeline
     everything.write_bytes(pickle.dumps(list(corpus.results)))
     nothing.write_bytes(pickle.dumps([]))
     runs = {}
-    for name, recorded, store, cache in (
-        ("full", everything, True, True), ("base", nothing, True, True),
-        ("feed-full", everything, False, True), ("feed-base", nothing, False, True),
-        ("no-cache-full", everything, True, False), ("no-cache-base", nothing, True, False),
+    # The two orders alternate, so a change in the machine's load falls on both.
+    for name, recorded, store, cache, variant in (
+        ("full", everything, True, True, "now"), ("base", nothing, True, True, "now"),
+        ("feed-full", everything, False, True, "now"), ("feed-base", nothing, False, True, "now"),
+        ("before-base", nothing, True, False, "before"),
+        ("no-cache-base", nothing, True, False, "now"),
+        ("before-full", everything, True, False, "before"),
+        ("no-cache-full", everything, True, False, "now"),
     ):
         runs[name] = pipeline_cpu(recorded, work_dir / f"pipeline-{name}", extractor,
-                                  store=store, state_cache=cache)
+                                  store=store, state_cache=cache, variant=variant)
     rows = sum(pq.read_metadata(part).num_rows
                for part in (work_dir / "pipeline-full" / CRAWL_ID / "pages").glob("*.parquet"))
     if rows != len(corpus.results):
@@ -357,7 +469,8 @@ def measure_pipeline(corpus: Corpus, work_dir: Path, extractor: str) -> Pipeline
     feed = (runs["feed-full"] - runs["feed-base"]) / pages
     total = (runs["full"] - runs["base"]) / pages - feed
     no_cache = (runs["no-cache-full"] - runs["no-cache-base"]) / pages - feed
-    return PipelineFigures(total, feed, rows, no_cache)
+    before = (runs["before-full"] - runs["before-base"]) / pages - feed
+    return PipelineFigures(total, feed, rows, no_cache, before)
 
 
 # --- bytes shuffled ---------------------------------------------------------------------------
@@ -386,43 +499,37 @@ def coder_cpu_s(work: Sequence[PageWork], rounds: int = 3) -> tuple[float, float
     return round_trip(with_body, False), round_trip(without, True)
 
 
-def shuffle_bytes(work: Sequence[PageWork]) -> dict[str, float]:
-    """Mean encoded bytes per page crossing each shuffle, with the coder Beam picks for the
-    element type there."""
-    from apache_beam.coders import registry
+def measure_shuffles(corpus: Corpus, work_dir: Path, extractor: str
+                     ) -> dict[str, dict[str, tuple[int, int]]]:
+    """shuffled_bytes of each order of the store stage on all the recorded pages, by variant."""
+    recorded = work_dir / "recorded-shuffles.pickle"
+    recorded.write_bytes(pickle.dumps(list(corpus.results)))
+    return {variant: shuffled_bytes(recorded, work_dir / f"shuffles-{variant}", extractor,
+                                    variant) for variant in VARIANTS}
 
-    from pipeline.core.pages import StoredPage
 
-    result_coder = registry.get_coder(FetchResult)
-    text_coder = registry.get_coder(tuple[int, StoredPage])
-    row_coder = registry.get_coder(tuple[str, PageRow])
-    shard_coder = registry.get_coder(tuple[int, PageRow])
-    pointer_coder = registry.get_coder(RecordPointer)
-    pointer = RecordPointer("gs://bucket/crawl/warc/w0123456789ab-00000.warc.gz", 1 << 30, 40_000)
-    reshuffle = before_shuffle = texts = rows = 0
-    for page in work:
-        r = page.result
-        reshuffle += len(result_coder.encode(r))
-        before_shuffle += len(result_coder.encode(dataclasses.replace(r, body=b""))) + \
-            len(pointer_coder.encode(pointer))
-        row = PageRow(crawl_id=CRAWL_ID, url=r.url, url_hash=r.url_hash, host=r.host,
-                      depth=r.depth, state=PageState.FETCHED, http_status=200,
-                      fetched_at=r.fetched_at, attempts=1, content_type=r.header("Content-Type"),
-                      warc=pointer, wet=pointer, links=len(page.links), body_bytes=len(r.body),
-                      content_hash=1 << 62, simhash=1 << 62, elapsed_ms=50)
-        if page.text:
-            texts += len(text_coder.encode((1 << 62, StoredPage(row, None, text=page.text))))
-            rows += len(row_coder.encode((r.host, row)))
-        rows += len(shard_coder.encode((r.url_hash % 2, row)))
-    n = len(work)
-    return {
-        "Reshuffle (FetchResult with body)": reshuffle / n,
-        "Reshuffle if the WARC record were written before it (no body, + pointer)":
-            before_shuffle / n,
-        "content dedup (hash, StoredPage with text)": texts / n,
-        "rows: near-dup by host + table batches": rows / n,
-        "body bytes (for scale)": statistics.mean(len(p.result.body) for p in work),
-    }
+def near_duplicate_state(corpus: Corpus, rounds: int = 200) -> tuple[int, float]:
+    """The near-duplicate index of one host at the policy's capacity, as FlagNearDuplicates
+    keeps it (PickleCoder state, read and rewritten for every page with text of that host):
+    (encoded bytes, CPU seconds to encode and decode it once). URLs are the corpus's, each
+    made unique; fingerprints are random (a seeded generator)."""
+    import random
+
+    from apache_beam.coders import PickleCoder
+
+    policy = DuplicatePolicy()
+    generator = random.Random(14)
+    content = HostContent()
+    urls = corpus.urls
+    for i in range(policy.capacity):
+        content.observe(f"{urls[i % len(urls)].rstrip('/')}/{i}", generator.getrandbits(64),
+                        policy)
+    coder = PickleCoder()
+    encoded = coder.encode(content)
+    started = time.process_time()
+    for _ in range(rounds):
+        coder.decode(coder.encode(content))
+    return len(encoded), (time.process_time() - started) / rounds
 
 
 # --- Scrapy on the same pages -----------------------------------------------------------------
@@ -938,7 +1045,7 @@ class Report:
     corpus: Corpus
     stages: dict[str, float]
     pipeline: PipelineFigures
-    shuffle: dict[str, float]
+    shuffle: dict[str, dict[str, tuple[int, int]]]  # variant -> shuffle -> (elements, bytes)
     shuffle_coder_s: tuple[float, float]
     scrapy: ScrapyFigures | None
     scheduler: SchedulerFigures
@@ -948,6 +1055,7 @@ class Report:
     shared_parse: tuple[float, float]
     warc: WarcFigures
     seconds: float = 0.0
+    host_content: tuple[int, float] = (0, 0.0)  # near_duplicate_state
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -986,7 +1094,7 @@ def run_worker_cost(*, quick: bool, extractor: str = "trafilatura",
         real_web.stop()
     stages, page_work = stage_costs(corpus, work / "stages", extractor)
     pipeline = measure_pipeline(corpus, work, extractor)
-    shuffle = shuffle_bytes(page_work)
+    shuffle = measure_shuffles(corpus, work, extractor)
     scheduler = measure_scheduler(firings=100 if quick else 400, queue=1000, cached=False)
     scheduler_cached = measure_scheduler(firings=100 if quick else 400, queue=1000,
                                          cached=True)
@@ -998,7 +1106,8 @@ def run_worker_cost(*, quick: bool, extractor: str = "trafilatura",
     report = Report(extractor, corpus, stages, pipeline, shuffle, coder_cpu_s(page_work),
                     scrapy_figures, scheduler,
                     scheduler_cached,
-                    extractors, links, shared, warc, time.monotonic() - began)
+                    extractors, links, shared, warc, time.monotonic() - began,
+                    near_duplicate_state(corpus))
     (work / "worker-cost.json").write_text(json.dumps(report.to_json(), indent=1,
                                                       default=str))
     return worker_cost_table(report), report
@@ -1048,13 +1157,32 @@ def worker_cost_table(report: Report) -> Any:
                       f"whole Scrapy process incl. loopback download, marginal; {s.items}/"
                       f"{s.expected} items; crawler/Scrapy = {total / s.per_page_s:.2f}, "
                       f"{no_cache / s.per_page_s:.2f} without the state cache (goal: <= 0.8)")
+    before = report.pipeline.before_no_cache_per_page_s
+    table.add_row("the former order, state cache off: Reshuffle first, body across it",
+                  f"{before * ms:,.2f} ms",
+                  f"same run, same pages; now - before: {(no_cache - before) * ms:+,.2f} ms")
     table.add_section()
-    for name, size in report.shuffle.items():
-        how = "raw" if name.startswith("body") else "encoded with Beam's coder"
-        table.add_row(f"bytes: {name}", f"{size / 1024:,.1f} KB", how)
+    pages = len(c.results)
+    table.add_row("bytes: body (for scale)",
+                  f"{statistics.mean(len(r.body) for r in c.results) / 1024:,.1f} KB",
+                  "raw response body")
+    for variant, shuffles in report.shuffle.items():
+        name = "now" if variant == "now" else "former order"
+        for label, (elements, size) in shuffles.items():
+            table.add_row(f"bytes across {label} ({name})", f"{size / pages / 1024:,.2f} KB",
+                          f"{elements} elements, encoded with the coder Beam uses there")
+        every = sum(size for _, size in shuffles.values())
+        table.add_row(f"bytes across every shuffle ({name})", f"{every / pages / 1024:,.2f} KB",
+                      f"{len(shuffles)} shuffles")
     with_body, without = report.shuffle_coder_s
-    table.add_row("Reshuffle coder CPU: encode + decode, with body", f"{with_body * ms:,.3f} ms",
+    table.add_row("former Reshuffle coder CPU: encode + decode, with body",
+                  f"{with_body * ms:,.3f} ms",
                   f"against {without * ms:,.3f} ms without the body, pointer added")
+    state_bytes, state_s = report.host_content
+    table.add_row("state: a host's near-duplicate index at capacity",
+                  f"{state_bytes / 1024:,.1f} KB",
+                  f"read and rewritten per page with text of that host; encode + decode "
+                  f"{state_s * 1e6:,.0f} us")
     table.add_section()
     for sch, how in ((report.scheduler, "every read decodes the state"),
                      (report.scheduler_cached, "state cache: writes encode, reads do not")):

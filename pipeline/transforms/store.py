@@ -1,15 +1,19 @@
 """StorePages: fetched responses -> page rows, the links they lead to, and dead letters.
 
 The crawl's store stage as one transform, composed of the steps in pipeline.transforms.pages:
-a Reshuffle (which ends fusion: parsing scales with cores, fetching with connections), then
-WriteResponses, ParsePages (dead letters on), an optional user step on the parsed pages,
-DedupContent and FlagNearDuplicates. Rows and links leave only after the segments they point
-into are flushed (each writing step emits in finish_bundle). Deciding what a page's outcome
-means for its host is not done here.
+WriteResponses and ParsePages (dead letters on) fused with whatever hands the responses over
+(the host scheduler), an optional user step on the parsed pages, then DedupContent, the links
+leaving, and FlagNearDuplicates on what is left of each page. The raw body is written and
+parsed where it arrives, so no body crosses a shuffle: only a page's row, text and links go to
+content dedup (keyed by text), only its row to the host's near-duplicate index
+(docs/architecture.md, "No body crosses a shuffle", weighs that order). Rows and links leave only
+after the segments they point into are flushed (each writing step emits in finish_bundle).
+Deciding what a page's outcome means for its host is not done here.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -52,19 +56,32 @@ class StoreOutputs(NamedTuple):
     dead_letters: PCollection[DeadLetter]  # pages no parse attempt could handle
 
 
-class SplitPagesFn(beam.DoFn):
-    """A stored page -> its row (main) and its link batch ('links'), counted as they leave."""
+class LinksLeaveFn(beam.DoFn):
+    """A stored page -> its link batch ('links'), counted as it leaves, and the page without
+    it (main): near-duplicate flagging changes only the row, so the links need not travel to
+    the host's key with it."""
 
     def __init__(self) -> None:
-        self._pages = crawl_counter(Counter.PAGES_STORED)
         self._link_batches = crawl_counter(Counter.LINK_BATCHES_EMITTED)
 
     def process(self, page: StoredPage) -> Iterator[object]:
+        if page.links is None:
+            yield page
+            return
+        self._link_batches.inc()
+        yield TaggedOutput(LINKS, page.links)
+        yield dataclasses.replace(page, links=None)
+
+
+class RowsFn(beam.DoFn):
+    """A stored page -> its row, counted as it leaves."""
+
+    def __init__(self) -> None:
+        self._pages = crawl_counter(Counter.PAGES_STORED)
+
+    def process(self, page: StoredPage) -> Iterator[PageRow]:
         self._pages.inc()
         yield page.row
-        if page.links is not None:
-            self._link_batches.inc()
-            yield TaggedOutput(LINKS, page.links)
 
 
 class StorePages(beam.PTransform):
@@ -93,9 +110,11 @@ class StorePages(beam.PTransform):
         self._page_step = page_step
 
     def expand(self, fetched: PCollection[FetchResult]) -> StoreOutputs:
+        # No Reshuffle before the write: it would carry every body (~100 KB of a real page)
+        # through the shuffle to save a parse that then runs on another worker, while the
+        # first shuffle after the parse (content dedup, keyed by text) spreads the pages anyway.
         parsed = (
             fetched
-            | "Reshuffle" >> beam.Reshuffle()
             | "WriteResponses" >> WriteResponses(self._out, self._crawl_id)
             | "ParsePages" >> ParsePages(extractor=self._extractor, agent=self._agent,
                                          parse_attempts=self._parse_attempts)
@@ -104,16 +123,14 @@ class StorePages(beam.PTransform):
         pages = parsed.pages
         if self._page_step is not None:
             pages = pages | "PageStep" >> self._page_step
-        judged = (
-            pages
-            | "DedupContent" >> DedupContent(self._out, self._crawl_id)
-            | "FlagNearDuplicates" >> FlagNearDuplicates(self._duplicates)
+        deduped = pages | "DedupContent" >> DedupContent(self._out, self._crawl_id)
+        split = deduped | "LinksLeave" >> beam.ParDo(LinksLeaveFn()).with_outputs(
+            LINKS, main="pages"
         )
-        split = judged.pages | "RowsAndLinks" >> beam.ParDo(SplitPagesFn()).with_outputs(
-            LINKS, main=ROWS
-        )
+        judged = split.pages | "FlagNearDuplicates" >> FlagNearDuplicates(self._duplicates)
+        rows = judged.pages | "Rows" >> beam.ParDo(RowsFn()).with_output_types(PageRow)
         links = (split[LINKS], judged.host_signals) | "Links" >> beam.Flatten()
-        return StoreOutputs(split[ROWS], links, parsed.dead_letters)
+        return StoreOutputs(rows, links, parsed.dead_letters)
 
 
 class ReplayDeadLettersFn(beam.DoFn):
