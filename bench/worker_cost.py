@@ -21,7 +21,7 @@ os.wait4 of the Scrapy process; the web server always runs in a process of its o
 - overhead beyond content work = pipeline per page - (text extraction + the HTML parse and
   walk for links + WARC and WET record writing), each of those measured standalone.
 
-    .venv/bin/python -m bench.worker_cost [--quick] [--extractor trafilatura-fast]
+    .venv/bin/python -m bench.worker_cost [--quick] [--extractor trafilatura-fast] [--json F]
 """
 
 from __future__ import annotations
@@ -1229,6 +1229,70 @@ def worker_cost_table(report: Report) -> Any:
     return table
 
 
+JSON_SCHEMA = 1
+
+
+def _is_shuffle(name: str) -> bool:
+    """Whether a row of Report.shuffle is bytes that cross a shuffle in the pipeline as it is:
+    the body size is there for scale and "if ..." rows price a pipeline that is not built."""
+    return not name.startswith("body") and " if " not in name
+
+
+def summary_json(report: Report, command: str, quick: bool) -> dict[str, Any]:
+    """The per-extractor totals other tools size from (bench.scale, bench.crawl_costs): one
+    entry of worker-cost JSON, keys stable, units in their names."""
+
+    def scheduler(s: SchedulerFigures) -> dict[str, float]:
+        return {"per_offered_url_us": s.per_queued_url_s * 1e6,
+                "per_collect_firing_ms": s.per_collect_firing_s * 1e3,
+                "per_start_firing_ms": s.per_start_firing_s * 1e3,
+                "per_repeated_firing_ms": s.per_idle_firing_s * 1e3,
+                "state_bytes": s.state_bytes}
+
+    c = report.corpus
+    shuffles = {name: size for name, size in report.shuffle.items() if _is_shuffle(name)}
+    return {
+        "command": command,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime()),
+        "quick": quick,
+        "pages": {"all": len(c.results), "real_articles": c.real_pages,
+                  "real_homes": c.real_homes, "synthetic": c.synthetic_pages},
+        "body_bytes_per_page": statistics.mean(len(r.body) for r in c.results),
+        # Dataflow's workers run without the SDK harness's state cache by default.
+        "crawler_ms_per_page": report.pipeline.no_cache_per_page_s * 1e3,
+        "crawler_ms_per_page_state_cache": report.pipeline.per_page_s * 1e3,
+        "content_ms_per_page": content_work_s(report.stages) * 1e3,
+        "stages_ms_per_page": {name: s * 1e3 for name, s in report.stages.items()},
+        "scrapy_ms_per_page": (report.scrapy.per_page_s * 1e3
+                               if report.scrapy is not None else None),
+        "scheduler_no_state_cache": scheduler(report.scheduler),
+        "scheduler_state_cache": scheduler(report.scheduler_cached),
+        "shuffle_bytes_per_page": shuffles,
+        "shuffle_bytes_per_page_total": sum(shuffles.values()),
+        "bytes_per_page": dict(report.shuffle),
+        "extractors_standalone": [dataclasses.asdict(row) for row in report.extractors],
+        "run_seconds": report.seconds,
+    }
+
+
+def write_summary_json(path: Path, report: Report, command: str, quick: bool) -> None:
+    """Merge this run's entry into `path` under its extractor, keeping the other extractors'
+    entries: one run measures one extractor, and a file holds all of them."""
+    data: dict[str, Any] = {"schema": JSON_SCHEMA, "extractors": {}}
+    if path.exists():
+        old = json.loads(path.read_text())
+        if old.get("schema") != JSON_SCHEMA:
+            raise SystemExit(f"{path} has schema {old.get('schema')!r}, this writes "
+                             f"{JSON_SCHEMA}: move it away or delete it")
+        data["extractors"] = old.get("extractors", {})
+    data["extractors"][report.extractor] = summary_json(report, command, quick)
+    data["extractors"] = dict(sorted(data["extractors"].items()))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n")
+    partial.replace(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
@@ -1244,6 +1308,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scheduler-only", action="store_true",
                         help="only the host scheduler's section (seconds; JSON on stdout), "
                              "to compare two trees back to back")
+    parser.add_argument("--json", type=Path, default=None, metavar="FILE",
+                        help="also write this extractor's totals into FILE (merged with the "
+                             "other extractors' entries already there), for bench.scale")
     args = parser.parse_args(argv)
     if args.scheduler_only:
         firings = 100 if args.quick else 400
@@ -1252,9 +1319,13 @@ def main(argv: list[str] | None = None) -> int:
             for cached in (False, True)}
         print(json.dumps(figures))
         return 0
-    table, _ = run_worker_cost(quick=args.quick, extractor=args.extractor, work=args.work,
-                               scrapy=not args.no_scrapy)
+    table, report = run_worker_cost(quick=args.quick, extractor=args.extractor, work=args.work,
+                                    scrapy=not args.no_scrapy)
     Console(width=160).print(table)
+    if args.json is not None:
+        command = " ".join(["python -m bench.worker_cost", *(argv if argv is not None
+                                                                else sys.argv[1:])])
+        write_summary_json(args.json, report, command, args.quick)
     return 0
 
 
