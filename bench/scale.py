@@ -1,20 +1,27 @@
-"""Scale model inputs: the measured figures docs/scale.md sizes a Dataflow crawl from, and the
-sizing it derives for a target rate.
+"""Scale model: the measured figures docs/scale.md and docs/cost.md size a Dataflow crawl from,
+and the sizing they derive for a target rate, per extractor.
 
-This module owns the measurements that the other benchmarks do not make: page, link and record
-sizes of the real pages, the size and (de)serialisation cost of one host's scheduler state
-(pipeline.core.politeness.HostState) and of its Bloom seen-set, and the arithmetic from them to
-vCPUs, workers, messages, rows and bytes per second. CPU per page of the parse and store stages
-and of the whole crawler are the figures docs/benchmarks.md records (bench.stages, bench.e2e);
-`--remeasure-cpu` measures the per-page stages again on this machine. It runs no crawl.
+This module owns the measurements that the other benchmarks do not make (page, link and record
+sizes of the real pages, the frontier's decode and split per URL, the size and (de)serialisation
+cost of one host's scheduler state and of its Bloom seen-set, the fetch client's CPU through
+bench.fetch_cpu) and the arithmetic from them and from bench.worker_cost's per-extractor totals
+(its `--json` file) to CPU per page, vCPUs, workers, dollars and bytes. It runs no crawl.
 
-    .venv/bin/python -m bench.scale [--rate 23148] [--remeasure-cpu]
+    .venv/bin/python -m bench.scale                            # measure, print, write nothing
+    .venv/bin/python -m bench.scale --remeasure --write-docs   # everything again, docs rewritten
+    .venv/bin/python -m bench.scale --docs-only                # docs from the committed JSON
+
+`--remeasure` runs bench.worker_cost once per extractor into docs/worker-cost.json; without it
+the committed file is used. `--write-docs` saves this run's own measurements as
+docs/scale-inputs.json and regenerates the marked sections of docs/scale.md and docs/cost.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import os
 import pickle
 import statistics
 import sys
@@ -25,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench import scale_model
 from pipeline.core.bloom import BloomFilter
 from pipeline.core.pages import page_links
 from pipeline.core.parse import parse_page
@@ -34,19 +42,7 @@ from pipeline.core.urls import InvalidURL, host_key, normalize_url, url_hash
 from pipeline.io.segments import SegmentWriter
 from testweb.quality import BenchmarkPage, load_benchmark, shared_data_dir
 
-TARGET_RATE = 10_000_000_000 / 432_000  # 10^10 pages in 5 days (DESIGN.md)
-
-# CPU per page, measured elsewhere: docs/benchmarks.md, "Stages" and "End to end" tables
-# (`python -m bench --work /tmp/bfull2`). Milliseconds.
-DOCUMENTED_CPU_MS = {
-    "parse_page": 47.78,  # links + trafilatura text, 181 real pages, 170 KB mean
-    "segments": 6.14,  # WARC + WET records, gzip 6, fsync per 100
-    "crawler_e2e": 109.9,  # whole crawler process per fetched page, real-pages case
-}
-# Microseconds per URL: docs/benchmarks.md "Stages" table.
-DOCUMENTED_URL_US = {"normalize_hash": 4.56, "bloom_add": 4.63, "robots_allowed": 15.24}
-# Per-row client CPU of the Bigtable page-row writer: docs/bigtable.md "Measured" (0.57-0.66).
-BIGTABLE_ROW_MS = 0.6
+TARGET_RATE = scale_model.TARGET_RATE
 # Per fetched page on the synthetic web: docs/cost.md "Per-page figures" (bench.crawl_costs).
 COST_MD = {"rows_per_page": 1.22, "requests_per_page": 1.24, "frontier_msgs_per_page": 0.83,
            "event_bytes": 456, "cpu_ms_per_page": 60.0}
@@ -55,7 +51,6 @@ COST_MD = {"rows_per_page": 1.22, "requests_per_page": 1.24, "frontier_msgs_per_
 REAL_E2E = {"rows_per_page": 12_687 / 307, "requests_per_page": 433 / 307}
 # Published per-node and per-job figures used by the derivation (sources in docs/scale.md).
 BIGTABLE_SSD_WRITES_PER_NODE = 14_000
-N2_VCPUS = 16
 QUEUE_ENTRY_URL = "https://www.example-news-site.com/2024/05/world/a-headline-with-words-{i}.html"
 HOST = "www.example-news-site.com"
 
@@ -237,53 +232,105 @@ def measure_bloom_growth(capacity: int, steps: Sequence[int]) -> list[BloomFigur
     return figures
 
 
-def remeasure_cpu(pages: Sequence[BenchmarkPage]) -> dict[str, float]:
-    from bench.stages import page_stages, segment_stage
+def real_page_links(pages: Sequence[BenchmarkPage]) -> list[tuple[str, tuple[str, ...]]]:
+    """(page URL, its distinct normalised links) as the store stage emits them."""
+    linked = []
+    for page in pages:
+        try:
+            url = normalize_url(page.url)
+        except InvalidURL:
+            continue
+        linked.append((url, page_links(url, parse_page(url, page.body, "text/html",
+                                                       extract_text=False).links).urls))
+    return linked
 
-    figures, _, texts = page_stages(pages)
-    by_name = {f.stage: f.cpu_us_per_op / 1000 for f in figures}
-    with tempfile.TemporaryDirectory(prefix="bench-scale-") as directory:
-        segments = segment_stage(pages, texts, Path(directory)).cpu_us_per_op / 1000
-    return {"parse_page": by_name["parse_page (links + trafilatura text)"],
-            "segments": segments,
-            "crawler_e2e": DOCUMENTED_CPU_MS["crawler_e2e"]}
+
+@dataclass(frozen=True)
+class FrontierFigures:
+    us_per_url: float  # frontier_message + split_by_host, per URL
+    host_batch_bytes: float  # (host, HostBatch) elements per page, Beam's coder
+    host_batches: float  # per page
 
 
-def derive(rate: float, page: PageFigures, states: Sequence[StateFigure],
-           cpu: dict[str, float]) -> list[tuple[str, str, str]]:
-    """(quantity, value, arithmetic) rows of the sizing at `rate` pages/s."""
+def measure_frontier(linked: Sequence[tuple[str, tuple[str, ...]]],
+                     min_seconds: float = 0.3) -> FrontierFigures:
+    """What DecodeFrontierFn does with one page's links (decode the Pub/Sub payload,
+    normalise, hash and group them by host), and the bytes it hands the keyed scheduler."""
+    from apache_beam.coders import registry
+
+    from pipeline.core.records import HostBatch, frontier_message
+    from pipeline.transforms.frontier import split_by_host
+
+    payloads = [FrontierBatch("c20250301-101500-3fa2", 1, links, source_url=url).to_bytes()
+                for url, links in linked if links]
+    urls = sum(len(links) for _, links in linked)
+
+    def decode_all() -> None:
+        for payload in payloads:
+            batch = frontier_message(payload)
+            assert isinstance(batch, FrontierBatch)
+            split_by_host(batch)
+
+    ms = cpu_ms(decode_all, min_seconds)
+    coder = registry.get_coder(tuple[str, HostBatch])
+    encoded = batches = 0
+    for payload in payloads:
+        batch = frontier_message(payload)
+        assert isinstance(batch, FrontierBatch)
+        by_host, _ = split_by_host(batch)
+        batches += len(by_host)
+        encoded += sum(len(coder.encode(item)) for item in by_host.items())
+    return FrontierFigures(ms * 1000 / urls, encoded / len(linked), batches / len(linked))
+
+
+def scale_inputs(page: PageFigures, frontier: FrontierFigures,
+                 fetch: Sequence[object], command: str) -> dict[str, object]:
+    """docs/scale-inputs.json: what this module measured that the generated docs use."""
+    from dataclasses import asdict
+
+    return {
+        "command": command,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime()),
+        "load_average_1m": os.getloadavg()[0],
+        "real_pages": {"pages": page.pages, "body_bytes": page.body_bytes,
+                       "links_per_page": page.links, "link_hosts_per_page": page.link_hosts,
+                       "host_batches_per_page": frontier.host_batches,
+                       "host_batch_bytes_per_page": frontier.host_batch_bytes},
+        "frontier_us_per_url": frontier.us_per_url,
+        "fetch_client": [{"case": f.name, **asdict(f)} for f in fetch],  # type: ignore
+    }
+
+
+def remeasure_worker_cost(path: Path) -> None:
+    """bench.worker_cost once per extractor the pipeline has, each in a fresh process (its
+    marginal CPU must not see another run's warm caches), into one JSON file."""
+    import subprocess
+
+    from bench.worker_cost import EXTRACTORS
+
+    path.unlink(missing_ok=True)
+    for extractor in EXTRACTORS:
+        print(f"bench.worker_cost --extractor {extractor} ...", file=sys.stderr, flush=True)
+        shown = path.relative_to(scale_model.REPO) if path.is_relative_to(scale_model.REPO) \
+            else path
+        subprocess.run([sys.executable, "-m", "bench.worker_cost", "--extractor", extractor,
+                        "--no-scrapy", "--json", str(shown)], check=True,
+                       stdout=subprocess.DEVNULL, cwd=scale_model.REPO)
+
+
+def derive(rate: float, page: PageFigures,
+           states: Sequence[StateFigure]) -> list[tuple[str, str, str]]:
+    """(quantity, value, arithmetic) rows of the services' sizing at `rate` pages/s (CPU is
+    bench.scale_model's, per extractor)."""
     rows: list[tuple[str, str, str]] = []
 
     def add(name: str, value: str, how: str) -> None:
         rows.append((name, value, how))
 
-    url_ms = page.links * (DOCUMENTED_URL_US["normalize_hash"] + DOCUMENTED_URL_US["bloom_add"]
-                           ) / 1000
     busy = next(s for s in states if s.capacity == 40_000 and s.queue == 2000)
     # One timer firing per request reads and writes the small part; the page's links offered
     # to its own host, the whole state (every cell).
     firings = COST_MD["requests_per_page"]
-    state_ms = (firings * (busy.fields_write_ms + busy.fields_read_ms)
-                + busy.dumps_ms + busy.loads_ms)
-    floor = (cpu["parse_page"] + cpu["segments"] + url_ms
-             + COST_MD["rows_per_page"] * BIGTABLE_ROW_MS)
-    add("CPU per page: stage floor", f"{floor:.1f} ms",
-        f"parse {cpu['parse_page']:.1f} + WARC/WET {cpu['segments']:.1f} + "
-        f"{page.links:.0f} links x 9.2 us + {COST_MD['rows_per_page']} rows x 0.6 ms")
-    add("  + busy host state (de)serialised per event", f"{state_ms:.1f} ms",
-        f"{firings:.2f} firings x ({busy.fields_write_ms:.2f} + {busy.fields_read_ms:.2f}) ms "
-        f"+ 1 offer x ({busy.dumps_ms:.2f} + {busy.loads_ms:.2f}) ms, queue 2000, Bloom 40,000")
-    add("  + Bigtable rows on the real web", f"{REAL_E2E['rows_per_page'] * 0.6:.1f} ms",
-        f"{REAL_E2E['rows_per_page']:.1f} rows per fetched page x 0.6 ms")
-    for label, ms in (("stage floor", floor), ("docs/cost.md", COST_MD["cpu_ms_per_page"]),
-                      ("floor + state + real-web rows",
-                       floor + state_ms + REAL_E2E["rows_per_page"] * BIGTABLE_ROW_MS),
-                      ("DirectRunner e2e", cpu["crawler_e2e"])):
-        vcpus = rate * ms / 1000
-        add(f"vCPUs at 100% / 70% ({label}, {ms:.0f} ms)",
-            f"{vcpus:,.0f} / {vcpus / 0.7:,.0f}",
-            f"{rate:,.0f} x {ms:.1f} ms; workers n2-*-16: "
-            f"{vcpus / N2_VCPUS:,.0f} / {vcpus / 0.7 / N2_VCPUS:,.0f}")
     fetch_s = 0.5
     in_flight = rate * COST_MD["requests_per_page"] * (1.0 + fetch_s)
     add("hosts busy at once (delay 1 s, 0.5 s fetch)", f"{in_flight:,.0f}",
@@ -325,16 +372,46 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rate", type=float, default=TARGET_RATE,
                         help="pages per second to size for (default: 10^10 in 5 days)")
-    parser.add_argument("--remeasure-cpu", action="store_true",
-                        help="measure parse and segment CPU per page again (about 20 s) "
-                             "instead of using docs/benchmarks.md's figures")
+    parser.add_argument("--worker-cost", type=Path, default=scale_model.WORKER_COST_JSON,
+                        metavar="FILE", help="bench.worker_cost's --json output to size from "
+                        "(default: %(default)s)")
+    parser.add_argument("--remeasure", action="store_true",
+                        help="run bench.worker_cost (full, every extractor, about 2-3 minutes "
+                             "each) into --worker-cost FILE first")
+    parser.add_argument("--write-docs", action="store_true",
+                        help="save this run's measurements as docs/scale-inputs.json and "
+                             "regenerate the generated sections of docs/scale.md and "
+                             "docs/cost.md (at the default rate)")
+    parser.add_argument("--docs-only", action="store_true",
+                        help="measure nothing: regenerate those sections from the committed "
+                             "JSON files")
+    parser.add_argument("--fetches", type=int, default=200,
+                        help="timed fetches per fetch-client case (default: %(default)s)")
     args = parser.parse_args(argv)
+    if args.docs_only:
+        for path in scale_model.write_docs(args.worker_cost):
+            print(f"wrote {path}")
+        return 0
+    if args.write_docs and args.rate != TARGET_RATE:
+        parser.error("--write-docs sizes the documented rate; leave --rate out")
     logging.getLogger("trafilatura").setLevel(logging.CRITICAL)
     console = Console(width=150)
     started = time.monotonic()
+    if args.remeasure:
+        remeasure_worker_cost(args.worker_cost)
+    worker_cost = scale_model.load_json(args.worker_cost)
     pages = load_benchmark(shared_data_dir())
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as directory:
         page = measure_pages(pages, Path(directory))
+    frontier = measure_frontier(real_page_links(pages))
+    from bench.fetch_cpu import measure_fetch_cpu
+
+    body_bytes = statistics.mean(entry["body_bytes_per_page"]
+                                 for entry in worker_cost["extractors"].values())
+    fetch = measure_fetch_cpu(round(body_bytes), args.fetches)
+    command = "python -m bench.scale" + "".join(
+        f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
+    inputs = scale_inputs(page, frontier, fetch, command)
 
     table = Table(title=f"Real pages ({page.pages} of the article-extraction benchmark)")
     table.add_column("figure")
@@ -378,14 +455,44 @@ def main(argv: list[str] | None = None) -> int:
         table.add_row(f"{b.items:,}", f"{b.stored_bytes:,}", f"{b.round_trip_ms:.2f} ms")
     console.print(table)
 
-    cpu = remeasure_cpu(pages[:60]) if args.remeasure_cpu else dict(DOCUMENTED_CPU_MS)
+    table = Table(title="Frontier and fetch client")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    table.add_row("frontier decode + normalise + group by host, per URL",
+                  f"{frontier.us_per_url:.1f} us")
+    table.add_row("host batches per page / their bytes (Beam's coder)",
+                  f"{frontier.host_batches:.1f} / {frontier.host_batch_bytes:,.0f} B")
+    for f in fetch:
+        table.add_row(f"fetch client, {f.name} ({f.body_bytes:,} B body)",
+                      f"{f.ms_per_fetch:.2f} ms")
+    console.print(table)
+
+    assumptions = scale_model.Assumptions(rate=args.rate)
+    default = scale_model.default_extractor()
+    table = Table(title=f"CPU per page on the worker code path at {args.rate:,.0f} pages/s "
+                        f"({args.worker_cost})")
+    for column in ("extractor", "store", "firings", "offers", "frontier", "fetch", "rows",
+                   "total", "vCPUs at 100 %", f"at {assumptions.utilisation:.0%}", "workers"):
+        table.add_column(column, justify="right")
+    for z in scale_model.sizings(worker_cost, inputs, assumptions):
+        table.add_row(z.extractor + (" (default)" if z.extractor == default else ""),
+                      *(f"{ms:.2f}" for ms in (z.store_ms, z.firings_ms, z.offers_ms,
+                                               z.frontier_ms, z.fetch_ms, z.rows_ms)),
+                      f"{z.total_ms:.1f} ms", f"{z.busy_vcpus:,.0f}", f"{z.vcpus:,.0f}",
+                      f"{z.workers:,}")
+    console.print(table)
+
     table = Table(title=f"Derived for {args.rate:,.0f} pages/s")
     table.add_column("quantity")
     table.add_column("value", justify="right")
     table.add_column("arithmetic")
-    for row in derive(args.rate, page, states, cpu):
+    for row in derive(args.rate, page, states):
         table.add_row(*row)
     console.print(table)
+    if args.write_docs:
+        scale_model.SCALE_INPUTS_JSON.write_text(json.dumps(inputs, indent=1) + "\n")
+        for path in scale_model.write_docs(args.worker_cost):
+            console.print(f"wrote {path}")
     console.print(f"{time.monotonic() - started:,.0f} s")
     return 0
 

@@ -31,6 +31,7 @@ import dataclasses
 import io
 import json
 import logging
+import os
 import pickle
 import statistics
 import sys
@@ -1254,6 +1255,8 @@ def summary_json(report: Report, command: str, quick: bool) -> dict[str, Any]:
     return {
         "command": command,
         "measured_at": time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime()),
+        # The machine is shared: its load when the run ended says how noisy the run was.
+        "load_average_1m": os.getloadavg()[0],
         "quick": quick,
         "pages": {"all": len(c.results), "real_articles": c.real_pages,
                   "real_homes": c.real_homes, "synthetic": c.synthetic_pages},

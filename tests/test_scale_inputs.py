@@ -36,3 +36,43 @@ def test_page_figures_of_real_pages(tmp_path: Path) -> None:
     assert figures.links >= figures.link_hosts >= 1
     assert figures.fetch_result_bytes > figures.body_bytes  # the body crosses the Reshuffle
     assert pickle.loads(pickle.dumps(figures)) == figures
+
+
+def test_the_frontier_split_counts_one_host_batch_per_distinct_host() -> None:
+    from bench.scale import measure_frontier
+
+    linked = [("http://a.test/", ("http://a.test/1", "http://a.test/2", "http://b.test/")),
+              ("http://c.test/", ("http://d.test/x",))]
+    figures = measure_frontier(linked, min_seconds=0.01)
+    assert figures.host_batches == pytest.approx((2 + 1) / 2)
+    assert figures.host_batch_bytes > len("http://a.test/1")  # URLs and hashes are encoded
+    assert figures.us_per_url > 0
+
+
+@pytest.mark.parametrize("scheme, new_connection, compress", [("https", True, True),
+                                                              ("http", False, False)])
+def test_the_fetch_client_is_timed_on_a_verified_download_of_the_whole_body(
+        tmp_path: Path, scheme: str, new_connection: bool, compress: bool) -> None:
+    from bench.fetch_cpu import measure_case, write_certificate
+
+    body = tmp_path / "page.html"
+    body.write_bytes(b"<html><body>" + b"<p>words of a page</p>" * 2000 + b"</body></html>")
+    figure = measure_case(body, write_certificate(tmp_path), scheme, new_connection, compress,
+                          fetches=3)
+    assert figure.body_bytes == body.stat().st_size  # measure_case compares every body too
+    assert (figure.wire_bytes < figure.body_bytes) == compress
+    assert figure.ms_per_fetch > 0
+    assert figure.name.startswith(scheme.upper())
+
+
+def test_the_https_case_verifies_the_servers_certificate_chain(tmp_path: Path) -> None:
+    from bench.fetch_cpu import measure_case, write_certificate
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    body = tmp_path / "page.html"
+    body.write_bytes(b"<html><body>page</body></html>")
+    _, leaf, key = write_certificate(tmp_path / "a")
+    other_ca, _, _ = write_certificate(tmp_path / "b")
+    with pytest.raises(RuntimeError, match="tls"):
+        measure_case(body, (other_ca, leaf, key), "https", True, False, fetches=1)
