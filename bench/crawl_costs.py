@@ -1,4 +1,6 @@
-"""Per-page figures of a finished local crawl, the inputs of docs/cost.md.
+"""Per-page figures of a finished local crawl: the "Per-page figures" table of docs/cost.md.
+Its workers and Streaming Engine lines are not from here: they come from the worker code path
+(bench.worker_cost) through bench.scale, which generates that section.
 
     .venv/bin/python -m bench.crawl_costs OUT/CRAWL_ID
 

@@ -44,8 +44,9 @@ from testweb.quality import BenchmarkPage, load_benchmark, shared_data_dir
 
 TARGET_RATE = scale_model.TARGET_RATE
 # Per fetched page on the synthetic web: docs/cost.md "Per-page figures" (bench.crawl_costs).
-COST_MD = {"rows_per_page": 1.22, "requests_per_page": 1.24, "frontier_msgs_per_page": 0.83,
-           "event_bytes": 456, "cpu_ms_per_page": 60.0}
+COST_MD = {"rows_per_page": scale_model.Assumptions.rows_per_page,
+           "requests_per_page": scale_model.Assumptions.requests_per_page,
+           "frontier_msgs_per_page": 0.83, "event_bytes": 456}
 # The real-pages e2e crawl (depth 1): summary.json of /tmp/bfull2/real-pages-crawler-0,
 # 12,687 rows (307 fetched + 12,380 filtered) and 433 requests for 307 pages.
 REAL_E2E = {"rows_per_page": 12_687 / 307, "requests_per_page": 433 / 307}
@@ -303,19 +304,26 @@ def scale_inputs(page: PageFigures, frontier: FrontierFigures,
 
 def remeasure_worker_cost(path: Path) -> None:
     """bench.worker_cost once per extractor the pipeline has, each in a fresh process (its
-    marginal CPU must not see another run's warm caches), into one JSON file."""
+    marginal CPU must not see another run's warm caches), into one JSON file that replaces
+    `path` only when every run has succeeded."""
     import subprocess
 
     from bench.worker_cost import EXTRACTORS
 
-    path.unlink(missing_ok=True)
+    partial = path.with_name(path.stem + "-partial.json")
+    partial.unlink(missing_ok=True)
+    shown = path.relative_to(scale_model.REPO) if path.is_relative_to(scale_model.REPO) else path
     for extractor in EXTRACTORS:
         print(f"bench.worker_cost --extractor {extractor} ...", file=sys.stderr, flush=True)
-        shown = path.relative_to(scale_model.REPO) if path.is_relative_to(scale_model.REPO) \
-            else path
         subprocess.run([sys.executable, "-m", "bench.worker_cost", "--extractor", extractor,
-                        "--no-scrapy", "--json", str(shown)], check=True,
+                        "--no-scrapy", "--json", str(partial)], check=True,
                        stdout=subprocess.DEVNULL, cwd=scale_model.REPO)
+    # The entries name the file they describe, not the scratch file they were written to.
+    data = json.loads(partial.read_text())
+    for entry in data["extractors"].values():
+        entry["command"] = entry["command"].replace(str(partial), str(shown))
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    partial.unlink()
 
 
 def derive(rate: float, page: PageFigures,

@@ -146,12 +146,11 @@ def test_the_committed_docs_are_what_the_generator_writes_from_the_committed_inp
             f"`{scale_model.REMEASURE_COMMAND}` to measure again)")
 
 
-def test_the_committed_figures_size_every_extractor_the_pipeline_offers() -> None:
+def test_the_committed_figures_are_full_runs_of_extractors_the_pipeline_offers() -> None:
     from pipeline.options import EXTRACTORS
 
     measured = scale_model.load_json(scale_model.WORKER_COST_JSON)["extractors"]
-    assert scale_model.default_extractor() in measured
-    assert set(measured) <= set(EXTRACTORS)
+    assert measured and set(measured) <= set(EXTRACTORS)
     for name, figures in measured.items():
         assert figures["quick"] is False, f"{name} was sized from a --quick run"
         assert 0 < figures["content_ms_per_page"] < figures["crawler_ms_per_page"]
@@ -191,3 +190,35 @@ def test_worker_cost_json_keeps_each_extractors_entry(tmp_path: Path) -> None:
     path.write_text(json.dumps({"schema": 0, "extractors": {}}))
     with pytest.raises(SystemExit, match="schema"):
         wc.write_summary_json(path, report, "c", False)
+
+
+def test_remeasuring_replaces_the_figures_only_when_every_extractor_ran(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    from bench import worker_cost
+    from bench.scale import remeasure_worker_cost
+
+    target = tmp_path / "worker-cost.json"
+    target.write_text('{"schema": 1, "extractors": {"old": {}}}')
+    failing = {"trafilatura-fast"}
+
+    def run(command: list[str], **kwargs: object) -> None:
+        extractor, out = command[command.index("--extractor") + 1], Path(command[-1])
+        if extractor in failing:
+            raise subprocess.CalledProcessError(1, command)
+        data = json.loads(out.read_text()) if out.exists() else {"schema": 1, "extractors": {}}
+        data["extractors"][extractor] = {"command": " ".join(command[1:])}
+        out.write_text(json.dumps(data))
+
+    monkeypatch.setattr(subprocess, "run", run)
+    monkeypatch.setattr(worker_cost, "EXTRACTORS", ("trafilatura", "trafilatura-fast"))
+    with pytest.raises(subprocess.CalledProcessError):
+        remeasure_worker_cost(target)
+    assert json.loads(target.read_text())["extractors"] == {"old": {}}
+    failing.clear()
+    remeasure_worker_cost(target)
+    measured = json.loads(target.read_text())["extractors"]
+    assert list(measured) == ["trafilatura", "trafilatura-fast"]
+    assert all(entry["command"].endswith(f"--json {target}") for entry in measured.values())
+    assert list(tmp_path.iterdir()) == [target]
