@@ -396,12 +396,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fetches", type=int, default=200,
                         help="timed fetches per fetch-client case (default: %(default)s)")
     args = parser.parse_args(argv)
+    if args.write_docs and args.rate != TARGET_RATE:
+        parser.error("--write-docs sizes the documented rate; leave --rate out")
+    if (args.write_docs or args.docs_only) and \
+            args.worker_cost.resolve() != scale_model.WORKER_COST_JSON:
+        parser.error("the docs cite docs/worker-cost.json: leave --worker-cost out to write them")
     if args.docs_only:
         for path in scale_model.write_docs(args.worker_cost):
             print(f"wrote {path}")
         return 0
-    if args.write_docs and args.rate != TARGET_RATE:
-        parser.error("--write-docs sizes the documented rate; leave --rate out")
     logging.getLogger("trafilatura").setLevel(logging.CRITICAL)
     console = Console(width=150)
     started = time.monotonic()
