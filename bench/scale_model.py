@@ -174,9 +174,10 @@ def sizings(worker_cost: Mapping[str, Any], inputs: Mapping[str, Any],
 
 
 def _source(entry: Mapping[str, Any]) -> str:
-    load = entry.get("load_average_1m")
+    load, cpus = entry.get("load_average_1m"), entry.get("cpus")
     return (f"`{entry['command']}`, {entry['measured_at']}"
-            + (f", load average {load:.1f} on 2 vCPUs" if load is not None else ""))
+            + (f", load average {load:.1f}" if load is not None else "")
+            + (f" on {cpus} CPUs" if cpus else ""))
 
 
 def _n(value: float, digits: int = 0) -> str:

@@ -1257,6 +1257,7 @@ def summary_json(report: Report, command: str, quick: bool) -> dict[str, Any]:
         "measured_at": time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime()),
         # The machine is shared: its load when the run ended says how noisy the run was.
         "load_average_1m": os.getloadavg()[0],
+        "cpus": os.cpu_count(),
         "quick": quick,
         "pages": {"all": len(c.results), "real_articles": c.real_pages,
                   "real_homes": c.real_homes, "synthetic": c.synthetic_pages},
