@@ -50,10 +50,11 @@ class Assumptions:
     # scheduler's wake rule (politeness.py: next allowed + last fetch time) merges them when a
     # fetch is no slower than the one before, so 2 is the upper bound.
     firings_per_request: float = 2.0
-    # docs/cost.md (every accepted URL has one row; synthetic web) x docs/bigtable.md
-    # "Measured" client CPU per row of the Bigtable writer (0.57-0.66 ms).
+    # docs/cost.md (every accepted URL has one row; synthetic web) x the Bigtable writer's
+    # client CPU per row, docs/bigtable.md: 110-130 us to build and encode a row (mixed rows),
+    # 62-79 us for a compact `filtered` row with its gRPC call; the upper end.
     rows_per_page: float = 1.22
-    row_ms: float = 0.6
+    row_ms: float = 0.13
     # Headroom for bursts, garbage collection and the runner's own threads: an assumption.
     utilisation: float = 0.7
     vcpus_per_worker: int = 16  # n2-*-16 (docs/scale.md, "Workers per job")
@@ -237,7 +238,8 @@ def scale_section(worker_cost: Mapping[str, Any], inputs: Mapping[str, Any],
         f"{a.firings_per_request:g} | docs/cost.md / upper bound (one collecting and one "
         "starting firing; one firing does both when a fetch is no slower than the last) |",
         f"| Bigtable rows per page x client CPU | {a.rows_per_page} x {a.row_ms} ms | "
-        "docs/cost.md (synthetic web) x docs/bigtable.md \"Measured\" |",
+        "docs/cost.md (synthetic web) x docs/bigtable.md (110-130 us to build and encode a "
+        "row; the upper end) |",
         f"| utilisation target | {a.utilisation * 100:.0f} % | assumption: headroom for bursts and "
         "the harness's own threads |",
         "",
