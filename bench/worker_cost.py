@@ -1233,12 +1233,6 @@ def worker_cost_table(report: Report) -> Any:
 JSON_SCHEMA = 1
 
 
-def _is_shuffle(name: str) -> bool:
-    """Whether a row of Report.shuffle is bytes that cross a shuffle in the pipeline as it is:
-    the body size is there for scale and "if ..." rows price a pipeline that is not built."""
-    return not name.startswith("body") and " if " not in name
-
-
 def summary_json(report: Report, command: str, quick: bool) -> dict[str, Any]:
     """The per-extractor totals other tools size from (bench.scale, bench.crawl_costs): one
     entry of worker-cost JSON, keys stable, units in their names."""
@@ -1251,7 +1245,10 @@ def summary_json(report: Report, command: str, quick: bool) -> dict[str, Any]:
                 "state_bytes": s.state_bytes}
 
     c = report.corpus
-    shuffles = {name: size for name, size in report.shuffle.items() if _is_shuffle(name)}
+    pages = len(c.results)
+    per_page = {variant: {label: size / pages for label, (_, size) in shuffles.items()}
+                for variant, shuffles in report.shuffle.items()}
+    shuffles = per_page.get("now", {})  # the store stage as built; "before" is the former order
     return {
         "command": command,
         "measured_at": time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime()),
@@ -1273,7 +1270,7 @@ def summary_json(report: Report, command: str, quick: bool) -> dict[str, Any]:
         "scheduler_state_cache": scheduler(report.scheduler_cached),
         "shuffle_bytes_per_page": shuffles,
         "shuffle_bytes_per_page_total": sum(shuffles.values()),
-        "bytes_per_page": dict(report.shuffle),
+        "shuffle_bytes_per_page_by_variant": per_page,
         "extractors_standalone": [dataclasses.asdict(row) for row in report.extractors],
         "run_seconds": report.seconds,
     }

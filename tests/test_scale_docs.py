@@ -166,11 +166,9 @@ def test_worker_cost_json_keeps_each_extractors_entry(tmp_path: Path) -> None:
         extractor="trafilatura",
         corpus=wc.Corpus((result,), 1, 0, 0, ()),
         stages={name: 1e-3 for name in wc.CONTENT_STAGES} | {"rows (Parquet table)": 1e-4},
-        pipeline=wc.PipelineFigures(9e-3, 1e-4, 1, 8e-3),
-        shuffle={"Reshuffle (FetchResult with body)": 500.0,
-                 "Reshuffle if the WARC record were written before it (no body, + pointer)": 50.0,
-                 "content dedup (hash, StoredPage with text)": 30.0,
-                 "body bytes (for scale)": 10.0},
+        pipeline=wc.PipelineFigures(9e-3, 1e-4, 1, 8e-3, 8.5e-3),
+        shuffle={"now": {"content dedup": (1, 300), "rows": (1, 230)},
+                 "before": {"Reshuffle": (1, 5000), "content dedup": (1, 300)}},
         shuffle_coder_s=(1e-5, 1e-6), scrapy=None, scheduler=scheduler,
         scheduler_cached=scheduler, extractors=[], links=None, shared_parse=(0.0, 0.0),
         warc=None)
@@ -184,8 +182,9 @@ def test_worker_cost_json_keeps_each_extractors_entry(tmp_path: Path) -> None:
     assert first["crawler_ms_per_page"] == pytest.approx(8.0)  # the state cache off
     assert first["crawler_ms_per_page_state_cache"] == pytest.approx(9.0)
     assert first["content_ms_per_page"] == pytest.approx(5.0)
-    # Only bytes that cross a shuffle of the pipeline as built are summed.
+    # Only bytes that cross a shuffle of the store stage as built are summed (one page here).
     assert first["shuffle_bytes_per_page_total"] == pytest.approx(530.0)
+    assert first["shuffle_bytes_per_page_by_variant"]["before"]["Reshuffle"] == 5000
     assert first["scheduler_no_state_cache"]["per_offered_url_us"] == pytest.approx(100.0)
     path.write_text(json.dumps({"schema": 0, "extractors": {}}))
     with pytest.raises(SystemExit, match="schema"):
