@@ -68,7 +68,7 @@ class PageFigures:
     new_urls: float  # distinct links over the whole set, per page
     frontier_bytes: float
     frontier_bytes_max: int
-    fetch_result_bytes: float  # pickled FetchResult: what crosses the Reshuffle
+    fetch_result_bytes: float  # pickled FetchResult: what a shuffle of the response would carry
     dedup_state_bytes: float  # DedupContentFn's state per distinct text: (url, WET pointer)
 
 
@@ -363,7 +363,7 @@ def derive(rate: float, page: PageFigures,
     add("GCS write bandwidth", f"{gcs / 1e6:,.0f} MB/s",
         f"{rate:,.0f} x ({page.warc_bytes:,.0f} WARC + {page.wet_bytes:,.0f} WET) B; "
         f"{gcs * 8 / 1e9:,.1f} Gbit/s")
-    add("Reshuffle bytes/s (body in FetchResult)",
+    add("bytes/s if the body crossed a shuffle (the former Reshuffle)",
         f"{rate * page.fetch_result_bytes / 1e9:,.2f} GB/s",
         f"{rate:,.0f} x {page.fetch_result_bytes:,.0f} B")
     written = firings * busy.fields_bytes + busy.pickle_bytes
@@ -438,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
         ("distinct links over all pages, per page", f"{page.new_urls:,.1f}"),
         ("frontier message bytes (mean / max)",
          f"{page.frontier_bytes:,.0f} / {page.frontier_bytes_max:,}"),
-        ("pickled FetchResult bytes (Reshuffle)", f"{page.fetch_result_bytes:,.0f}"),
+        ("pickled FetchResult bytes (body included)", f"{page.fetch_result_bytes:,.0f}"),
         ("content-dedup state per distinct text", f"{page.dedup_state_bytes:,.0f}"),
     ):
         table.add_row(name, value)

@@ -219,7 +219,8 @@ def scale_section(worker_cost: Mapping[str, Any], inputs: Mapping[str, Any],
         f"| scheduler, mean of the runs above | {sch['per_collect_firing_ms']:.2f} / "
         f"{sch['per_start_firing_ms']:.2f} ms per collecting / starting firing; "
         f"{sch['per_offered_url_us']:.0f} us per offered URL (20-URL batches; ~1,000 queued, "
-        f"state {_n(sch['state_bytes'])} B pickled, decoded on every read) | the same runs: "
+        f"state {_n(sch['state_bytes'])} B stored, read from the runner on every event) | the "
+        "same runs: "
         "the scheduler's work does not depend on the extractor |")
     fetch = next(f for f in inputs["fetch_client"] if f["case"] == a.fetch_case)
     others = "; ".join(f"{f['case']} {f['ms_per_fetch']:.2f} ms" for f in inputs["fetch_client"]

@@ -34,7 +34,7 @@ def test_page_figures_of_real_pages(tmp_path: Path) -> None:
     assert figures.pages == 5
     assert figures.warc_bytes < figures.body_bytes  # gzip per record
     assert figures.links >= figures.link_hosts >= 1
-    assert figures.fetch_result_bytes > figures.body_bytes  # the body crosses the Reshuffle
+    assert figures.fetch_result_bytes > figures.body_bytes  # a pickled response carries its body
     assert pickle.loads(pickle.dumps(figures)) == figures
 
 
