@@ -94,7 +94,37 @@ def standalone_rows(pages: Sequence[BenchmarkPage], noindex: set[str], *,
         texts, cpu_ms = timed_texts(
             pages, lambda p, s=settings: trafilatura.extract(p.body, url=p.url, **s))
         rows.append(score(name, texts, pages, noindex, cpu_ms, note))
+    rows += resiliparse_rows(pages, noindex)
     rows.append(rs_trafilatura_row(pages, noindex))
+    return rows
+
+
+def resiliparse_rows(pages: Sequence[BenchmarkPage], noindex: set[str]) -> list[QualityRow]:
+    """resiliparse's extract_plain_text on its own parse of the decoded page, with its
+    defaults, the crawler's settings (parse.RESILIPARSE_SETTINGS) and settings next to them."""
+    from resiliparse.extract.html2text import extract_plain_text
+    from resiliparse.parse.html import HTMLTree
+
+    from pipeline.core.parse import RESILIPARSE_SETTINGS, decode_html
+
+    lean = {"main_content": True, "alt_texts": False, "links": False, "list_bullets": False,
+            "form_fields": False}
+    variants = [
+        ("resiliparse (defaults)", {"main_content": True}, "main_content=True"),
+        ("resiliparse lean", lean, "main content, no alt texts, links, bullets, form fields"),
+        ("resiliparse (crawler settings)", dict(RESILIPARSE_SETTINGS),
+         "lean, and comments=False"),
+        ("resiliparse, crawler settings + noscript", {**RESILIPARSE_SETTINGS, "noscript": True},
+         "noscript=True"),
+        ("resiliparse, crawler settings + form fields",
+         {**RESILIPARSE_SETTINGS, "form_fields": True}, "form_fields=True"),
+    ]
+    decoded = {page.page_id: decode_html(page.body, "text/html")[0] for page in pages}
+    rows = []
+    for name, settings, note in variants:
+        texts, cpu_ms = timed_texts(pages, lambda p, s=settings: extract_plain_text(
+            HTMLTree.parse(decoded[p.page_id]), **s))
+        rows.append(score(name, texts, pages, noindex, cpu_ms, note))
     return rows
 
 

@@ -85,12 +85,14 @@ def test_the_rule_takes_the_best_when_nothing_cheaper_is_close_enough():
 def test_the_help_and_the_docs_give_every_choice_its_f1_and_cpu_per_page_and_the_rule():
     parser = argparse.ArgumentParser()
     add_crawl_arguments(parser)
-    help_text = " ".join(parser.format_help().split())
+    # argparse wraps lines at hyphens too ("trafilatura-" / "fast"): join those back.
+    help_text = re.sub(r"-\s+", "-", " ".join(parser.format_help().split()))
     docs = (ROOT / "docs" / "extraction.md").read_text()
     for figure in EXTRACTOR_FIGURES:
         assert f"{figure.name} (" in help_text
         assert f"F1 {figure.f1:.3f}, {figure.cpu_ms:.1f} ms CPU/page" in help_text
-        row = re.search(rf"^\s*{re.escape(figure.name)}\s+(\S+)\s+(\S+)", docs, re.MULTILINE)
+        row = re.search(rf"^\| `{re.escape(figure.name)}` \| ([0-9.]+) \| ([0-9.]+) \|", docs,
+                        re.MULTILINE)
         assert row is not None, f"docs/extraction.md has no row for {figure.name}"
         assert (float(row.group(1)), float(row.group(2))) == (figure.f1, figure.cpu_ms)
     rule = f"cheapest extractor within {F1_TOLERANCE} F1 of the best"
@@ -109,7 +111,8 @@ def test_every_choice_names_an_extractor_and_an_unknown_one_is_refused():
         CrawlOptions(seeds=("http://a.test/",), extractor="rs-trafilatura")
 
 
-def _benchmark_pages():
+@pytest.fixture(scope="module")
+def benchmark_pages():
     data_dir = shared_data_dir()
     if not (data_dir / "article-extraction-benchmark").is_dir():
         pytest.skip(f"benchmark pages not found under {data_dir} (the repository's ../shared/"
@@ -118,12 +121,13 @@ def _benchmark_pages():
 
 
 @pytest.mark.parametrize("figure", EXTRACTOR_FIGURES, ids=lambda figure: figure.name)
-def test_the_recorded_f1_is_what_the_extractor_scores_through_parse_page(figure):
+def test_the_recorded_f1_is_what_the_extractor_scores_through_parse_page(figure,
+                                                                          benchmark_pages):
     from testweb.realweb import declared_content_type
 
     extractor = extractor_named(figure.name)
     scores = []
-    for page in _benchmark_pages():
+    for page in benchmark_pages:
         parsed = parse_page(page.url, page.body, declared_content_type(page.body),
                             extractor=extractor)
         if not parsed.noindex:
@@ -200,3 +204,49 @@ def test_a_page_swallowed_by_an_unterminated_comment_is_refused_by_every_extract
 def test_a_deeply_nested_page_is_parsed_or_refused_with_a_reason(name):
     body = b"<html><body>" + b"<div>" * 5000 + b"<p>deep text here</p>" + b"</div>" * 5000
     _parse_or_refuse(body, "text/html", name)
+
+
+# --- Every choice through the store stage -------------------------------------------------
+
+
+@pytest.mark.parametrize("name", EXTRACTORS)
+def test_every_choice_runs_in_store_pages_on_beam_with_the_same_links(tmp_path, name):
+    """StorePages and its DoFns take any choice as it comes from extractor_named (pickled to
+    the workers), and every choice finds the same links and a text for the page."""
+    import pickle
+
+    import apache_beam as beam
+    from apache_beam.testing.test_pipeline import TestPipeline
+    from apache_beam.testing.util import assert_that
+
+    from pipeline.core.records import FetchResult, PageState
+    from pipeline.core.urls import url_hash
+    from pipeline.transforms.store import StorePages
+
+    extractor = extractor_named(name)
+    assert pickle.loads(pickle.dumps(extractor)) == extractor
+    body = ("<html><head><title>T</title></head><body><nav><a href='/menu'>menu</a></nav>"
+            "<article><h1>Harbour news</h1>"
+            + "<p>The harbour master said the tide would turn before noon on Tuesday.</p>" * 8
+            + "<template><a href='/later'>later</a></template>"
+            + "<a href='http://c.test/'>c</a></article></body></html>").encode()
+    url = "http://a.test/a"
+    fetched = FetchResult(crawl_id="c1", url=url, url_hash=url_hash(url), host="a.test",
+                          depth=1, attempt=0, fetched_at=5.0, elapsed=0.01, http_status=200,
+                          headers=(("Content-Type", "text/html; charset=utf-8"),), body=body)
+
+    def check_rows(rows):
+        (row,) = rows
+        assert row.state == PageState.FETCHED and row.links == 3 and row.wet is not None
+
+    def check_links(batches):
+        (batch,) = batches
+        assert batch.urls == ("http://a.test/menu", "http://a.test/later", "http://c.test/")
+
+    with TestPipeline() as p:
+        stored = p | beam.Create([fetched]) | StorePages(str(tmp_path), "c1",
+                                                         extractor=extractor)
+        assert_that(stored.rows, check_rows, label="rows")
+        assert_that(stored.links, check_links, label="links")
+    page = parse_page(url, body, "text/html", extractor=extractor)
+    assert page.text and "harbour master" in page.text and "menu" not in page.text
