@@ -250,3 +250,29 @@ def test_every_choice_runs_in_store_pages_on_beam_with_the_same_links(tmp_path, 
         assert_that(stored.links, check_links, label="links")
     page = parse_page(url, body, "text/html", extractor=extractor)
     assert page.text and "harbour master" in page.text and "menu" not in page.text
+
+
+@pytest.mark.parametrize("name", EXTRACTORS)
+def test_every_choice_keeps_each_synthetic_pages_key_and_native_phrases(name):
+    """What the crawl auditor asks of every stored text (testweb.audit), so the end-to-end
+    crawls hold with any choice as the default."""
+    from testweb.web import SyntheticWeb, WebSpec
+
+    web = SyntheticWeb(WebSpec(hosts=10, faults=True), 8081)
+    extractor = extractor_named(name)
+    checked, missing = 0, []
+    for host in web.hosts():
+        for url in web.page_urls(host):
+            response = web.final_response(url)
+            headers = {key.lower(): value for key, value in response.headers}
+            if not web.has_text(url) or response.status != 200 or "content-encoding" in headers:
+                continue  # the crawler's fetch decodes gzip; the audit reads what it stored
+            page = parse_page(url, response.body, headers.get("content-type"),
+                              extractor=extractor, agent="beam-crawler")
+            text = " ".join((page.text or "").split())
+            checked += 1
+            for phrase in (web.key_phrase(url), web.native_phrase(url)):
+                if phrase and phrase not in text:
+                    missing.append(f"{url}: {phrase!r}")
+    assert checked > 300
+    assert missing == []
