@@ -5,10 +5,13 @@ This module owns the side-by-side comparison of: trafilatura standalone (the cra
 settings, and its defaults), trafilatura with fast=True, rs-trafilatura when it is
 installed, the text the crawler stored (read back from the WET records its pages table
 points at, after a crawl of the real pages served on loopback) and the text the Scrapy
-spider wrote. Scoring is testweb.quality.token_f1; pages whose meta robots says noindex are
-left out for every extractor (the crawler deliberately keeps no text for them).
+spider wrote; and the figures of the crawler's `--extractor` choices
+(pipeline.core.extractors): F1 and CPU per page of parse_page with each. Scoring is
+testweb.quality.token_f1; pages whose meta robots says noindex are left out for every
+extractor (the crawler deliberately keeps no text for them).
 
     .venv/bin/python -m bench.quality [--e2e-results WORK/e2e-results.json]
+    .venv/bin/python -m bench.quality --extractors [--rounds 5]
 
 Without --e2e-results it first crawls the real pages once with each crawler (bench.e2e).
 """
@@ -91,7 +94,37 @@ def standalone_rows(pages: Sequence[BenchmarkPage], noindex: set[str], *,
         texts, cpu_ms = timed_texts(
             pages, lambda p, s=settings: trafilatura.extract(p.body, url=p.url, **s))
         rows.append(score(name, texts, pages, noindex, cpu_ms, note))
+    rows += resiliparse_rows(pages, noindex)
     rows.append(rs_trafilatura_row(pages, noindex))
+    return rows
+
+
+def resiliparse_rows(pages: Sequence[BenchmarkPage], noindex: set[str]) -> list[QualityRow]:
+    """resiliparse's extract_plain_text on its own parse of the decoded page, with its
+    defaults, the crawler's settings (parse.RESILIPARSE_SETTINGS) and settings next to them."""
+    from resiliparse.extract.html2text import extract_plain_text
+    from resiliparse.parse.html import HTMLTree
+
+    from pipeline.core.parse import RESILIPARSE_SETTINGS, decode_html
+
+    lean = {"main_content": True, "alt_texts": False, "links": False, "list_bullets": False,
+            "form_fields": False}
+    variants = [
+        ("resiliparse (defaults)", {"main_content": True}, "main_content=True"),
+        ("resiliparse lean", lean, "main content, no alt texts, links, bullets, form fields"),
+        ("resiliparse (crawler settings)", dict(RESILIPARSE_SETTINGS),
+         "lean, and comments=False"),
+        ("resiliparse, crawler settings + noscript", {**RESILIPARSE_SETTINGS, "noscript": True},
+         "noscript=True"),
+        ("resiliparse, crawler settings + form fields",
+         {**RESILIPARSE_SETTINGS, "form_fields": True}, "form_fields=True"),
+    ]
+    decoded = {page.page_id: decode_html(page.body, "text/html")[0] for page in pages}
+    rows = []
+    for name, settings, note in variants:
+        texts, cpu_ms = timed_texts(pages, lambda p, s=settings: extract_plain_text(
+            HTMLTree.parse(decoded[p.page_id]), **s))
+        rows.append(score(name, texts, pages, noindex, cpu_ms, note))
     return rows
 
 
@@ -165,6 +198,102 @@ def crawled_rows(e2e_results: Path, pages: Sequence[BenchmarkPage],
     return rows
 
 
+# --- the `--extractor` choices ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExtractorOption:
+    """One `--extractor` choice measured through parse_page, as the crawler runs it."""
+
+    name: str
+    pages: int  # pages scored (noindex ones left out)
+    f1: float
+    cpu_ms: float  # whole parse_page per page: decode, parse, links, text (median round)
+    links_ms: float  # parse_page(extract_text=False) per page: decode, parse, links
+    rounds: tuple[float, ...]  # cpu_ms of each round, to show the spread
+
+
+def measure_extractor_options(pages: Sequence[BenchmarkPage],
+                              rounds: int = 3) -> list[ExtractorOption]:
+    """F1 and CPU per page of parse_page with each `--extractor` choice on the pages that do
+    not say noindex, each served with the Content-Type the real-pages web gives it.
+
+    The choices take turns page by page (in a rotating order), so a noisy neighbour on the
+    machine slows all of them alike; each round's CPU is summed per choice, and the median
+    round is reported."""
+    from pipeline.core.extractors import EXTRACTORS
+    from pipeline.core.parse import extractor_named
+    from testweb.realweb import declared_content_type
+
+    typed = [(page, declared_content_type(page.body)) for page in pages]
+    scored = [(page, ctype) for page, ctype in typed
+              if not parse_page(page.url, page.body, ctype, extract_text=False).noindex]
+    extractors = {name: extractor_named(name) for name in EXTRACTORS}
+    texts: dict[str, list[str | None]] = {name: [] for name in EXTRACTORS}
+    for page, ctype in scored:
+        for name, extractor in extractors.items():
+            texts[name].append(parse_page(page.url, page.body, ctype, extractor=extractor).text)
+    whole: dict[str, list[float]] = {name: [] for name in EXTRACTORS}
+    links: dict[str, list[float]] = {name: [] for name in EXTRACTORS}
+    names = list(EXTRACTORS)
+    for number in range(rounds):
+        spent = dict.fromkeys(names, 0.0)
+        spent_links = dict.fromkeys(names, 0.0)
+        for index, (page, ctype) in enumerate(scored):
+            shift = (index + number) % len(names)
+            for name in names[shift:] + names[:shift]:
+                extractor = extractors[name]
+                started = time.process_time()
+                parse_page(page.url, page.body, ctype, extractor=extractor)
+                middle = time.process_time()
+                parse_page(page.url, page.body, ctype, extractor=extractor, extract_text=False)
+                spent[name] += middle - started
+                spent_links[name] += time.process_time() - middle
+        for name in names:
+            whole[name].append(spent[name] / len(scored) * 1000)
+            links[name].append(spent_links[name] / len(scored) * 1000)
+    return [
+        ExtractorOption(
+            name, len(scored),
+            statistics.mean(token_f1(text or "", page.truth)[2]
+                            for (page, _), text in zip(scored, texts[name], strict=True)),
+            statistics.median(whole[name]), statistics.median(links[name]),
+            tuple(whole[name]))
+        for name in names
+    ]
+
+
+def extractor_options_table(options: Sequence[ExtractorOption]) -> Any:
+    from rich.table import Table
+
+    from pipeline.core.extractors import (
+        DEFAULT_EXTRACTOR,
+        EXTRACTOR_FIGURES,
+        F1_TOLERANCE,
+        ExtractorFigures,
+        default_extractor,
+    )
+
+    measured = [ExtractorFigures(o.name, "", round(o.f1, 3), round(o.cpu_ms, 1))
+                for o in options]
+    chosen = default_extractor(measured)
+    recorded = {figure.name: figure for figure in EXTRACTOR_FIGURES}
+    table = Table(title=f"--extractor choices through parse_page on {options[0].pages} real "
+                        "pages (mean token F1 against articleBody; CPU per page, one core)")
+    for name, justify in (("extractor", "left"), ("F1", "right"), ("CPU ms/page", "right"),
+                          ("of which links", "right"), ("rounds", "left"),
+                          ("recorded", "left")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for option in options:
+        was = recorded.get(option.name)
+        table.add_row(option.name, f"{option.f1:.3f}", f"{option.cpu_ms:.1f}",
+                      f"{option.links_ms:.1f}", " ".join(f"{r:.1f}" for r in option.rounds),
+                      f"F1 {was.f1:.3f}, {was.cpu_ms:.1f} ms" if was else "-")
+    table.caption = (f"cheapest within {F1_TOLERANCE} F1 of the best: {chosen} "
+                     f"(pipeline.core.extractors.DEFAULT_EXTRACTOR is {DEFAULT_EXTRACTOR})")
+    return table
+
+
 def quality_table(rows: Sequence[QualityRow]) -> Any:
     from rich.table import Table
 
@@ -209,7 +338,17 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--e2e-results", type=Path, default=None,
                         help="e2e-results.json of a bench.e2e run that includes real-pages")
+    parser.add_argument("--extractors", action="store_true",
+                        help="only measure the --extractor choices through parse_page (F1, CPU "
+                             "per page) and the default the rule picks; no crawl")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="with --extractors: timing rounds over all pages (median kept)")
     args = parser.parse_args(argv)
+    if args.extractors:
+        logging.getLogger("trafilatura").setLevel(logging.CRITICAL)
+        options = measure_extractor_options(load_benchmark(shared_data_dir()), args.rounds)
+        Console(width=160).print(extractor_options_table(options))
+        return 0
     table, _ = run_quality(args.e2e_results)
     Console(width=160).print(table)
     return 0

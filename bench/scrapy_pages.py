@@ -8,8 +8,10 @@ process, runs
         -O OUT/items.jsonl -s TWISTED_DNS_RESOLVER=bench.scrapy_crawl.LoopbackResolver ...
 
 and takes the CPU of that process alone. The per-page work mirrors the crawler's store stage:
-the same trafilatura call with the same settings, every a/area/canonical link except
-nofollow ones, normalised with the crawler's normaliser and deduplicated within the page.
+the same extractor call with the same settings (trafilatura on the page's text, or the
+crawler's resiliparse settings), every a/area/canonical link except nofollow ones (Scrapy's
+own link extractor, on its own lxml parse), normalised with the crawler's normaliser and
+deduplicated within the page.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import trafilatura
 from scrapy.http import HtmlResponse, Request, Response
 from scrapy.linkextractors import LinkExtractor
 
-from pipeline.core.parse import trafilatura_settings
+from pipeline.core.extractors import EXTRACTORS
+from pipeline.core.parse import resiliparse_text, trafilatura_settings
 from pipeline.core.urls import InvalidURL, normalize_url
 
 
@@ -37,8 +40,9 @@ class PagesSpider(scrapy.Spider):
         super().__init__(**kwargs)
         if not urls_file:
             raise ValueError("pass the pages with -a urls_file=FILE (one URL per line)")
-        if extractor not in ("trafilatura", "trafilatura-fast"):
-            raise ValueError(f"extractor {extractor!r}: pick trafilatura or trafilatura-fast")
+        if extractor not in EXTRACTORS:
+            raise ValueError(f"extractor {extractor!r}: pick one of {', '.join(EXTRACTORS)}")
+        self.resiliparse = extractor == "resiliparse"
         self.urls = [line.strip() for line in Path(urls_file).read_text().splitlines()
                      if line.strip()]
         self.settings_for_extract = dict(trafilatura_settings(extractor == "trafilatura-fast"))
@@ -51,7 +55,9 @@ class PagesSpider(scrapy.Spider):
     def parse(self, response: Response, **kwargs: Any) -> Iterator[Any]:
         if not isinstance(response, HtmlResponse):
             return
-        text = trafilatura.extract(response.text, url=response.url, **self.settings_for_extract)
+        text = (resiliparse_text(response.text) if self.resiliparse
+                else trafilatura.extract(response.text, url=response.url,
+                                         **self.settings_for_extract))
         hrefs = [link.url for link in self.link_extractor.extract_links(response)
                  if not link.nofollow]
         hrefs += [response.urljoin(href) for href in

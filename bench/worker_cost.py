@@ -8,8 +8,8 @@ rows sink it feeds) on Beam's portable in-process runner (FnApiRunner: the bundl
 code the Dataflow SDK harness runs), in batch; measuring the same functions those DoFns call
 standalone on the same pages; the bytes that cross each shuffle; Scrapy's CPU on the same
 pages served from another process; the host scheduler's cost per queued URL and per timer
-firing; extractors and the candidate cuts (fastwarc, selectolax links, a shared resiliparse
-parse). It changes nothing in the pipeline: it measures what the next cuts would save.
+firing; the extractors and the cuts next to them (fastwarc, lxml against lexbor links, a
+shared resiliparse parse). It changes nothing in the pipeline: it measures what it costs.
 
 How the figures are taken (all CPU is user+sys, time.process_time of this process, or
 os.wait4 of the Scrapy process; the web server always runs in a process of its own):
@@ -21,7 +21,7 @@ os.wait4 of the Scrapy process; the web server always runs in a process of its o
 - overhead beyond content work = pipeline per page - (text extraction + the HTML parse and
   walk for links + WARC and WET record writing), each of those measured standalone.
 
-    .venv/bin/python -m bench.worker_cost [--quick] [--extractor trafilatura-fast] [--json F]
+    .venv/bin/python -m bench.worker_cost [--quick] [--extractor resiliparse] [--json F]
 """
 
 from __future__ import annotations
@@ -45,15 +45,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline.core.extractors import DEFAULT_EXTRACTOR, EXTRACTORS
 from pipeline.core.fingerprints import content_hash, simhash
 from pipeline.core.near_duplicates import DuplicatePolicy, HostContent
 from pipeline.core.parse import (
+    Resiliparse,
     _absolute,
     _build_tree,
+    _read_lexbor_markup,
     _read_markup,
     decode_html,
     extract_main_text,
+    extractor_named,
     parse_page,
+    resiliparse_text,
     trafilatura_settings,
 )
 from pipeline.core.records import FetchResult, FrontierBatch, PageRow, PageState, RecordPointer
@@ -62,7 +67,6 @@ from testweb.quality import BenchmarkPage, load_benchmark, shared_data_dir, toke
 
 CRAWL_ID = "worker-cost"
 AGENT = "beam-crawler"
-EXTRACTORS = ("trafilatura", "trafilatura-fast")
 REPO = Path(__file__).resolve().parents[1]
 log = logging.getLogger(__name__)
 
@@ -135,6 +139,7 @@ class PageWork:
 
     result: FetchResult
     tree: Any = None
+    html: str = ""  # the decoded page (resiliparse parses it itself)
     hrefs: tuple[str, ...] = ()
     noindex: bool = False
     text: str | None = None
@@ -149,10 +154,11 @@ def _cpu(run: Callable[[], None]) -> float:
 
 
 def tree_links(url: str, tree: Any) -> tuple[tuple[str, ...], bool]:
-    """parse_page's link step on a built tree: (absolute links, noindex). Kept in step with
-    pipeline.core.parse.parse_page, whose private helpers it calls, so the walk can be timed
-    apart from the parse."""
-    markup = _read_markup(tree, AGENT)
+    """parse_page's link step on a built tree, lxml's or lexbor's: (absolute links, noindex).
+    Kept in step with pipeline.core.parse.parse_page, whose private helpers it calls, so the
+    walk can be timed apart from the parse."""
+    markup = _read_markup(tree, AGENT) if hasattr(tree, "iter") else _read_lexbor_markup(tree,
+                                                                                        AGENT)
     base = url
     if markup.base_href is not None:
         base = _absolute(url, markup.base_href) or url
@@ -170,6 +176,7 @@ def stage_costs(corpus: Corpus, directory: Path, extractor: str,
     from pipeline.io.pages_table import PagesTableWriter
 
     fast = extractor == "trafilatura-fast"
+    lexbor = extractor == "resiliparse"
     work = [PageWork(result) for result in corpus.results]
     n = len(work) * rounds
     warc = SegmentWriter(str(directory), CRAWL_ID, "warc", "stages")
@@ -186,10 +193,12 @@ def stage_costs(corpus: Corpus, directory: Path, extractor: str,
         warc.flush()
 
     def parse() -> None:
+        from selectolax.lexbor import LexborHTMLParser
+
         for _ in range(rounds):
             for page in work:
-                text, _ = decode_html(page.result.body, page.result.header("Content-Type"))
-                page.tree = _build_tree(text)
+                page.html, _ = decode_html(page.result.body, page.result.header("Content-Type"))
+                page.tree = LexborHTMLParser(page.html) if lexbor else _build_tree(page.html)
 
     def walk_links() -> None:
         for _ in range(rounds):
@@ -199,8 +208,12 @@ def stage_costs(corpus: Corpus, directory: Path, extractor: str,
     def extract() -> None:
         for _ in range(rounds):
             for page in work:
-                page.text = (None if page.noindex or page.tree is None
-                             else extract_main_text(page.tree, page.result.url, fast=fast))
+                if page.noindex or page.tree is None:
+                    page.text = None
+                elif lexbor:  # resiliparse's own parse of the page is part of its extraction
+                    page.text = resiliparse_text(page.html)
+                else:
+                    page.text = extract_main_text(page.tree, page.result.url, fast=fast)
 
     def normalise_links() -> None:
         for _ in range(rounds):
@@ -268,7 +281,7 @@ def stage_costs(corpus: Corpus, directory: Path, extractor: str,
     warc.close()
     wet.close()
     for page in work:
-        page.tree = None  # trees are large; later stages need only the text and links
+        page.tree, page.html = None, ""  # large; later stages need only the text and links
     return {name: seconds / n for name, seconds in figures.items()}, work
 
 
@@ -310,7 +323,6 @@ def store_as_before(fetched: Any, out: str, extractor: str) -> tuple[Any, Any]:
     Kept so one run measures both orders. Returns (rows, links)."""
     import apache_beam as beam
 
-    from pipeline.core.pages import Trafilatura
     from pipeline.transforms.pages import (
         DedupContent,
         FlagNearDuplicates,
@@ -322,7 +334,7 @@ def store_as_before(fetched: Any, out: str, extractor: str) -> tuple[Any, Any]:
         fetched
         | "Reshuffle" >> beam.Reshuffle()
         | "WriteResponses" >> WriteResponses(out, CRAWL_ID)
-        | "ParsePages" >> ParsePages(extractor=Trafilatura(extractor == "trafilatura-fast"),
+        | "ParsePages" >> ParsePages(extractor=extractor_named(extractor),
                                      agent=AGENT).with_exception_handling()
     )
     judged = (parsed.pages | "DedupContent" >> DedupContent(out, CRAWL_ID)
@@ -374,7 +386,7 @@ def _store_pipeline(p: Any, recorded: Path, out: Path, extractor: str, *, store:
         rows, links = store_as_before(fetched, str(out), extractor)
     else:
         stored = fetched | "StorePages" >> StorePages(
-            str(out), CRAWL_ID, agent=AGENT, fast=extractor == "trafilatura-fast")
+            str(out), CRAWL_ID, agent=AGENT, extractor=extractor_named(extractor))
         rows, links = stored.rows, stored.links
     rows | "WritePagesTable" >> WritePagesTable(str(out), CRAWL_ID)
     links | "DropLinks" >> beam.Map(lambda batch: None)
@@ -780,20 +792,17 @@ class ExtractorRow:
     how: str
 
 
-def _resiliparse_text(text: str, *, lean: bool) -> str:
+def _resiliparse_default_text(text: str) -> str:
     from resiliparse.extract.html2text import extract_plain_text
     from resiliparse.parse.html import HTMLTree
 
-    tree = HTMLTree.parse(text)
-    if lean:
-        return extract_plain_text(tree, main_content=True, alt_texts=False, links=False,
-                                  list_bullets=False, form_fields=False)
-    return extract_plain_text(tree, main_content=True)
+    return extract_plain_text(HTMLTree.parse(text), main_content=True)
 
 
 def measure_extractors(pages: Sequence[BenchmarkPage]) -> list[ExtractorRow]:
-    """Token F1 and CPU per page of each candidate on the real pages (noindex ones skipped, as
-    the crawler keeps no text for them); each extractor parses the decoded page itself."""
+    """Token F1 and CPU per page of each `--extractor` choice's text step (and resiliparse's
+    defaults, for reference) on the real pages (noindex ones skipped, as the crawler keeps no
+    text for them); each extractor parses the decoded page itself."""
     import trafilatura
 
     decoded = [(page, decode_html(page.body, "text/html")[0]) for page in pages]
@@ -805,10 +814,10 @@ def measure_extractors(pages: Sequence[BenchmarkPage]) -> list[ExtractorRow]:
         ("trafilatura-fast", lambda t, u: trafilatura.extract(t, url=u,
                                                                **trafilatura_settings(True)),
          "extract(str, include_comments=False, fast=True)"),
-        ("resiliparse", lambda t, u: _resiliparse_text(t, lean=False),
+        ("resiliparse", lambda t, u: resiliparse_text(t),
+         "the crawler's settings: main content, no comments, alt texts, links, bullets, forms"),
+        ("resiliparse defaults", lambda t, u: _resiliparse_default_text(t),
          "extract_plain_text(main_content=True)"),
-        ("resiliparse-lean", lambda t, u: _resiliparse_text(t, lean=True),
-         "main_content, no alt texts, links, bullets, form fields"),
     ]
     rows = []
     for name, extract, how in candidates:
@@ -823,49 +832,13 @@ def measure_extractors(pages: Sequence[BenchmarkPage]) -> list[ExtractorRow]:
     return rows
 
 
-# --- link extraction on another parser --------------------------------------------------------
+# --- links: lxml's walk against lexbor's -------------------------------------------------------
 
 
-def selectolax_links(url: str, body: bytes, content_type: str | None,
-                     agent: str = AGENT) -> tuple[str, ...]:
-    """parse_page's links (a/area href, rel=canonical, nofollow left out, meta robots, base
-    href) from a lexbor tree: the candidate cut, compared link for link with lxml's."""
-    from selectolax.lexbor import LexborHTMLParser
-
-    text, _ = decode_html(body, content_type)
-    tree = LexborHTMLParser(text)
-    robots_names = {"robots", agent.lower()}
-    hrefs: list[str] = []
-    base: str | None = None
-    directives: set[str] = set()
-    for node in tree.css("a, area, link, meta, base"):
-        tag = node.tag
-        attrs = node.attributes
-        if tag in ("a", "area"):
-            href = attrs.get("href")
-            if href is not None and "nofollow" not in _rel(attrs.get("rel")):
-                hrefs.append(href)
-        elif tag == "link":
-            href = attrs.get("href")
-            rel = _rel(attrs.get("rel"))
-            if href is not None and "canonical" in rel and "nofollow" not in rel:
-                hrefs.append(href)
-        elif tag == "meta":
-            if (attrs.get("name") or "").strip().lower() in robots_names:
-                directives |= _rel(attrs.get("content"))
-        elif tag == "base" and base is None and attrs.get("href") is not None:
-            base = attrs.get("href")
-    if "nofollow" in directives or "none" in directives:
-        return ()
-    resolved_base = (_absolute(url, base) or url) if base is not None else url
-    links = (_absolute(resolved_base, href) for href in hrefs)
-    return tuple(dict.fromkeys(link for link in links if link is not None))
-
-
-def _rel(value: str | None) -> set[str]:
-    import re
-
-    return {token for token in re.split(r"[\s,]+", (value or "").lower()) if token}
+def lexbor_links(url: str, body: bytes, content_type: str | None) -> tuple[str, ...]:
+    """parse_page's links with the resiliparse extractor: decode, lexbor parse, walk."""
+    return parse_page(url, body, content_type, extract_text=False, agent=AGENT,
+                      extractor=Resiliparse()).links
 
 
 @dataclass(frozen=True)
@@ -880,7 +853,7 @@ class LinkComparison:
 
 def compare_links(results: Sequence[FetchResult]) -> LinkComparison:
     lxml_links: list[tuple[str, ...]] = []
-    lexbor_links: list[tuple[str, ...]] = []
+    lexbor: list[tuple[str, ...]] = []
     started = time.process_time()
     for r in results:
         lxml_links.append(parse_page(r.url, r.body, r.header("Content-Type"),
@@ -888,17 +861,17 @@ def compare_links(results: Sequence[FetchResult]) -> LinkComparison:
     lxml_s = time.process_time() - started
     started = time.process_time()
     for r in results:
-        lexbor_links.append(selectolax_links(r.url, r.body, r.header("Content-Type")))
+        lexbor.append(lexbor_links(r.url, r.body, r.header("Content-Type")))
     lexbor_s = time.process_time() - started
     differences = []
-    for r, a, b in zip(results, lxml_links, lexbor_links, strict=True):
-        if set(a) != set(b):
+    for r, a, b in zip(results, lxml_links, lexbor, strict=True):
+        if a != b:
             differences.append(f"{r.url}: lxml only {len(set(a) - set(b))}, "
-                               f"lexbor only {len(set(b) - set(a))}")
+                               f"lexbor only {len(set(b) - set(a))}, same order {a == b}")
     n = len(results)
     return LinkComparison(
-        n, sum(a == b for a, b in zip(lxml_links, lexbor_links, strict=True)),
-        sum(set(a) == set(b) for a, b in zip(lxml_links, lexbor_links, strict=True)),
+        n, sum(a == b for a, b in zip(lxml_links, lexbor, strict=True)),
+        sum(set(a) == set(b) for a, b in zip(lxml_links, lexbor, strict=True)),
         lxml_s / n * 1000, lexbor_s / n * 1000, tuple(differences[:5]))
 
 
@@ -927,23 +900,21 @@ def resiliparse_hrefs(tree: Any) -> list[str]:
 
 def shared_resiliparse_parse_ms(results: Sequence[FetchResult]) -> tuple[float, float]:
     """Whether resiliparse's tree can serve links and text from one parse, in ms per page:
-    (decode + one resiliparse parse + hrefs from its DOM + lean text, decode + selectolax
-    links + lean text from resiliparse's own parse)."""
+    (decode + one resiliparse parse + hrefs from its DOM + the crawler's resiliparse text,
+    parse_page with the resiliparse extractor: lexbor links + resiliparse's own parse)."""
     from resiliparse.extract.html2text import extract_plain_text
     from resiliparse.parse.html import HTMLTree
 
-    lean = {"main_content": True, "alt_texts": False, "links": False, "list_bullets": False,
-            "form_fields": False}
+    from pipeline.core.parse import RESILIPARSE_SETTINGS
 
     def shared(r: FetchResult) -> None:
         tree = HTMLTree.parse(decode_html(r.body, r.header("Content-Type"))[0])
         resiliparse_hrefs(tree)
-        extract_plain_text(tree, **lean)
+        extract_plain_text(tree, **RESILIPARSE_SETTINGS)
 
     def separate(r: FetchResult) -> None:
-        selectolax_links(r.url, r.body, r.header("Content-Type"))
-        extract_plain_text(HTMLTree.parse(decode_html(r.body, r.header("Content-Type"))[0]),
-                           **lean)
+        parse_page(r.url, r.body, r.header("Content-Type"), agent=AGENT,
+                   extractor=Resiliparse())
 
     figures = []
     for run in (shared, separate):
@@ -1066,7 +1037,7 @@ class Report:
         return data
 
 
-def run_worker_cost(*, quick: bool, extractor: str = "trafilatura",
+def run_worker_cost(*, quick: bool, extractor: str = DEFAULT_EXTRACTOR,
                     work: Path | None = None, scrapy: bool = True) -> tuple[Any, Report]:
     from bench.e2e import Case, WebProcess
 
@@ -1205,15 +1176,16 @@ def worker_cost_table(report: Report) -> Any:
         table.add_row(f"extractor {row.name}: F1 {row.f1:.3f}", f"{row.cpu_ms:,.2f} ms",
                       f"{row.how}; own parse; real articles")
     once, twice = report.shared_parse
-    table.add_row("resiliparse: one parse, links from its DOM + lean text", f"{once:,.2f} ms",
-                  f"against {twice:,.2f} ms for selectolax links + resiliparse's own parse "
-                  "(real articles)")
+    table.add_row("resiliparse: one parse, links from its DOM + text", f"{once:,.2f} ms",
+                  f"against {twice:,.2f} ms for parse_page: lexbor links + resiliparse's own "
+                  "parse (real articles)")
     table.add_section()
     lk = report.links
     table.add_row("links: lxml (decode, parse, walk)", f"{lk.lxml_ms:,.2f} ms",
                   "parse_page(extract_text=False)")
     table.add_row("links: selectolax/lexbor (decode, parse, walk)", f"{lk.selectolax_ms:,.2f} ms",
-                  f"same links on {lk.identical}/{lk.pages} pages in order, "
+                  f"parse_page, extractor resiliparse; same links on "
+                  f"{lk.identical}/{lk.pages} pages in order, "
                   f"{lk.same_set}/{lk.pages} as sets")
     for difference in lk.differences:
         table.add_row("  differs", "", difference)
@@ -1301,7 +1273,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
                         help="60 real pages and a 4-host synthetic web (a few minutes)")
-    parser.add_argument("--extractor", choices=EXTRACTORS, default="trafilatura",
+    parser.add_argument("--extractor", choices=EXTRACTORS, default=DEFAULT_EXTRACTOR,
                         help="the extractor both the crawler and Scrapy use")
     parser.add_argument("--no-scrapy", action="store_true", help="skip the Scrapy runs")
     parser.add_argument("--work", type=Path, default=None,

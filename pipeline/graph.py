@@ -17,7 +17,9 @@ from apache_beam.options.pipeline_options import DirectOptions
 from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner, SwitchingDirectRunner
 
 from pipeline.core.budget import LocalPageBudget, PageBudget
+from pipeline.core.extractors import DEFAULT_EXTRACTOR
 from pipeline.core.near_duplicates import DuplicatePolicy
+from pipeline.core.parse import extractor_named
 from pipeline.io.bigtable import BigtableConfig
 from pipeline.io.events import event_of
 from pipeline.options import CrawlOptions
@@ -93,7 +95,7 @@ def build_crawl(
     fetched = (scheduled.fetched, replayed.fetched) | "AllFetched" >> beam.Flatten()
     stored = fetched | "StorePages" >> StorePages(
         opts.out, opts.crawl_id, agent=opts.user_agent.split("/")[0],
-        duplicates=opts.duplicate_policy(), fast=opts.extractor == "trafilatura-fast",
+        duplicates=opts.duplicate_policy(), extractor=extractor_named(opts.extractor),
         parse_attempts=opts.parse_attempts, page_step=page_step,
     )
     rows = (scheduled.rows, replayed.rows, stored.rows) | "AllRows" >> beam.Flatten()
@@ -127,7 +129,7 @@ def build_fleet(
     topic: str,
     dead_letter_topic: str,
     duplicates: DuplicatePolicy | None = None,
-    fast: bool = False,
+    extractor: str = DEFAULT_EXTRACTOR,
     clock: Callable[[], float] = time.time,
     events_topic: str | None = None,
     bigquery_table: str | None = None,
@@ -145,7 +147,7 @@ def build_fleet(
     scheduled = payloads | "ScheduleFleetFetches" >> ScheduleFleetFetches(config, clock)
     stored = scheduled.fetched | "StorePages" >> StorePages(
         out, None, agent=config.policy.user_agent.split("/")[0], duplicates=duplicates,
-        fast=fast,
+        extractor=extractor_named(extractor),
     )
     rows = (scheduled[FLEET_ROWS], stored.rows) | "AllRows" >> beam.Flatten()
     rows | "WritePagesTable" >> WritePagesTable(out, None)

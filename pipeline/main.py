@@ -168,7 +168,7 @@ def build_fleet_job(p: beam.Pipeline, crawl: CrawlOptions) -> None:
         subscription=f"projects/{project}/subscriptions/{crawl.frontier_subscription}",
         topic=f"projects/{project}/topics/{crawl.frontier_topic}",
         dead_letter_topic=f"projects/{project}/topics/{crawl.dead_letter_topic}",
-        duplicates=crawl.duplicate_policy(), fast=crawl.extractor == "trafilatura-fast",
+        duplicates=crawl.duplicate_policy(), extractor=crawl.extractor,
         events_topic=f"projects/{project}/topics/{crawl.events_topic}",
         bigquery_table=crawl.bigquery_table,
     )

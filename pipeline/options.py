@@ -30,6 +30,7 @@ from typing import Any
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
 from pipeline.core.addresses import parse_network
+from pipeline.core.extractors import DEFAULT_EXTRACTOR, EXTRACTORS, extractor_help
 from pipeline.core.near_duplicates import DuplicatePolicy
 from pipeline.core.politeness import HostPolicy
 from pipeline.io.bigtable import BigtableConfig
@@ -39,10 +40,8 @@ from pipeline.io.resources import RESOURCES
 
 DEFAULT_USER_AGENT = "beam-crawler/0.1 (+https://github.com/beam-crawler)"
 LOCAL_PROJECT = "local-crawler"  # the project the local emulators accept
-# Main-text extractors (docs/benchmarks.md, "Extraction quality"): on the 181 real pages,
-# trafilatura with the crawler's settings scores F1 0.965 at ~34 ms/page, its fast mode 0.961
-# at ~32 ms. The Rust port rs-trafilatura has no wheel on PyPI (its build needs crates.io).
-EXTRACTORS = ("trafilatura", "trafilatura-fast")
+# Main-text extractors, their figures and the default's rule: pipeline.core.extractors. The
+# Rust port rs-trafilatura has no wheel on PyPI (its build needs crates.io).
 JOB_MODES = ("fleet", "crawl")
 # A crawl id names Pub/Sub topics, output directories and the last part of Bigtable row keys
 # (`reversed-host/url-hash/crawl-id`), so it may not hold '/' or anything a topic refuses.
@@ -291,9 +290,8 @@ OPTIONS: tuple[Option, ...] = (
            f"new URL is taken for one already seen and skipped {_D}", default=1e-4,
            value=FRACTION, label="Bloom false-positive rate"),
     # --- Parsing and content
-    Option("extractor", "main-text extractor: trafilatura (F1 0.965 on the real-pages "
-           "benchmark) or trafilatura-fast (no fallback extractors: F1 0.961, a few ms less "
-           f"per page) {_D}", default="trafilatura", choices=EXTRACTORS, param_type="ENUM"),
+    Option("extractor", f"{extractor_help()} {_D}", default=DEFAULT_EXTRACTOR,
+           choices=EXTRACTORS, param_type="ENUM"),
     Option("parse_attempts", "a page whose parsing raises is tried this many times, then "
            f"recorded `dead_lettered` and published as a dead letter {_D}", default=3,
            value=POSITIVE_INT),
@@ -434,7 +432,7 @@ class CrawlOptions:
     circuit_seconds: float = 3600.0
     host_queue_cap: int = 2000
     bloom_fp_rate: float = 1e-4
-    extractor: str = "trafilatura"
+    extractor: str = DEFAULT_EXTRACTOR
     parse_attempts: int = 3
     near_duplicate_bits: int = 3
     duplicate_window: int = 20

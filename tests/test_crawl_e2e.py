@@ -68,7 +68,7 @@ def _crawl_and_audit(tmp_path: Path, spec: WebSpec, *, min_delay: float,
             seeds=web.seeds, min_delay=min_delay, max_crawl_delay=5.0, max_depth=max_depth,
             max_pages_per_host=budget_per_host, user_agent=USER_AGENT,
             read_response=read_response, read_text=read_text,
-            **{k: v for k, v in limits.items() if k != "host_queue_cap"},
+            **{k: v for k, v in limits.items() if k not in ("host_queue_cap", "extractor")},
         )
         near_pairs = {frozenset(pair) for pair in web.web.near_duplicate_pairs()}
     return summary, report, rows, requests, near_pairs

@@ -20,7 +20,7 @@ from lxml.html import HtmlElement
 
 from pipeline.core.fingerprints import content_hash, simhash
 from pipeline.core.near_duplicates import ContentVerdict, DuplicatePolicy, HostContent
-from pipeline.core.parse import ParsedPage, extract_main_text, is_html, parse_page
+from pipeline.core.parse import ParsedPage, Trafilatura, is_html, parse_page
 from pipeline.core.records import (
     DeadLetter,
     FetchResult,
@@ -39,17 +39,9 @@ PARSE_ATTEMPTS = 3  # default of --parse-attempts
 
 # The main-text extractor a parse uses: (parsed tree, page URL) -> text or None. It must be
 # picklable (a module-level function or a frozen dataclass) because Beam ships it to workers.
+# The crawler's own (`--extractor`) are parse.py's Trafilatura and Resiliparse, made by
+# parse.extractor_named(name).
 TextExtractor = Callable[[HtmlElement, str], "str | None"]
-
-
-@dataclass(frozen=True, slots=True)
-class Trafilatura:
-    """The crawler's extractor: trafilatura with the settings parse.py documents."""
-
-    fast: bool = False
-
-    def __call__(self, tree: HtmlElement, url: str) -> str | None:
-        return extract_main_text(tree, url, fast=self.fast)
 
 
 class ResponseRecorder(Protocol):

@@ -1,15 +1,20 @@
 """Page parsing: turn a fetched HTML body into text, title, links and robots directives.
 
-This module owns decoding (charset), the single lxml parse of a page, link and meta extraction
-from that tree, and handing the same tree to trafilatura for the main text. It does not
-normalise, filter or deduplicate URLs (the frontier does), and it does not fingerprint text
-(see fingerprints.py).
+This module owns decoding (charset), parsing a page once for its links and meta, and the
+main-text extractors a crawl can choose (`--extractor`, catalogued with their figures in
+extractors.py): trafilatura, in full or fast mode, reads the same lxml tree the links come
+from; resiliparse reads the page with its own lexbor parser, and the links then come from
+selectolax's lexbor tree instead of lxml's, which costs less. It does not normalise, filter
+or deduplicate URLs (the frontier does), and it does not fingerprint text (see
+fingerprints.py).
 
-Why one parse: extraction, not fetching, bounds a crawl's CPU; parsing the page twice (once for
-links, once inside trafilatura) would add a full lxml parse per page. trafilatura.extract()
-accepts an lxml tree and works on its own copy, so the tree is not mutated. Comments under an
-article are not the page's text for downstream users either, so the crawler extracts without
-them, with `favor_precision`. The measurements behind these choices are in docs/extraction.md.
+Why one parse with trafilatura: extraction, not fetching, bounds a crawl's CPU; parsing the
+page twice (once for links, once inside trafilatura) would add a full lxml parse per page.
+trafilatura.extract() accepts an lxml tree and works on its own copy, so the tree is not
+mutated. Comments under an article are not the page's text for downstream users either, so
+every extractor leaves them out. Both link walks find the same links, titles and directives
+(a test compares them page by page on real and synthetic pages); the measurements behind these
+choices are in docs/extraction.md.
 """
 
 from __future__ import annotations
@@ -25,7 +30,10 @@ from types import MappingProxyType
 import charset_normalizer
 import trafilatura
 from lxml import etree
-from lxml.html import HtmlElement, HTMLParser, document_fromstring
+from lxml.html import HtmlElement, HTMLParser, document_fromstring, tostring
+from resiliparse.extract.html2text import extract_plain_text
+from resiliparse.parse.html import HTMLTree
+from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from pipeline.core.urls import InvalidURL, resolve_url
 
@@ -327,50 +335,96 @@ class _PageMarkup:
     nofollow: bool
 
 
-def _read_markup(tree: HtmlElement, agent: str | None) -> _PageMarkup:
-    """One walk over the elements that carry links and page-level directives."""
-    robots_names = {"robots"}
-    if agent:
-        robots_names.add(agent.strip().lower())
-    title: str | None = None
-    hrefs: list[str] = []
-    canonical: str | None = None
-    base: str | None = None
-    directives: set[str] = set()
-    for element in tree.iter("a", "area", "link", "meta", "base", "title"):
-        tag = element.tag
+class _MarkupWalk:
+    """What the elements that carry links and page-level directives say, seen in document
+    order; the same decisions for the lxml tree and the lexbor tree."""
+
+    def __init__(self, agent: str | None) -> None:
+        self._robots_names = {"robots"}
+        if agent:
+            self._robots_names.add(agent.strip().lower())
+        self._title: str | None = None
+        self._hrefs: list[str] = []
+        self._canonical: str | None = None
+        self._base: str | None = None
+        self._directives: set[str] = set()
+
+    def see(self, tag: str, get: Callable[[str], str | None], text: Callable[[], str]) -> None:
         if tag in ("a", "area"):
-            href = element.get("href")
-            if href is not None and "nofollow" not in _tokens(element.get("rel")):
-                hrefs.append(href)
+            href = get("href")
+            if href is not None and "nofollow" not in _tokens(get("rel")):
+                self._hrefs.append(href)
         elif tag == "link":
-            href = element.get("href")
-            rel = _tokens(element.get("rel"))
+            href = get("href")
+            rel = _tokens(get("rel"))
             if href is not None and "canonical" in rel:
-                if canonical is None:
-                    canonical = href
+                if self._canonical is None:
+                    self._canonical = href
                 if "nofollow" not in rel:
-                    hrefs.append(href)
+                    self._hrefs.append(href)
         elif tag == "meta":
-            name = (element.get("name") or "").strip().lower()
-            if name in robots_names:
-                directives |= _tokens(element.get("content"))
+            name = (get("name") or "").strip().lower()
+            if name in self._robots_names:
+                self._directives |= _tokens(get("content"))
         elif tag == "base":
-            if base is None and element.get("href") is not None:
-                base = element.get("href")
-        elif title is None:
-            title = " ".join(element.text_content().split()) or None
-    return _PageMarkup(
-        title=title,
-        hrefs=tuple(hrefs),
-        canonical_href=canonical,
-        base_href=base,
-        noindex="noindex" in directives or "none" in directives,
-        nofollow="nofollow" in directives or "none" in directives,
-    )
+            if self._base is None and get("href") is not None:
+                self._base = get("href")
+        elif tag == "title" and self._title is None:
+            self._title = " ".join(text().split()) or None
+
+    def markup(self) -> _PageMarkup:
+        directives = self._directives
+        return _PageMarkup(
+            title=self._title,
+            hrefs=tuple(self._hrefs),
+            canonical_href=self._canonical,
+            base_href=self._base,
+            noindex="noindex" in directives or "none" in directives,
+            nofollow="nofollow" in directives or "none" in directives,
+        )
 
 
-# trafilatura.extract() keyword arguments, chosen on the benchmark (figures in the docstring).
+def _read_markup(tree: HtmlElement, agent: str | None) -> _PageMarkup:
+    """One walk over the lxml elements that carry links and page-level directives."""
+    walk = _MarkupWalk(agent)
+    for element in tree.iter("a", "area", "link", "meta", "base", "title"):
+        walk.see(element.tag, element.get, element.text_content)
+    return walk.markup()
+
+
+_LEXBOR_MARKUP = "a, area, link, meta, base, title, template"
+
+
+def _walk_lexbor(root: LexborNode, walk: _MarkupWalk) -> None:
+    for node in root.css(_LEXBOR_MARKUP):
+        if node.tag == "template":
+            # lexbor keeps a <template>'s content in a fragment of its own, outside the tree
+            # css() searches; libxml2 parses it as ordinary children. Walking the fragment where
+            # the template stands keeps the links in lxml's document order.
+            for fragment in node.template_fragments():
+                if fragment.parent is not None and fragment.parent.mem_id == node.mem_id:
+                    _walk_lexbor(fragment, walk)
+            continue
+        attributes = node.attributes
+        walk.see(node.tag, attributes.get, node.text)
+
+
+def _read_lexbor_markup(tree: LexborHTMLParser, agent: str | None) -> _PageMarkup:
+    """The same walk as _read_markup, over selectolax's lexbor tree."""
+    walk = _MarkupWalk(agent)
+    if tree.root is not None:
+        _walk_lexbor(tree.root, walk)
+    return walk.markup()
+
+
+def _lexbor_tree_is_empty(tree: LexborHTMLParser) -> bool:
+    """Whether lexbor found nothing but the html, head and body it implies by itself."""
+    head, body = tree.head, tree.body
+    return (tree.root is None
+            or (body is not None and body.child is None and (head is None or head.child is None)))
+
+
+# trafilatura.extract() keyword arguments, chosen on the benchmark (docs/extraction.md).
 # favor_precision helps the full extractor but hurts the fast one, so each mode has its own.
 TRAFILATURA_SETTINGS: Mapping[str, bool] = MappingProxyType(
     {"include_comments": False, "favor_precision": True}
@@ -378,6 +432,13 @@ TRAFILATURA_SETTINGS: Mapping[str, bool] = MappingProxyType(
 TRAFILATURA_FAST_SETTINGS: Mapping[str, bool] = MappingProxyType(
     {"include_comments": False, "fast": True}
 )
+# resiliparse extract_plain_text() keyword arguments, chosen on the same benchmark
+# (docs/extraction.md): the main content without comments, image alt texts, link targets,
+# list bullets or form fields, none of which is the article's text.
+RESILIPARSE_SETTINGS: Mapping[str, bool] = MappingProxyType({
+    "main_content": True, "comments": False, "alt_texts": False, "links": False,
+    "list_bullets": False, "form_fields": False,
+})
 
 
 def trafilatura_settings(fast: bool) -> Mapping[str, bool]:
@@ -394,6 +455,68 @@ def extract_main_text(tree: HtmlElement, url: str | None, *, fast: bool = False)
     return text or None
 
 
+def resiliparse_text(html: str) -> str | None:
+    """Main text of a decoded page by resiliparse (its own lexbor parse), or None."""
+    return extract_plain_text(HTMLTree.parse(html), **RESILIPARSE_SETTINGS) or None
+
+
+@dataclass(frozen=True, slots=True)
+class Trafilatura:
+    """The `trafilatura` and `trafilatura-fast` extractors: trafilatura on the lxml tree the
+    links were read from."""
+
+    fast: bool = False
+
+    @property
+    def name(self) -> str:
+        return "trafilatura-fast" if self.fast else "trafilatura"
+
+    def __call__(self, tree: HtmlElement, url: str) -> str | None:
+        return extract_main_text(tree, url, fast=self.fast)
+
+
+@dataclass(frozen=True, slots=True)
+class Resiliparse:
+    """The `resiliparse` extractor. parse_page hands it the decoded page, not an lxml tree, and
+    reads links from a lexbor tree, so no lxml parse is made for a page."""
+
+    name = "resiliparse"
+
+    def __call__(self, tree: HtmlElement, url: str) -> str | None:
+        # Called as a (tree, url) extractor outside parse_page (a composed pipeline that built
+        # an lxml tree anyway): resiliparse needs markup, so the tree is serialised back.
+        return resiliparse_text(tostring(tree, encoding="unicode"))
+
+    def text_of(self, html: str) -> str | None:
+        return resiliparse_text(html)
+
+
+def extractor_named(name: str) -> Trafilatura | Resiliparse:
+    """The extractor an `--extractor` choice names (pipeline.core.extractors.EXTRACTORS)."""
+    if name in ("trafilatura", "trafilatura-fast"):
+        return Trafilatura(fast=name == "trafilatura-fast")
+    if name == "resiliparse":
+        return Resiliparse()
+    raise ValueError(f"unknown extractor {name!r}: use trafilatura, trafilatura-fast or "
+                     "resiliparse")
+
+
+def _page_links(url: str, markup: _PageMarkup
+                ) -> tuple[tuple[str, ...], str | None, tuple[tuple[str, int], ...]]:
+    """(links, canonical, rejected) of a page's markup: resolved against `<base href>` if it
+    has one, else the page's URL."""
+    base = url
+    if markup.base_href is not None:
+        base = _absolute(url, markup.base_href) or url
+    canonical = _absolute(base, markup.canonical_href) if markup.canonical_href else None
+    links: tuple[str, ...] = ()
+    rejected: Counter[str] = Counter()
+    if not markup.nofollow:
+        resolved = (_absolute(base, href, rejected) for href in markup.hrefs)
+        links = tuple(dict.fromkeys(link for link in resolved if link is not None))
+    return links, canonical, tuple(sorted(rejected.items()))
+
+
 def parse_page(
     url: str,
     body: bytes,
@@ -408,9 +531,10 @@ def parse_page(
 
     url: the page's final URL (links resolve against `<base href>` if present, else this).
     agent: the crawler's robots name; `<meta name=AGENT>` directives apply like `robots`.
-    fast: trafilatura's faster heuristics (about a quarter less CPU, see the docstring).
-    extractor: another main-text extractor, called with the same tree and the URL.
-    Raises PageParseError if the response is not HTML or lxml cannot make a document of it;
+    fast: trafilatura's faster heuristics (the `trafilatura-fast` extractor).
+    extractor: Resiliparse() for resiliparse's text and lexbor's links, or any main-text
+        extractor called with the lxml tree and the URL (Trafilatura(fast) is the default).
+    Raises PageParseError if the response is not HTML or no document can be made of it;
     an empty document is an empty page, not an error.
     """
     if not is_html(content_type, body):
@@ -418,21 +542,14 @@ def parse_page(
             f"not an HTML page (content type {content_type!r}); check is_html() before parsing"
         )
     text, charset = decode_html(body, content_type)
+    if isinstance(extractor, Resiliparse):
+        return _parse_with_lexbor(url, text, charset, extractor, extract_text, agent)
     tree = _build_tree(text)
     if tree is None:
         return ParsedPage(None, None, (), None, noindex=False, nofollow=False, charset=charset)
 
     markup = _read_markup(tree, agent)
-    base = url
-    if markup.base_href is not None:
-        base = _absolute(url, markup.base_href) or url
-    canonical = _absolute(base, markup.canonical_href) if markup.canonical_href else None
-    links: tuple[str, ...] = ()
-    rejected: Counter[str] = Counter()
-    if not markup.nofollow:
-        resolved = (_absolute(base, href, rejected) for href in markup.hrefs)
-        links = tuple(dict.fromkeys(link for link in resolved if link is not None))
-
+    links, canonical, rejected = _page_links(url, markup)
     page_text = None
     if extract_text and not markup.noindex:
         page_text = (
@@ -447,5 +564,34 @@ def parse_page(
         noindex=markup.noindex,
         nofollow=markup.nofollow,
         charset=charset,
-        rejected_links=tuple(sorted(rejected.items())),
+        rejected_links=rejected,
+    )
+
+
+def _parse_with_lexbor(url: str, text: str, charset: str, extractor: Resiliparse,
+                       extract_text: bool, agent: str | None) -> ParsedPage:
+    """parse_page with links from selectolax's lexbor tree and resiliparse's text."""
+    try:
+        tree = LexborHTMLParser(text)
+    except (UnicodeError, ValueError) as exc:
+        raise PageParseError(f"lexbor could not parse the page: {exc}") from exc
+    if _lexbor_tree_is_empty(tree) and _build_tree(text) is None:
+        # lexbor makes a document of anything; libxml2 refuses a page that is nothing but an
+        # unterminated comment or tag. Asking lxml on such (tiny or comment-only) pages keeps
+        # one decision for every extractor on which page is empty and which cannot be parsed.
+        return ParsedPage(None, None, (), None, noindex=False, nofollow=False, charset=charset)
+    markup = _read_lexbor_markup(tree, agent)
+    links, canonical, rejected = _page_links(url, markup)
+    page_text = None
+    if extract_text and not markup.noindex:
+        page_text = extractor.text_of(text)
+    return ParsedPage(
+        text=page_text,
+        title=markup.title,
+        links=links,
+        canonical=canonical,
+        noindex=markup.noindex,
+        nofollow=markup.nofollow,
+        charset=charset,
+        rejected_links=rejected,
     )
