@@ -33,6 +33,7 @@ import json
 import logging
 import os
 import pickle
+import shutil
 import statistics
 import sys
 import tempfile
@@ -460,6 +461,10 @@ def measure_pipeline(corpus: Corpus, work_dir: Path, extractor: str) -> Pipeline
     import pyarrow.parquet as pq
 
     everything, nothing = work_dir / "recorded-all.pickle", work_dir / "recorded-none.pickle"
+    # A --work directory reused from an earlier run still holds that run's Parquet parts, which
+    # the row count below would add to this run's.
+    for earlier in work_dir.glob("pipeline-*"):
+        shutil.rmtree(earlier)
     everything.write_bytes(pickle.dumps(list(corpus.results)))
     nothing.write_bytes(pickle.dumps([]))
     runs = {}
