@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import random
+import re
 
+import mmh3
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.core.fingerprints import content_hash, hamming, normalise_text, simhash
+from pipeline.core.fingerprints import (
+    content_hash,
+    fingerprints,
+    hamming,
+    normalise_text,
+    simhash,
+)
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -65,3 +73,37 @@ def test_hamming_is_a_symmetric_distance(a: int, b: int) -> None:
     assert hamming(a, b) == hamming(b, a)
     assert (hamming(a, b) == 0) == (a == b)
     assert 0 <= hamming(a, b) <= 64
+
+
+def simhash_by_definition(text: str) -> int:
+    """The simhash written out bit by bit, as its docstring defines it: the reference the
+    vectorised vote must equal on every text (a fingerprint stored by an earlier release
+    must stay comparable with one computed now)."""
+    words = re.findall(r"\w+", normalise_text(text))
+    if not words:
+        return 0
+    shingles = ([" ".join(words)] if len(words) < 3
+                else [" ".join(words[i:i + 3]) for i in range(len(words) - 2)])
+    votes = [0] * 64
+    for shingle in shingles:
+        value = mmh3.hash64(shingle, signed=False)[0]
+        for bit in range(64):
+            votes[bit] += 1 if value >> bit & 1 else -1
+    unsigned = sum(1 << bit for bit in range(64) if votes[bit] > 0)
+    return unsigned - (1 << 64) if unsigned >> 63 else unsigned
+
+
+@given(st.text(max_size=400) | st.lists(st.sampled_from(VOCABULARY), max_size=60).map(" ".join))
+def test_simhash_equals_its_definition_bit_by_bit(text: str) -> None:
+    assert simhash(text) == simhash_by_definition(text)
+
+
+@given(st.text(max_size=400))
+def test_fingerprints_are_the_content_hash_and_simhash_of_the_text(text: str) -> None:
+    assert fingerprints(text) == (content_hash(text), simhash(text))
+
+
+def test_simhash_equals_its_definition_on_long_articles() -> None:
+    for seed in range(5):
+        text = article(seed, words=3000)
+        assert simhash(text) == simhash_by_definition(text)

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from lxml.html import HtmlElement
 
-from pipeline.core.fingerprints import content_hash, simhash
+from pipeline.core.fingerprints import fingerprints
 from pipeline.core.near_duplicates import ContentVerdict, DuplicatePolicy, HostContent
 from pipeline.core.parse import ParsedPage, Trafilatura, is_html, parse_page
 from pipeline.core.records import (
@@ -203,9 +203,10 @@ def judge_response(
         return StoredPage(PageRow(
             **row, state=PageState.FETCHED, reason=reason, links=len(links)), batch,
             rejected_links=found.rejected)
+    digest, near_hash = fingerprints(parsed.text)
     return StoredPage(
         PageRow(**row, state=PageState.FETCHED, reason=truncated,
-                content_hash=content_hash(parsed.text), simhash=simhash(parsed.text),
+                content_hash=digest, simhash=near_hash,
                 links=len(links)),
         batch,
         text=parsed.text,
