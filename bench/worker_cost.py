@@ -453,11 +453,16 @@ class PipelineFigures:
     per_page_s: float  # marginal CPU per page of StorePages + rows sink, reading excluded
     feed_per_page_s: float  # marginal CPU per page of reading the recorded results
     rows_written: int
-    no_cache_per_page_s: float  # the same as per_page_s, the harness's state cache off
-    before_no_cache_per_page_s: float  # the former order (store_as_before), cache off
+    no_cache_per_page_s: float  # the same as per_page_s, the harness's state cache off: median
+    before_no_cache_per_page_s: float  # the former order (store_as_before), cache off: median
+    # Each cache-off figure is the median of `rounds` (full - base) pairs: one pair moved by
+    # 1.5 ms a page between two runs on a quiet machine, while the standalone stages held.
+    rounds: int = 1
+    no_cache_samples_s: tuple[float, ...] = ()
 
 
-def measure_pipeline(corpus: Corpus, work_dir: Path, extractor: str) -> PipelineFigures:
+def measure_pipeline(corpus: Corpus, work_dir: Path, extractor: str,
+                     rounds: int = 3) -> PipelineFigures:
     import pyarrow.parquet as pq
 
     everything, nothing = work_dir / "recorded-all.pickle", work_dir / "recorded-none.pickle"
@@ -467,28 +472,39 @@ def measure_pipeline(corpus: Corpus, work_dir: Path, extractor: str) -> Pipeline
         shutil.rmtree(earlier)
     everything.write_bytes(pickle.dumps(list(corpus.results)))
     nothing.write_bytes(pickle.dumps([]))
-    runs = {}
-    # The two orders alternate, so a change in the machine's load falls on both.
+    runs: dict[str, float] = {}
+
+    def run(name: str, recorded: Path, store: bool, cache: bool, variant: str) -> float:
+        runs[name] = pipeline_cpu(recorded, work_dir / f"pipeline-{name}", extractor,
+                                  store=store, state_cache=cache, variant=variant)
+        return runs[name]
+
     for name, recorded, store, cache, variant in (
         ("full", everything, True, True, "now"), ("base", nothing, True, True, "now"),
         ("feed-full", everything, False, True, "now"), ("feed-base", nothing, False, True, "now"),
-        ("before-base", nothing, True, False, "before"),
-        ("no-cache-base", nothing, True, False, "now"),
-        ("before-full", everything, True, False, "before"),
-        ("no-cache-full", everything, True, False, "now"),
     ):
-        runs[name] = pipeline_cpu(recorded, work_dir / f"pipeline-{name}", extractor,
-                                  store=store, state_cache=cache, variant=variant)
+        run(name, recorded, store, cache, variant)
+    pages = len(corpus.results)
+    feed = (runs["feed-full"] - runs["feed-base"]) / pages
+    now_samples: list[float] = []
+    before_samples: list[float] = []
+    # The two orders alternate, so a change in the machine's load falls on both.
+    for r in range(rounds):
+        before_base = run(f"before-base-{r}", nothing, True, False, "before")
+        now_base = run(f"no-cache-base-{r}", nothing, True, False, "now")
+        before_samples.append(
+            (run(f"before-full-{r}", everything, True, False, "before") - before_base) / pages
+            - feed)
+        now_samples.append(
+            (run(f"no-cache-full-{r}", everything, True, False, "now") - now_base) / pages
+            - feed)
     rows = sum(pq.read_metadata(part).num_rows
                for part in (work_dir / "pipeline-full" / CRAWL_ID / "pages").glob("*.parquet"))
     if rows != len(corpus.results):
         raise RuntimeError(f"the pipeline wrote {rows} rows for {len(corpus.results)} pages")
-    pages = len(corpus.results)
-    feed = (runs["feed-full"] - runs["feed-base"]) / pages
     total = (runs["full"] - runs["base"]) / pages - feed
-    no_cache = (runs["no-cache-full"] - runs["no-cache-base"]) / pages - feed
-    before = (runs["before-full"] - runs["before-base"]) / pages - feed
-    return PipelineFigures(total, feed, rows, no_cache, before)
+    return PipelineFigures(total, feed, rows, statistics.median(now_samples),
+                           statistics.median(before_samples), rounds, tuple(now_samples))
 
 
 # --- bytes shuffled ---------------------------------------------------------------------------
@@ -1043,7 +1059,8 @@ class Report:
 
 
 def run_worker_cost(*, quick: bool, extractor: str = DEFAULT_EXTRACTOR,
-                    work: Path | None = None, scrapy: bool = True) -> tuple[Any, Report]:
+                    work: Path | None = None, scrapy: bool = True,
+                    rounds: int = 3) -> tuple[Any, Report]:
     from bench.e2e import Case, WebProcess
 
     logging.getLogger("trafilatura").setLevel(logging.CRITICAL)
@@ -1070,7 +1087,7 @@ def run_worker_cost(*, quick: bool, extractor: str = DEFAULT_EXTRACTOR,
     finally:
         real_web.stop()
     stages, page_work = stage_costs(corpus, work / "stages", extractor)
-    pipeline = measure_pipeline(corpus, work, extractor)
+    pipeline = measure_pipeline(corpus, work, extractor, rounds)
     shuffle = measure_shuffles(corpus, work, extractor)
     scheduler = measure_scheduler(firings=100 if quick else 400, queue=1000, cached=False)
     scheduler_cached = measure_scheduler(firings=100 if quick else 400, queue=1000,
@@ -1124,10 +1141,13 @@ def worker_cost_table(report: Report) -> Any:
     table.add_row("  Beam and glue (total - every stage above)",
                   f"{(total - stage_sum) * ms:,.2f} ms", "bundles, coders, shuffles, state")
     no_cache = report.pipeline.no_cache_per_page_s
+    samples = report.pipeline.no_cache_samples_s
+    spread = (f"median of {len(samples)} runs ({min(samples) * ms:,.2f}-{max(samples) * ms:,.2f}"
+              " ms); " if len(samples) > 1 else "")
     table.add_row("crawler with the harness's state cache off (Dataflow's default)",
                   f"{no_cache * ms:,.2f} ms",
-                  "same pipeline; the cache weighs each state value it keeps with objsize; "
-                  f"beyond content work: {(no_cache - content) / no_cache:.0%}")
+                  f"{spread}same pipeline; the cache weighs each state value it keeps with "
+                  f"objsize; beyond content work: {(no_cache - content) / no_cache:.0%}")
     if report.scrapy is not None:
         s = report.scrapy
         table.add_row("Scrapy: same pages, same extractor, links", f"{s.per_page_s * ms:,.2f} ms",
@@ -1238,6 +1258,7 @@ def summary_json(report: Report, command: str, quick: bool) -> dict[str, Any]:
         "body_bytes_per_page": statistics.mean(len(r.body) for r in c.results),
         # Dataflow's workers run without the SDK harness's state cache by default.
         "crawler_ms_per_page": report.pipeline.no_cache_per_page_s * 1e3,
+        "crawler_ms_samples": [sample * 1e3 for sample in report.pipeline.no_cache_samples_s],
         "crawler_ms_per_page_state_cache": report.pipeline.per_page_s * 1e3,
         "content_ms_per_page": content_work_s(report.stages) * 1e3,
         "stages_ms_per_page": {name: s * 1e3 for name, s in report.stages.items()},
@@ -1281,6 +1302,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--extractor", choices=EXTRACTORS, default=DEFAULT_EXTRACTOR,
                         help="the extractor both the crawler and Scrapy use")
     parser.add_argument("--no-scrapy", action="store_true", help="skip the Scrapy runs")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="pairs of cache-off pipeline runs (all pages, none) whose median "
+                             "is the crawler's figure; one pair is noisy (default: 3)")
     parser.add_argument("--work", type=Path, default=None,
                         help="directory for outputs and worker-cost.json (default: a temp dir)")
     parser.add_argument("--scheduler-only", action="store_true",
@@ -1297,8 +1321,10 @@ def main(argv: list[str] | None = None) -> int:
             for cached in (False, True)}
         print(json.dumps(figures))
         return 0
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     table, report = run_worker_cost(quick=args.quick, extractor=args.extractor, work=args.work,
-                                    scrapy=not args.no_scrapy)
+                                    scrapy=not args.no_scrapy, rounds=args.rounds)
     Console(width=160).print(table)
     if args.json is not None:
         command = " ".join(["python -m bench.worker_cost", *(argv if argv is not None
