@@ -99,19 +99,7 @@ def build_crawl(
         parse_attempts=opts.parse_attempts, page_step=page_step,
     )
     rows = (scheduled.rows, replayed.rows, stored.rows) | "AllRows" >> beam.Flatten()
-    rows | "WritePagesTable" >> WritePagesTable(opts.out, opts.crawl_id)
-    if bigtable is not None:
-        durable = rows | "WritePagesToBigtable" >> WritePagesToBigtable(bigtable)
-        if events_topic is not None:
-            (
-                durable
-                | "PageCrawledEvents" >> beam.FlatMap(lambda row: filter(None, [event_of(row)]))
-                | "PublishEvents" >> PublishPageEvents(events_topic)
-            )
-    if bigquery_table is not None:
-        from pipeline.transforms.bigquery import WritePagesToBigQuery  # needs BigQuery's client
-
-        rows | "WritePagesToBigQuery" >> WritePagesToBigQuery(bigquery_table)
+    _write_rows(rows, opts.out, opts.crawl_id, bigtable, events_topic, bigquery_table)
     (
         (stored.links, scheduled.spill, scheduled.robots)
         | "AllFrontierBatches" >> beam.Flatten()
@@ -150,17 +138,27 @@ def build_fleet(
         extractor=extractor_named(extractor),
     )
     rows = (scheduled[FLEET_ROWS], stored.rows) | "AllRows" >> beam.Flatten()
-    rows | "WritePagesTable" >> WritePagesTable(out, None)
-    durable = rows | "WritePagesToBigtable" >> WritePagesToBigtable(config.bigtable)
-    if events_topic is not None:
-        (
-            durable
-            | "PageCrawledEvents" >> beam.FlatMap(lambda row: filter(None, [event_of(row)]))
-            | "PublishEvents" >> PublishPageEvents(events_topic)
-        )
+    _write_rows(rows, out, None, config.bigtable, events_topic, bigquery_table)
+    stored.links | "PublishFrontier" >> PublishFrontier(topic)
+    stored.dead_letters | "PublishDeadLetters" >> PublishDeadLetters(dead_letter_topic)
+
+
+def _write_rows(rows: beam.PCollection, out: str, crawl_id: str | None,
+                bigtable: BigtableConfig | None,
+                events_topic: str | None, bigquery_table: str | None) -> None:
+    """Every sink of the page rows, the same for one crawl and for the fleet: the Parquet
+    table, Bigtable (when given) and, once a row is durable there, its page event; BigQuery.
+    The step labels are the jobs' own: a running job is updated by label."""
+    rows | "WritePagesTable" >> WritePagesTable(out, crawl_id)
+    if bigtable is not None:
+        durable = rows | "WritePagesToBigtable" >> WritePagesToBigtable(bigtable)
+        if events_topic is not None:
+            (
+                durable
+                | "PageCrawledEvents" >> beam.FlatMap(lambda row: filter(None, [event_of(row)]))
+                | "PublishEvents" >> PublishPageEvents(events_topic)
+            )
     if bigquery_table is not None:
         from pipeline.transforms.bigquery import WritePagesToBigQuery  # needs BigQuery's client
 
         rows | "WritePagesToBigQuery" >> WritePagesToBigQuery(bigquery_table)
-    stored.links | "PublishFrontier" >> PublishFrontier(topic)
-    stored.dead_letters | "PublishDeadLetters" >> PublishDeadLetters(dead_letter_topic)
