@@ -549,23 +549,13 @@ def parse_page(
         return ParsedPage(None, None, (), None, noindex=False, nofollow=False, charset=charset)
 
     markup = _read_markup(tree, agent)
-    links, canonical, rejected = _page_links(url, markup)
     page_text = None
     if extract_text and not markup.noindex:
         page_text = (
             extractor(tree, url) if extractor is not None
             else extract_main_text(tree, url, fast=fast)
         ) or None
-    return ParsedPage(
-        text=page_text,
-        title=markup.title,
-        links=links,
-        canonical=canonical,
-        noindex=markup.noindex,
-        nofollow=markup.nofollow,
-        charset=charset,
-        rejected_links=rejected,
-    )
+    return _parsed_page(url, markup, charset, page_text)
 
 
 def _parse_with_lexbor(url: str, text: str, charset: str, extractor: Resiliparse,
@@ -581,10 +571,17 @@ def _parse_with_lexbor(url: str, text: str, charset: str, extractor: Resiliparse
         # one decision for every extractor on which page is empty and which cannot be parsed.
         return ParsedPage(None, None, (), None, noindex=False, nofollow=False, charset=charset)
     markup = _read_lexbor_markup(tree, agent)
-    links, canonical, rejected = _page_links(url, markup)
     page_text = None
     if extract_text and not markup.noindex:
         page_text = extractor.text_of(text)
+    return _parsed_page(url, markup, charset, page_text)
+
+
+def _parsed_page(url: str, markup: _PageMarkup, charset: str,
+                 page_text: str | None) -> ParsedPage:
+    """The page from its markup, read by either parser, and its text: links resolved and
+    filtered by the same rules whichever tree they came from."""
+    links, canonical, rejected = _page_links(url, markup)
     return ParsedPage(
         text=page_text,
         title=markup.title,
