@@ -30,7 +30,10 @@ from pipeline.service.cloud import (
     main,
 )
 from pipeline.service.server import ApiServer
-from tests.test_api import emulators  # noqa: F401  (the module's emulators fixture)
+from tests.test_api import (
+    emulators,  # noqa: F401  (the module's emulators fixture)
+    pull_frontier_batches,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "cloud-token-of-the-tests-" + uuid.uuid4().hex
@@ -121,23 +124,7 @@ class CloudFleet:
         }
 
     def frontier_batches(self, expected: int, timeout: float = 30.0) -> list[FrontierBatch]:
-        from google.cloud import pubsub_v1
-
-        subscriber = pubsub_v1.SubscriberClient()
-        got: list[FrontierBatch] = []
-        deadline = time.monotonic() + timeout
-        try:
-            while len(got) < expected and time.monotonic() < deadline:
-                answer = subscriber.pull(subscription=self.subscription, max_messages=100,
-                                         timeout=5)
-                if answer.received_messages:
-                    subscriber.acknowledge(subscription=self.subscription, ack_ids=[
-                        m.ack_id for m in answer.received_messages])
-                got.extend(FrontierBatch.from_bytes(m.message.data)
-                           for m in answer.received_messages)
-        finally:
-            subscriber.close()
-        return got
+        return pull_frontier_batches(self.subscription, expected, timeout)
 
 
 @pytest.fixture()
