@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from pipeline.core import pages as store
 from pipeline.core.pages import dedup_text, page_links, store_page
 from pipeline.core.records import FetchResult, PageState
-from pipeline.core.urls import url_hash
+from pipeline.core.urls import InvalidURL, dedup_key, normalize_url, url_hash
 from pipeline.io.segments import SegmentWriter, read_response, read_text
 
 HTML = (
@@ -115,3 +118,39 @@ def test_the_fast_extractor_is_passed_to_the_parser(tmp_path, monkeypatch):
     warc, _ = writers(tmp_path)
     fast = store_page(result(), warc, fast=True)
     assert seen == [True] and fast.row.state == PageState.FETCHED and "harbour master" in fast.text
+
+
+def _page_links_uncached(page_url: str, hrefs: tuple[str, ...]
+                         ) -> tuple[tuple[str, ...], tuple[tuple[str, int], ...]]:
+    """page_links as it reads without its cache of absolute links: every href normalised
+    against the page's URL."""
+    counts: dict[str, int] = {}
+    seen = {dedup_key(page_url): page_url}
+    for href in hrefs:
+        try:
+            url = normalize_url(href, base=page_url)
+        except InvalidURL as exc:
+            counts[exc.reason] = counts.get(exc.reason, 0) + 1
+            continue
+        seen.setdefault(dedup_key(url), url)
+    return tuple(seen.values())[1:], tuple(sorted(counts.items()))
+
+
+_LINK_PARTS = st.sampled_from([
+    "http://", "https://", "HTTP://", "http:", "//", "/", "a.test", "A.Test", "b.test:8080",
+    "b.test:0x1", "256.1.1.1", "[::1]", "xn--bcher-kva.test", "bücher.test", "x", "..", ".",
+    "?b=2&a=1", "?a=1&b=2", "#frag", "%41", "%zz", " ", "\t", "mailto:", "javascript:", "@",
+    "user:pw@", ":80", ":443", "é", "\\", "ftp://",
+])
+
+
+@settings(max_examples=300, deadline=None)
+@given(page=st.sampled_from(["http://a.test/p/q", "https://b.test:8080/", "http://a.test/"]),
+       hrefs=st.lists(st.lists(_LINK_PARTS, min_size=1, max_size=6).map("".join),
+                      max_size=12).map(tuple))
+def test_page_links_equal_normalising_each_link_against_the_page(page: str,
+                                                                 hrefs: tuple[str, ...]) -> None:
+    # Twice: the second call answers its absolute links from the cache.
+    for _ in range(2):
+        found = page_links(page, hrefs)
+        assert (found.urls, found.rejected) == _page_links_uncached(page, hrefs)
