@@ -164,11 +164,13 @@ def test_worker_cost_json_keeps_each_extractors_entry(tmp_path: Path) -> None:
 
     result = FetchResult("c", "http://a.test/", 1, "a.test", 1, 0, 1.0, 0.1, 200, (), b"x" * 10)
     scheduler = wc.SchedulerFigures(1e-4, 2e-3, 3e-3, 1e-3, 1000)
+    stages = {name: 1e-3 for name in wc.CONTENT_STAGES} | {"rows (Parquet table)": 1e-4}
     report = wc.Report(
         extractor="trafilatura",
         corpus=wc.Corpus((result,), 1, 0, 0, ()),
-        stages={name: 1e-3 for name in wc.CONTENT_STAGES} | {"rows (Parquet table)": 1e-4},
-        pipeline=wc.PipelineFigures(9e-3, 1e-4, 1, 8e-3, 8.5e-3),
+        stages=stages,
+        pipeline=wc.PipelineFigures(9e-3, 1e-4, 1, 8e-3, 8.5e-3, 2, (7e-3, 9e-3),
+                                    (4.9e-3, 5.1e-3), (stages, stages)),
         shuffle={"now": {"content dedup": (1, 300), "rows": (1, 230)},
                  "before": {"Reshuffle": (1, 5000), "content dedup": (1, 300)}},
         shuffle_coder_s=(1e-5, 1e-6), scrapy=None, scheduler=scheduler,
@@ -183,7 +185,11 @@ def test_worker_cost_json_keeps_each_extractors_entry(tmp_path: Path) -> None:
     first = data["extractors"]["trafilatura"]
     assert first["crawler_ms_per_page"] == pytest.approx(8.0)  # the state cache off
     assert first["crawler_ms_per_page_state_cache"] == pytest.approx(9.0)
-    assert first["content_ms_per_page"] == pytest.approx(5.0)
+    assert first["content_ms_per_page"] == pytest.approx(5.0)  # the median of the rounds
+    # Each round's share is its own pipeline against its own content pass, and the median of
+    # those is the figure (not the share of the two medians).
+    assert first["beyond_content_share_samples"] == pytest.approx([2.1 / 7, 3.9 / 9])
+    assert first["beyond_content_share"] == pytest.approx((2.1 / 7 + 3.9 / 9) / 2)
     # Only bytes that cross a shuffle of the store stage as built are summed (one page here).
     assert first["shuffle_bytes_per_page_total"] == pytest.approx(530.0)
     assert first["shuffle_bytes_per_page_by_variant"]["before"]["Reshuffle"] == 5000
