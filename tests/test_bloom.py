@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import pickle
 import random
+import zlib
 from collections.abc import Callable
 
 import pytest
@@ -200,3 +201,37 @@ def test_corrupt_bytes_are_rejected(mangle: Callable[[bytes], bytes], message: s
     assert data[3] == 0  # flags: a full filter is stored uncompressed
     with pytest.raises(ValueError, match=message):
         BloomFilter.from_bytes(mangle(data))
+
+
+def test_sparse_filters_are_stored_zstd_compressed() -> None:
+    bloom = BloomFilter(20_000, 0.01)  # the scheduler's default seen-set
+    for item in range(1_000):
+        bloom.add(item)
+    data = bloom.to_bytes()
+    assert data[3] == 2  # flags: zstd
+    assert data[37:41] == b"\x28\xb5\x2f\xfd"  # a zstd frame follows the 37-byte header
+    assert len(data) < bloom.nbytes * 0.75
+    assert BloomFilter.from_bytes(data) == bloom
+
+
+def test_filters_stored_zlib_compressed_by_earlier_releases_still_load() -> None:
+    # A running job's state, written before the format moved to zstd: same header, flag 1.
+    bloom = BloomFilter(20_000, 0.01)
+    for item in range(500):
+        bloom.add(item)
+    header = bloom.to_bytes()[:37]
+    stored = header[:3] + bytes([1]) + header[4:] + zlib.compress(bytes(bloom._bits), 1)
+    restored = BloomFilter.from_bytes(stored)
+    assert restored == bloom
+    assert all(item in restored for item in range(500))
+
+
+def test_corrupt_zstd_bits_are_rejected() -> None:
+    bloom = BloomFilter(20_000, 0.01)
+    bloom.add(1)
+    data = bloom.to_bytes()
+    assert data[3] == 2
+    with pytest.raises(ValueError, match="do not decompress"):
+        BloomFilter.from_bytes(data[:37] + b"\x28\xb5\x2f\xfd" + b"\x00" * 20)
+    with pytest.raises(ValueError, match="do not decompress|inconsistent"):
+        BloomFilter.from_bytes(data[:-3])
