@@ -20,7 +20,7 @@ from typing import Protocol
 from lxml.html import HtmlElement
 
 from pipeline.core.fingerprints import fingerprints
-from pipeline.core.near_duplicates import ContentVerdict, DuplicatePolicy, HostContent
+from pipeline.core.near_duplicates import ContentVerdict, DuplicatePolicy, HostContent, HostIndex
 from pipeline.core.parse import ParsedPage, Trafilatura, is_html, parse_page
 from pipeline.core.records import (
     DeadLetter,
@@ -307,7 +307,7 @@ def _parse_with_retries(
     return None, error, parse_attempts
 
 
-def judge_content(row: PageRow, content: HostContent, policy: DuplicatePolicy
+def judge_content(row: PageRow, content: HostContent | HostIndex, policy: DuplicatePolicy
                   ) -> tuple[PageRow, HostSignal | None]:
     """One page with text (or an exact duplicate) of a host: flag it if it nearly repeats an
     earlier page of the host, and return the throttle or release signal for the host's
@@ -321,5 +321,5 @@ def judge_content(row: PageRow, content: HostContent, policy: DuplicatePolicy
         return row, None
     signal = HostSignalKind.THROTTLE if verdict.throttle else HostSignalKind.RELEASE
     log.warning("host %s: %.0f%% of its last %d pages with text were duplicates: %s",
-                row.host, 100 * verdict.duplicate_share, len(content.recent), signal)
+                row.host, 100 * verdict.duplicate_share, verdict.window_pages, signal)
     return row, HostSignal(row.crawl_id, row.url, signal)

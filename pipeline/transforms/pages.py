@@ -14,17 +14,24 @@ files and runner state. StorePages (pipeline.transforms.store) composes the four
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Iterator
 from typing import NamedTuple
 
 import apache_beam as beam
-from apache_beam.coders import PickleCoder
+from apache_beam.coders import BytesCoder, PickleCoder
 from apache_beam.pvalue import PCollection, TaggedOutput
-from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
+from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec
 from apache_beam.utils.windowed_value import WindowedValue
 
 from pipeline.core.counters import Counter, links_rejected
-from pipeline.core.near_duplicates import DuplicatePolicy, HostContent
+from pipeline.core.near_duplicates import (
+    DuplicatePolicy,
+    HostIndex,
+    encode_url_entry,
+    find_url,
+    kept_entries,
+)
 from pipeline.core.pages import (
     PARSE_ATTEMPTS,
     StoredPage,
@@ -40,6 +47,8 @@ from pipeline.core.records import DeadLetter, FetchResult, HostSignal, PageRow, 
 from pipeline.io.segments import SegmentWriter
 from pipeline.metrics import CrawlCounter, crawl_counter
 from pipeline.transforms.resources import worker_resources
+
+log = logging.getLogger(__name__)
 
 DEAD_LETTERS = "dead_letters"
 HOST_SIGNALS = "host_signals"
@@ -303,11 +312,40 @@ class NearDuplicateOutputs(NamedTuple):
     host_signals: PCollection[HostSignal]
 
 
+class _BagUrlLog:
+    """A host's near-duplicate URL log (pipeline.core.near_duplicates.UrlLog) in a bag cell."""
+
+    __slots__ = ("_bag",)
+
+    def __init__(self, bag) -> None:
+        self._bag = bag
+
+    def append(self, seq: int, url: str) -> None:
+        self._bag.add(encode_url_entry(seq, url))
+
+    def find(self, seq: int) -> str | None:
+        return find_url(self._bag.read(), seq)
+
+    def keep_from(self, seq: int) -> None:
+        kept = kept_entries(self._bag.read(), seq)
+        self._bag.clear()
+        for entry in kept:
+            self._bag.add(entry)
+
+
 class HostContentFn(beam.DoFn):
     """Keyed by host: flags near-duplicate pages and tells the host's scheduler when the host
-    serves mostly duplicates (see pipeline.core.near_duplicates). State: one HostContent."""
+    serves mostly duplicates (see pipeline.core.near_duplicates). State: one HostIndex, its
+    fingerprints and window in CONTENT, its URLs in the URLS bag.
+
+    CONTENT keeps the state id and coder under which earlier versions pickled a whole
+    HostContent, so a running job updated to this code keeps its hosts' indexes: such a value
+    is converted on its host's next page. The bag is the one state kind besides
+    ReadModifyWrite and Combining that Dataflow's Python (Runner v2) supports; Set, Map and
+    OrderedList state are not, and an append to a bag reads nothing."""
 
     CONTENT = ReadModifyWriteStateSpec("content", PickleCoder())
+    URLS = BagStateSpec("content_urls", BytesCoder())
 
     def __init__(self, policy: DuplicatePolicy) -> None:
         self._policy = policy
@@ -315,17 +353,29 @@ class HostContentFn(beam.DoFn):
         self._signals = crawl_counter(Counter.HOST_SIGNALS_EMITTED)
 
     def process(self, element: tuple[str, StoredPage],
-                content_state=beam.DoFn.StateParam(CONTENT)) -> Iterator[object]:
-        _, page = element
-        content: HostContent = content_state.read() or HostContent()
-        row, signal = judge_content(page.row, content, self._policy)
-        content_state.write(content)
+                content_state=beam.DoFn.StateParam(CONTENT),
+                urls_state=beam.DoFn.StateParam(URLS)) -> Iterator[object]:
+        host, page = element
+        index = _restored_index(host, content_state.read(), urls_state)
+        row, signal = judge_content(page.row, index, self._policy)
+        content_state.write(index.to_bytes())
         if row.near_duplicate_of is not None:
             self._near.inc()
         yield dataclasses.replace(page, row=row)
         if signal is not None:
             self._signals.inc()
             yield TaggedOutput(HOST_SIGNALS, signal)
+
+
+def _restored_index(host: str, stored: object, urls_state) -> HostIndex:
+    try:
+        return HostIndex.restored(stored, _BagUrlLog(urls_state))  # type: ignore[arg-type]
+    except ValueError as error:
+        # Unreadable state must not stop the host's pages: it loses only its memory of earlier
+        # pages, so later copies of those are not flagged.
+        log.error("host %s: near-duplicate state dropped and started afresh: %s", host, error)
+        urls_state.clear()
+        return HostIndex(_BagUrlLog(urls_state))
 
 
 def _fingerprinted(page: StoredPage) -> bool:
