@@ -369,7 +369,7 @@ class HostContentFn(beam.DoFn):
 
 def _restored_index(host: str, stored: object, urls_state) -> HostIndex:
     try:
-        return HostIndex.restored(stored, _BagUrlLog(urls_state))  # type: ignore[arg-type]
+        return HostIndex.restored(stored, _BagUrlLog(urls_state))
     except ValueError as error:
         # Unreadable state must not stop the host's pages: it loses only its memory of earlier
         # pages, so later copies of those are not flagged.
