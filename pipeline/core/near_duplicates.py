@@ -353,6 +353,10 @@ class HostIndex:
         self._urls.append(self._next_seq, url)
         self._next_seq += 1
         self._logged += 1
+        # At twice the live entries: compacting sooner makes a near-duplicate's read of the log
+        # smaller and every other page's share of the compactions larger, which pays only when
+        # near-duplicates are more than ~1 % of a host's pages (docs/benchmarks.md, "The
+        # near-duplicate index per host").
         if self._logged >= 2 * max(len(self), policy.capacity):
             self._urls.keep_from(self._next_seq - len(self))
             self._logged = len(self)
