@@ -257,3 +257,19 @@ def test_the_cells_keep_the_earlier_state_id_and_coder():
     assert HostContentFn.CONTENT.name == "content"
     assert isinstance(HostContentFn.CONTENT.coder, PickleCoder)
     assert isinstance(HostContentFn.URLS.coder, BytesCoder)
+
+
+def test_the_benchmark_counts_less_state_per_page_for_the_compact_index():
+    from types import SimpleNamespace
+
+    from bench.worker_cost import near_duplicate_state
+
+    corpus = SimpleNamespace(urls=[f"http://a.test/section/story-{i}" for i in range(30)])
+    before, after = near_duplicate_state(corpus, sizes=(100,), pages=20, repeats=2)
+    assert (before.layout, after.layout) == ("pickled HostContent", "HostIndex + URL bag")
+    assert before.prints == after.prints == 100
+    # The index is the 8-byte fingerprints and a 25-byte header, pickled, plus the bag's share.
+    assert 8 * 100 + 25 < after.read_bytes < before.read_bytes / 4
+    assert after.written_bytes < before.written_bytes / 4
+    assert after.near_read_bytes > after.read_bytes  # a near-duplicate reads the URL log too
+    assert after.cpu_s > 0 and before.cpu_s > 0
