@@ -23,6 +23,7 @@ from apache_beam.portability import common_urns, python_urns
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.dataflow.internal import apiclient
 from google.cloud import dataflow
+from google.protobuf import wrappers_pb2
 
 from pipeline.core.budget import BlockPageBudget, LocalPageBudget
 from pipeline.core.crawl_states import CLOUD_STATE_TTL_S
@@ -232,12 +233,15 @@ _UNPICKLE = textwrap.dedent("""
         (p == s or p.startswith(s + "/")) and not p.startswith(sys.prefix) for s in source_trees)]
     assert importlib.util.find_spec("pipeline") is None, "a source tree is still importable"
     sys.path.insert(0, target)
+    from apache_beam.coders.coders import deserialize_coder
     from apache_beam.internal import pickler
     payloads = json.load(open(payloads_file))
     report = {"failed": {}, "loaded": []}
     for name, payload in payloads.items():
         try:
-            pickler.loads(payload.encode("latin-1"))
+            data = payload.encode("latin-1")
+            # A coder is its class name, "$", then its pickle (base64 holds no "$").
+            (deserialize_coder if b"$" in data else pickler.loads)(data)
         except Exception as exc:
             report["failed"][name] = f"{type(exc).__name__}: {exc}"
             continue
@@ -298,6 +302,36 @@ def test_every_dofn_of_the_job_unpickles_from_the_installed_package_alone(
     outside = {name: path for name, path in modules.items()
                if path is not None and not path.startswith(str(installed_package))}
     assert outside == {}
+
+
+def _coder_payloads(job: apiclient.Job) -> dict[str, bytes]:
+    """The job's pickled coders, as serialized for the workers."""
+    payloads = {}
+    for coder_id, coder in job.proto_pipeline.components.coders.items():
+        if coder.spec.urn == python_urns.PICKLED_CODER:
+            payloads[coder_id] = wrappers_pb2.BytesValue.FromString(coder.spec.payload).value
+    return payloads
+
+
+def test_the_record_coders_of_the_job_unpickle_from_the_installed_package_alone(
+        any_job, installed_package, tmp_path):
+    payloads = _coder_payloads(any_job)
+    # The store stage's shuffles carry StoredPage and the rows sinks PageRow.
+    assert {"StoredPageCoder", "PageRowCoder"} <= {
+        name.split("_")[2] for name in payloads}, sorted(payloads)
+    payloads_file = tmp_path / "payloads.json"
+    payloads_file.write_text(json.dumps({k: v.decode("latin-1") for k, v in payloads.items()}))
+    source_trees = sorted({str(ROOT), str(Path(pipeline_source()).parent)})
+    result = subprocess.run(
+        [sys.executable, "-I", "-c", _UNPICKLE, str(installed_package), str(payloads_file),
+         *source_trees],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-5000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["failed"] == {}
+    assert sorted(report["loaded"]) == sorted(payloads)
+    assert "pipeline.transforms.coders" in report["project_modules"]
 
 
 def _pickle_bytes(payload: bytes) -> bytes:
