@@ -6,7 +6,8 @@ coder of their own Beam encodes them with its primitives coder falling back to p
 coder here turns its record into a flat tuple of primitives (pipeline.core.element_tuples) and
 lets Beam's C-implemented primitives coder write the tuple, behind one leading byte: the
 tuple layout's version, so that after a field changes a worker can still read the elements
-encoded by the previous release (add a reader for the old version next to the new one).
+encoded by the previous release (add a reader for the old version next to the new one). The
+pickled encoding these records had before they had coders is read too.
 
 Importing pipeline.transforms registers them (see its __init__), so every pipeline that
 declares these element types, the crawler's own graphs and a user's, gets them. The figures
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from apache_beam.coders import FastPrimitivesCoder, registry
+from apache_beam.coders import FastPrimitivesCoder, PickleCoder, registry
 from apache_beam.coders.coder_impl import StreamCoderImpl
 from apache_beam.coders.coders import FastCoder
 
@@ -27,6 +28,9 @@ from pipeline.core.pages import StoredPage
 from pipeline.core.records import DeadLetter, FrontierBatch, PageRow, RecordPointer
 
 LAYOUT_VERSION = 1  # the leading byte of every encoding below
+# The leading byte of what the primitives coder wrote for these records before they had coders
+# of their own: its marker for "pickled", never a layout version.
+_PICKLED = 0xFF
 
 
 class _VersionedTupleCoderImpl(StreamCoderImpl):
@@ -35,13 +39,15 @@ class _VersionedTupleCoderImpl(StreamCoderImpl):
     The primitives coder's tuple encoding is self-delimiting, so the same bytes serve nested
     (inside a key-value pair) and outer contexts."""
 
-    def __init__(self, name: str, to_tuple: Callable[[Any], tuple],
+    def __init__(self, record: type, to_tuple: Callable[[Any], tuple],
                  readers: dict[int, Callable[[tuple], Any]]) -> None:
-        self._name = name
+        self._record = record
+        self._name = record.__name__
         self._to_tuple = to_tuple
         self._readers = readers
         self._current = readers[LAYOUT_VERSION]
         self._tuples = FastPrimitivesCoder().get_impl()
+        self._pickled = PickleCoder().get_impl()
 
     def encode_to_stream(self, value: Any, stream: Any, nested: bool) -> None:
         stream.write_byte(LAYOUT_VERSION)
@@ -51,6 +57,15 @@ class _VersionedTupleCoderImpl(StreamCoderImpl):
         version = stream.read_byte()
         if version == LAYOUT_VERSION:
             return self._current(self._tuples.decode_from_stream(stream, nested))
+        if version == _PICKLED:
+            # The previous release's encoding (Beam's primitives coder, falling back to
+            # pickle for these records): read, so elements in flight across an update are
+            # not lost.
+            value = self._pickled.decode_from_stream(stream, nested)
+            if not isinstance(value, self._record):
+                raise ValueError(f"a pickled {type(value).__name__} where a {self._name} "
+                                 "was expected")
+            return value
         reader = self._readers.get(version)
         if reader is None:
             raise ValueError(
@@ -69,7 +84,7 @@ class _RecordCoder(FastCoder):
 
     def _create_impl(self) -> _VersionedTupleCoderImpl:
         cls = type(self)
-        return _VersionedTupleCoderImpl(cls.RECORD.__name__, cls.TO_TUPLE, cls.READERS)
+        return _VersionedTupleCoderImpl(cls.RECORD, cls.TO_TUPLE, cls.READERS)
 
     def is_deterministic(self) -> bool:
         # Equal records encode alike, except ints beyond 64 bits, which go through pickle.
