@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import subprocess
+import sys
+from pathlib import Path
 
 import apache_beam as beam
 import pytest
@@ -47,6 +50,8 @@ from pipeline.transforms.coders import (
     RecordPointerCoder,
     StoredPageCoder,
 )
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # Ints of any size and sign: hashes are signed 64-bit, and nothing stops a caller from more.
 ints = st.one_of(st.integers(), st.integers(min_value=-(2**63), max_value=2**63 - 1),
@@ -270,3 +275,31 @@ def test_every_shuffle_of_the_store_stage_and_the_rows_sinks_uses_the_record_cod
         fallbacks = [c for c in coders if isinstance(c, FastPrimitivesCoder | PickleCoder)]
         assert fallbacks == [], f"{label} falls back to {fallbacks}"
         assert any(isinstance(c, record_coders) for c in coders), f"{label}: {coders}"
+
+
+@pytest.mark.parametrize("module", [
+    "pipeline.graph", "pipeline.main", "pipeline.local.runtime", "pipeline.local.fleet",
+    "pipeline.transforms.table",
+])
+def test_every_module_that_builds_a_graph_registers_the_coders_on_import(module):
+    # A fresh interpreter: the registry starts without them, and only the import adds them.
+    script = (f"import {module}\n"
+              "from apache_beam.coders import registry\n"
+              "from pipeline.core.pages import StoredPage\n"
+              "from pipeline.core.records import PageRow\n"
+              "print(registry.get_coder(StoredPage), registry.get_coder(PageRow))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["StoredPageCoder", "PageRowCoder"]
+
+
+def test_without_the_import_the_registry_pickles_these_records():
+    # What the test above relies on: a bare Beam does not know these coders.
+    script = ("from apache_beam.coders import registry\n"
+              "from pipeline.core.records import PageRow\n"
+              "print(registry.get_coder(PageRow))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["FastPrimitivesCoder"]
