@@ -279,12 +279,10 @@ def installed_package(tmp_path_factory) -> Path:
     return target
 
 
-def test_every_dofn_of_the_job_unpickles_from_the_installed_package_alone(
-        any_job, installed_package, tmp_path):
-    payloads = _dofn_payloads(any_job)
-    # The DoFns that need the package: the crawl's own, and Beam's wrapping its functions.
-    assert len([name for name, payload in payloads.items()
-                if b"pipeline." in _pickle_bytes(payload)]) >= 14
+def _unpickled_in_isolation(payloads: dict[str, bytes], installed_package: Path,
+                            tmp_path: Path) -> dict:
+    """_UNPICKLE's report on `payloads`, loaded in a fresh interpreter from the installed
+    package alone (the source trees are kept off its path)."""
     payloads_file = tmp_path / "payloads.json"
     payloads_file.write_text(json.dumps({k: v.decode("latin-1") for k, v in payloads.items()}))
     source_trees = sorted({str(ROOT), str(Path(pipeline_source()).parent)})
@@ -294,7 +292,16 @@ def test_every_dofn_of_the_job_unpickles_from_the_installed_package_alone(
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-5000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_every_dofn_of_the_job_unpickles_from_the_installed_package_alone(
+        any_job, installed_package, tmp_path):
+    payloads = _dofn_payloads(any_job)
+    # The DoFns that need the package: the crawl's own, and Beam's wrapping its functions.
+    assert len([name for name, payload in payloads.items()
+                if b"pipeline." in _pickle_bytes(payload)]) >= 14
+    report = _unpickled_in_isolation(payloads, installed_package, tmp_path)
     assert report["failed"] == {}
     assert sorted(report["loaded"]) == sorted(payloads)
     modules = report["project_modules"]
@@ -319,16 +326,7 @@ def test_the_record_coders_of_the_job_unpickle_from_the_installed_package_alone(
     # The store stage's shuffles carry StoredPage and the rows sinks PageRow.
     assert {"StoredPageCoder", "PageRowCoder"} <= {
         name.split("_")[2] for name in payloads}, sorted(payloads)
-    payloads_file = tmp_path / "payloads.json"
-    payloads_file.write_text(json.dumps({k: v.decode("latin-1") for k, v in payloads.items()}))
-    source_trees = sorted({str(ROOT), str(Path(pipeline_source()).parent)})
-    result = subprocess.run(
-        [sys.executable, "-I", "-c", _UNPICKLE, str(installed_package), str(payloads_file),
-         *source_trees],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr[-5000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    report = _unpickled_in_isolation(payloads, installed_package, tmp_path)
     assert report["failed"] == {}
     assert sorted(report["loaded"]) == sorted(payloads)
     assert "pipeline.transforms.coders" in report["project_modules"]

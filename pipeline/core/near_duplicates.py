@@ -71,6 +71,18 @@ class ContentVerdict:
     window_pages: int = 0  # how many recent pages that share is of
 
 
+
+def _throttle_change(throttled: bool, share: float, pages: int, policy: DuplicatePolicy
+                     ) -> tuple[bool, bool | None]:
+    """(throttled now, the signal to send: True throttle, False release, None nothing) for a
+    host whose last `pages` pages with text were duplicates in proportion `share`."""
+    if pages >= policy.min_pages:
+        if not throttled and share >= policy.throttle_share:
+            return True, True
+        if throttled and share <= policy.release_share:
+            return False, False
+    return throttled, None
+
 @dataclass
 class HostContent:
     """One host's recent distinct fingerprints and whether its recent pages were duplicates.
@@ -117,13 +129,8 @@ class HostContent:
         while len(self.recent) > policy.window:
             self.recent.popleft()
         share = sum(self.recent) / len(self.recent)
-        throttle = None
-        if len(self.recent) >= policy.min_pages:
-            if not self.throttled and share >= policy.throttle_share:
-                self.throttled = throttle = True
-            elif self.throttled and share <= policy.release_share:
-                self.throttled = False
-                throttle = False
+        self.throttled, throttle = _throttle_change(self.throttled, share, len(self.recent),
+                                                    policy)
         return ContentVerdict(near_duplicate_of=near, throttle=throttle, duplicate_share=share,
                               window_pages=len(self.recent))
 
@@ -334,13 +341,8 @@ class HostIndex:
             self._recent_bits &= (1 << policy.window) - 1
             self._recent_len = policy.window
         share = self._recent_bits.bit_count() / self._recent_len
-        throttle = None
-        if self._recent_len >= policy.min_pages:
-            if not self._throttled and share >= policy.throttle_share:
-                self._throttled = throttle = True
-            elif self._throttled and share <= policy.release_share:
-                self._throttled = False
-                throttle = False
+        self._throttled, throttle = _throttle_change(self._throttled, share, self._recent_len,
+                                                     policy)
         return ContentVerdict(near_duplicate_of=near, throttle=throttle, duplicate_share=share,
                               window_pages=self._recent_len)
 
