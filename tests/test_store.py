@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
+import re
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -9,7 +12,7 @@ from pipeline.core import pages as store
 from pipeline.core.pages import dedup_text, page_links, store_page
 from pipeline.core.records import FetchResult, PageState
 from pipeline.core.urls import InvalidURL, dedup_key, normalize_url, url_hash
-from pipeline.io.segments import SegmentWriter, read_response, read_text
+from pipeline.io.segments import SegmentWriter, read_response, read_text, record_id
 
 HTML = (
     "<html><head><title>T</title></head><body><article><h1>Harbour news</h1>"
@@ -154,3 +157,24 @@ def test_page_links_equal_normalising_each_link_against_the_page(page: str,
     for _ in range(2):
         found = page_links(page, hrefs)
         assert (found.urls, found.rejected) == _page_links_uncached(page, hrefs)
+
+
+def test_a_pages_text_names_its_response_record(tmp_path):
+    # WARC-Refers-To holds the WARC-Record-ID of the response the text was extracted from, as
+    # the WARC standard has it for a conversion record, not the page's URL.
+    warc, wet = writers(tmp_path)
+    stored = store_page(result(), warc)
+    final, _ = dedup_text(stored, None, wet)
+    warc.flush()
+    wet.flush()
+    headers = {}
+    for record in (final.row.warc, final.row.wet):
+        with open(record.file, "rb") as segment:
+            segment.seek(record.offset)
+            raw = gzip.decompress(segment.read(record.length))
+        head = raw.split(b"\r\n\r\n", 1)[0].decode()
+        headers[record] = dict(line.split(": ", 1) for line in head.splitlines()[1:])
+    response, text = headers[final.row.warc], headers[final.row.wet]
+    assert text["WARC-Type"] == "conversion" and response["WARC-Type"] == "response"
+    assert text["WARC-Refers-To"] == response["WARC-Record-ID"] == record_id(final.row.warc)
+    assert re.fullmatch(r"<urn:uuid:[0-9a-f-]{36}>", text["WARC-Refers-To"])

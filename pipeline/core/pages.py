@@ -31,6 +31,7 @@ from pipeline.core.records import (
     PageRow,
     PageState,
     RecordPointer,
+    record_id,
 )
 from pipeline.core.urls import InvalidURL, RejectReason, dedup_key, normalize_url, url_hash
 
@@ -273,7 +274,10 @@ def dedup_text(
         raise ValueError(f"dedup_text needs a page with text; {stored.row.url} has none")
     row = stored.row
     if first is None:
-        pointer = wet.write_text(row.url, row.fetched_at or 0.0, stored.text, refers_to=row.url)
+        # The text names the response it came from by that record's WARC-Record-ID.
+        refers_to = record_id(row.warc) if row.warc is not None else None
+        pointer = wet.write_text(row.url, row.fetched_at or 0.0, stored.text,
+                                 refers_to=refers_to)
         return StoredPage(dataclasses.replace(row, wet=pointer), stored.links), (row.url, pointer)
     first_url, pointer = first
     duplicate = dataclasses.replace(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import uuid
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from enum import StrEnum
@@ -50,6 +51,16 @@ class RecordPointer:
     file: str
     offset: int
     length: int
+
+
+# WARC-Record-IDs are name-based UUIDs of where the record was written, so that any record (a
+# page's WET text, say) can name another (its response) from the pointer alone.
+_RECORD_ID_NAMESPACE = uuid.UUID("6f0c3a5e-4d1b-5a8e-9a43-0d6f1c2b7e90")
+
+
+def record_id(pointer: RecordPointer) -> str:
+    """The WARC-Record-ID of the record at `pointer` (a URN derived from file and offset)."""
+    return f"<urn:uuid:{uuid.uuid5(_RECORD_ID_NAMESPACE, f'{pointer.file}@{pointer.offset}')}>"
 
 
 class BatchKind(StrEnum):

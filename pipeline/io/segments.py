@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import io
 import re
-import uuid
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -76,7 +75,7 @@ from warcio.statusandheaders import StatusAndHeaders
 from warcio.timeutils import datetime_to_iso_date
 from warcio.warcwriter import WARCWriter
 
-from pipeline.core.records import RecordPointer
+from pipeline.core.records import RecordPointer, record_id
 from pipeline.io import storage
 
 SegmentKind = Literal["warc", "wet"]
@@ -88,7 +87,6 @@ SOFTWARE = "beam-crawler"
 # Response headers describing the transfer, not the stored (decoded) body.
 _TRANSFER_HEADERS = ("content-encoding", "transfer-encoding", "content-length")
 _RENAMED_PREFIX = "X-Crawler-"
-_RECORD_ID_NAMESPACE = uuid.UUID("6f0c3a5e-4d1b-5a8e-9a43-0d6f1c2b7e90")
 _WRITER_ID = re.compile(r"[A-Za-z0-9._-]+")
 # On gs:// the object being written is held in memory until the flush uploads it, so an object
 # is also finished (uploaded early, which is only more durable) once it holds this much.
@@ -102,11 +100,6 @@ class SegmentReadError(ValueError):
 def segment_path(root: str, crawl_id: str, kind: SegmentKind, writer_id: str, seq: int) -> str:
     """Path of one segment file."""
     return storage.join(root, crawl_id, kind, f"{writer_id}-{seq:05d}{_SUFFIXES[kind]}")
-
-
-def record_id(pointer: RecordPointer) -> str:
-    """The WARC-Record-ID of the record at `pointer` (a URN derived from file and offset)."""
-    return f"<urn:uuid:{uuid.uuid5(_RECORD_ID_NAMESPACE, f'{pointer.file}@{pointer.offset}')}>"
 
 
 def _warc_date(epoch_seconds: float) -> str:
