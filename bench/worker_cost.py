@@ -192,6 +192,95 @@ def tree_links(url: str, tree: Any) -> tuple[tuple[str, ...], bool]:
     return tuple(dict.fromkeys(link for link in resolved if link is not None)), markup.noindex
 
 
+# Each content step for one page, shared by the two standalone orders below.
+BUNDLE = 100  # the store stage flushes its segments once per bundle
+
+
+def write_warc_records(work: Sequence[PageWork], warc: SegmentWriter) -> None:
+    for count, page in enumerate(work, 1):
+        r = page.result
+        page.warc = warc.write_response(r.url, r.fetched_at, r.http_status, r.headers, r.body,
+                                        ip=r.ip)
+        if count % BUNDLE == 0:
+            warc.flush()
+    warc.flush()
+
+
+def parse_one(page: PageWork, lexbor: bool) -> None:
+    from selectolax.lexbor import LexborHTMLParser
+
+    page.html, _ = decode_html(page.result.body, page.result.header("Content-Type"))
+    page.tree = LexborHTMLParser(page.html) if lexbor else _build_tree(page.html)
+
+
+def walk_one(page: PageWork) -> None:
+    page.hrefs, page.noindex = tree_links(page.result.url, page.tree)
+
+
+def extract_one(page: PageWork, extractor: str) -> None:
+    if page.noindex or page.tree is None:
+        page.text = None
+    elif extractor == "resiliparse":  # resiliparse parses the page itself, inside extraction
+        page.text = resiliparse_text(page.html)
+    else:
+        page.text = extract_main_text(page.tree, page.result.url,
+                                      fast=extractor == "trafilatura-fast")
+
+
+def write_wet_records(work: Sequence[PageWork], wet: SegmentWriter) -> None:
+    for count, page in enumerate(work, 1):
+        if page.text:
+            wet.write_text(page.result.url, page.result.fetched_at, page.text,
+                           refers_to=record_id(page.warc) if page.warc else None)
+        if count % BUNDLE == 0:
+            wet.flush()
+    wet.flush()
+
+
+def content_in_page_order(corpus: Corpus, directory: Path, extractor: str
+                          ) -> tuple[dict[str, float], list[PageWork]]:
+    """CPU seconds per page of the content stages, standalone, in the order a worker runs them:
+    a bundle's WARC records (WriteResponses), then for each page its decode and parse, link
+    walk, extraction and the tree's release one after the other (as parse_page runs them),
+    then the WET records. Each call is timed on its own (about a microsecond a call).
+    Returns the figures and each page's work, as stage_costs does.
+
+    stage_costs runs each stage over every page in a loop of its own, which keeps one
+    library's code and data hot from page to page; a worker never does that, so those loops
+    are a lower bound on the same work (measured: 1-2 ms a page lower, docs/benchmarks.md)."""
+    lexbor = extractor == "resiliparse"
+    fresh_text_caches()
+    work = [PageWork(result) for result in corpus.results]
+    names = ("HTML decode + parse", "link walk (markup, base, absolute)", "text extraction")
+    spent = dict.fromkeys(names, 0.0)
+    warc = SegmentWriter(str(directory), CRAWL_ID, "warc", "page-order")
+    wet = SegmentWriter(str(directory), CRAWL_ID, "wet", "page-order")
+    clock = time.process_time
+    started = clock()
+    write_warc_records(work, warc)
+    warc_s = clock() - started
+    for page in work:
+        t0 = clock()
+        parse_one(page, lexbor)
+        t1 = clock()
+        walk_one(page)
+        t2 = clock()
+        extract_one(page, extractor)
+        t3 = clock()
+        page.tree, page.html = None, ""
+        t4 = clock()
+        spent[names[0]] += (t1 - t0) + (t4 - t3)
+        spent[names[1]] += t2 - t1
+        spent[names[2]] += t3 - t2
+    started = clock()
+    write_wet_records(work, wet)
+    wet_s = clock() - started
+    warc.close()
+    wet.close()
+    figures = {"WARC record write": warc_s, **spent, "WET record write": wet_s}
+    return {name: seconds / len(work) for name, seconds in figures.items()}, work
+
+
 def stage_costs(corpus: Corpus, directory: Path, extractor: str,
                 rounds: int = 1) -> tuple[dict[str, float], list[PageWork]]:
     """CPU seconds per page of each stage StorePages and the rows sink run, on the same pages,
@@ -199,7 +288,6 @@ def stage_costs(corpus: Corpus, directory: Path, extractor: str,
     from pipeline.core.pages import StoredPage, dedup_text, judge_content, page_links
     from pipeline.io.pages_table import PagesTableWriter
 
-    fast = extractor == "trafilatura-fast"
     lexbor = extractor == "resiliparse"
     fresh_text_caches()
     work = [PageWork(result) for result in corpus.results]
@@ -209,36 +297,22 @@ def stage_costs(corpus: Corpus, directory: Path, extractor: str,
 
     def write_warc() -> None:
         for _ in range(rounds):
-            for count, page in enumerate(work, 1):
-                r = page.result
-                page.warc = warc.write_response(r.url, r.fetched_at, r.http_status, r.headers,
-                                                r.body, ip=r.ip)
-                if count % 100 == 0:  # the store stage flushes once per bundle
-                    warc.flush()
-        warc.flush()
+            write_warc_records(work, warc)
 
     def parse() -> None:
-        from selectolax.lexbor import LexborHTMLParser
-
         for _ in range(rounds):
             for page in work:
-                page.html, _ = decode_html(page.result.body, page.result.header("Content-Type"))
-                page.tree = LexborHTMLParser(page.html) if lexbor else _build_tree(page.html)
+                parse_one(page, lexbor)
 
     def walk_links() -> None:
         for _ in range(rounds):
             for page in work:
-                page.hrefs, page.noindex = tree_links(page.result.url, page.tree)
+                walk_one(page)
 
     def extract() -> None:
         for _ in range(rounds):
             for page in work:
-                if page.noindex or page.tree is None:
-                    page.text = None
-                elif lexbor:  # resiliparse's own parse of the page is part of its extraction
-                    page.text = resiliparse_text(page.html)
-                else:
-                    page.text = extract_main_text(page.tree, page.result.url, fast=fast)
+                extract_one(page, extractor)
 
     def normalise_links() -> None:
         for _ in range(rounds):
@@ -276,13 +350,7 @@ def stage_costs(corpus: Corpus, directory: Path, extractor: str,
 
     def write_wet() -> None:
         for _ in range(rounds):
-            for count, page in enumerate(work, 1):
-                if page.text:
-                    wet.write_text(page.result.url, page.result.fetched_at, page.text,
-                                   refers_to=record_id(page.warc) if page.warc else None)
-                if count % 100 == 0:
-                    wet.flush()
-        wet.flush()
+            write_wet_records(work, wet)
 
     def free_trees() -> None:
         # Releasing a parsed document is part of parsing it (the pipeline frees each page's
@@ -535,6 +603,20 @@ class PipelineFigures:
     # the pipeline adds beyond them is Beam and the crawler's own decisions only, while the
     # standalone share also holds whatever the content work costs more inside the pipeline.
     inside_content_samples_s: tuple[float, ...] = ()
+    # The content stages standalone once more each round, page by page in the order a worker
+    # runs them (content_in_page_order), rather than each stage in a loop of its own.
+    page_order_rounds: tuple[dict[str, float], ...] = ()
+
+    @property
+    def page_order_content_samples_s(self) -> tuple[float, ...]:
+        return tuple(content_work_s(stages) for stages in self.page_order_rounds)
+
+    @property
+    def beyond_page_order_shares(self) -> tuple[float, ...]:
+        """Per round: (pipeline, cache off - content work in page order) / pipeline."""
+        return tuple((total - content) / total for total, content
+                     in zip(self.no_cache_samples_s, self.page_order_content_samples_s,
+                            strict=True))
 
     @property
     def beyond_inside_content_shares(self) -> tuple[float, ...]:
@@ -565,15 +647,22 @@ class PipelineFigures:
 
 
 def measure_pipeline(corpus: Corpus, work_dir: Path, extractor: str, rounds: int = 3,
-                     stage_pass: Callable[[int], dict[str, float]] | None = None
+                     stage_pass: Callable[[int], dict[str, float]] | None = None,
+                     page_order_pass: Callable[[int], dict[str, float]] | None = None
                      ) -> PipelineFigures:
-    """The pipeline's figures; stage_pass(round) times the standalone stages once (default:
-    stage_costs on the same corpus) and runs at the start of every round."""
+    """The pipeline's figures; stage_pass(round) times the standalone stages once, each in a
+    loop of its own (default: stage_costs on the same corpus), and page_order_pass(round) the
+    content stages page by page (default: content_in_page_order); both run at the start of
+    every round, in alternating order."""
     import pyarrow.parquet as pq
 
     if stage_pass is None:
         def stage_pass(number: int) -> dict[str, float]:
             return stage_costs(corpus, work_dir / f"stages-round{number}", extractor)[0]
+    if page_order_pass is None:
+        def page_order_pass(number: int) -> dict[str, float]:
+            return content_in_page_order(corpus, work_dir / f"stages-round{number}-pages",
+                                         extractor)[0]
 
     everything, nothing = work_dir / "recorded-all.pickle", work_dir / "recorded-none.pickle"
     # A --work directory reused from an earlier run still holds that run's Parquet parts, which
@@ -601,8 +690,14 @@ def measure_pipeline(corpus: Corpus, work_dir: Path, extractor: str, rounds: int
     stage_rounds: list[dict[str, float]] = []
     inside_samples: list[float] = []
     # The two orders alternate, so a change in the machine's load falls on both.
+    page_order_rounds: list[dict[str, float]] = []
     for r in range(rounds):
-        stage_rounds.append(stage_pass(r))
+        if r % 2:
+            page_order_rounds.append(page_order_pass(r))
+            stage_rounds.append(stage_pass(r))
+        else:
+            stage_rounds.append(stage_pass(r))
+            page_order_rounds.append(page_order_pass(r))
         now_base = run(f"no-cache-base-{r}", nothing, True, False, "now")
         with ContentTimer() as inside:
             now_full = run(f"no-cache-full-{r}", everything, True, False, "now")
@@ -620,7 +715,8 @@ def measure_pipeline(corpus: Corpus, work_dir: Path, extractor: str, rounds: int
     return PipelineFigures(total, feed, rows, statistics.median(now_samples),
                            statistics.median(before_samples), rounds, tuple(now_samples),
                            tuple(content_work_s(stages) for stages in stage_rounds),
-                           tuple(stage_rounds), tuple(inside_samples))
+                           tuple(stage_rounds), tuple(inside_samples),
+                           tuple(page_order_rounds))
 
 
 # --- bytes shuffled ---------------------------------------------------------------------------
@@ -1408,6 +1504,19 @@ def worker_cost_table(report: Report) -> Any:
                   f"median of the rounds' shares of the crawler's total ({min(shares):.0%}-"
                   f"{max(shares):.0%}), each round's content timed just before its pipeline; "
                   f"{(total - content) * ms:,.2f} ms by the medians (goal: <= 15 %)")
+    if pipeline.page_order_rounds:
+        in_order = statistics.median(pipeline.page_order_content_samples_s)
+        order_shares = pipeline.beyond_page_order_shares
+        table.add_row("  content work, page by page as a worker runs it",
+                      f"{in_order * ms:,.2f} ms",
+                      "the same five stages standalone, each page's parse, link walk and "
+                      "extraction one after the other as parse_page runs them, median; "
+                      f"{(in_order - content) * ms:+,.2f} ms against the stages' own loops")
+        table.add_row("  overhead beyond content work in page order",
+                      f"{statistics.median(order_shares):.1%}",
+                      f"median of the rounds' shares ({min(order_shares):.0%}-"
+                      f"{max(order_shares):.0%}); {(total - in_order) * ms:,.2f} ms by the "
+                      "medians (goal: <= 15 %)")
     if pipeline.inside_content_samples_s:
         inside = statistics.median(pipeline.inside_content_samples_s)
         inside_shares = pipeline.beyond_inside_content_shares
@@ -1545,6 +1654,9 @@ def summary_json(report: Report, command: str, quick: bool) -> dict[str, Any]:
         "beyond_content_share_samples": list(report.pipeline.beyond_content_shares),
         "inside_content_ms_samples": [sample * 1e3 for sample
                                       in report.pipeline.inside_content_samples_s],
+        "page_order_content_ms_samples": [sample * 1e3 for sample
+                                          in report.pipeline.page_order_content_samples_s],
+        "beyond_page_order_share_samples": list(report.pipeline.beyond_page_order_shares),
         "stages_ms_per_page": {name: s * 1e3 for name, s in report.stages.items()},
         "scrapy_ms_per_page": (report.scrapy.per_page_s * 1e3
                                if report.scrapy is not None else None),

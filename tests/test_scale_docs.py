@@ -165,12 +165,14 @@ def test_worker_cost_json_keeps_each_extractors_entry(tmp_path: Path) -> None:
     result = FetchResult("c", "http://a.test/", 1, "a.test", 1, 0, 1.0, 0.1, 200, (), b"x" * 10)
     scheduler = wc.SchedulerFigures(1e-4, 2e-3, 3e-3, 1e-3, 1000)
     stages = {name: 1e-3 for name in wc.CONTENT_STAGES} | {"rows (Parquet table)": 1e-4}
+    in_order = {name: 1.2e-3 for name in wc.CONTENT_STAGES}
     report = wc.Report(
         extractor="trafilatura",
         corpus=wc.Corpus((result,), 1, 0, 0, ()),
         stages=stages,
         pipeline=wc.PipelineFigures(9e-3, 1e-4, 1, 8e-3, 8.5e-3, 2, (7e-3, 9e-3),
-                                    (4.9e-3, 5.1e-3), (stages, stages)),
+                                    (4.9e-3, 5.1e-3), (stages, stages),
+                                    page_order_rounds=(in_order, in_order)),
         shuffle={"now": {"content dedup": (1, 300), "rows": (1, 230)},
                  "before": {"Reshuffle": (1, 5000), "content dedup": (1, 300)}},
         shuffle_coder_s=(1e-5, 1e-6), scrapy=None, scheduler=scheduler,
@@ -190,6 +192,9 @@ def test_worker_cost_json_keeps_each_extractors_entry(tmp_path: Path) -> None:
     # those is the figure (not the share of the two medians).
     assert first["beyond_content_share_samples"] == pytest.approx([2.1 / 7, 3.9 / 9])
     assert first["beyond_content_share"] == pytest.approx((2.1 / 7 + 3.9 / 9) / 2)
+    # The same rounds against the content work timed page by page (6 ms a round here).
+    assert first["page_order_content_ms_samples"] == pytest.approx([6.0, 6.0])
+    assert first["beyond_page_order_share_samples"] == pytest.approx([1 / 7, 3 / 9])
     # Only bytes that cross a shuffle of the store stage as built are summed (one page here).
     assert first["shuffle_bytes_per_page_total"] == pytest.approx(530.0)
     assert first["shuffle_bytes_per_page_by_variant"]["before"]["Reshuffle"] == 5000
