@@ -277,6 +277,31 @@ def test_every_shuffle_of_the_store_stage_and_the_rows_sinks_uses_the_record_cod
         assert any(isinstance(c, record_coders) for c in coders), f"{label}: {coders}"
 
 
+PAGE_STEPS = ("ParsePages/Parse/ParDo(ParsePagesFn)", "DedupContent/FirstCopyWins",
+              "DedupContent/AllPages", "LinksLeave/ParDo(LinksLeaveFn)",
+              "FlagNearDuplicates/NearDuplicates/ParDo(HostContentFn)",
+              "FlagNearDuplicates/AllPages")
+
+
+@pytest.mark.parametrize("mode", ["crawl", "fleet"])
+def test_the_pages_between_the_store_stages_steps_are_declared_and_coded(mode):
+    # A runner that does not fuse two steps (the FnApiRunner materialises the inputs of a
+    # Flatten) encodes what passes between them: pages declared as such go through their coder
+    # rather than pickle (measured: 1,559 -> 135 pickled pages on the worker-cost corpus).
+    found: dict[str, Coder] = {}
+
+    class Outputs(beam.pipeline.PipelineVisitor):
+        def visit_transform(self, node) -> None:
+            for step in PAGE_STEPS:
+                if node.full_label == f"StorePages/{step}":
+                    found[step] = registry.get_coder(node.outputs[None].element_type)
+
+    _graph(mode).visit(Outputs())
+    assert sorted(found) == sorted(PAGE_STEPS)
+    for step, coder in found.items():
+        assert isinstance(coder, StoredPageCoder), f"{step} is coded by {coder}"
+
+
 @pytest.mark.parametrize("module", [
     "pipeline.graph", "pipeline.main", "pipeline.local.runtime", "pipeline.local.fleet",
     "pipeline.transforms.table",

@@ -292,7 +292,7 @@ class DedupContent(beam.PTransform):
     def expand(self, pages: PCollection[StoredPage]) -> PCollection[StoredPage]:
         without_text, with_text = pages | "HasText" >> beam.Partition(
             lambda page, _: int(_has_text(page)), 2
-        )
+        ).with_output_types(StoredPage)
         deduped = (
             with_text
             | "KeyByContentHash" >> beam.Map(
@@ -301,7 +301,8 @@ class DedupContent(beam.PTransform):
             | "FirstCopyWins" >> beam.ParDo(DedupContentFn(self._out, self._crawl_id))
             .with_output_types(StoredPage)
         )
-        return (without_text, deduped) | "AllPages" >> beam.Flatten()
+        return (without_text, deduped) | "AllPages" >> beam.Flatten().with_output_types(
+            StoredPage)
 
 
 # --------------------------------------------------------------------- FlagNearDuplicates
@@ -395,7 +396,7 @@ class FlagNearDuplicates(beam.PTransform):
     def expand(self, pages: PCollection[StoredPage]) -> NearDuplicateOutputs:
         others, fingerprinted = pages | "HasFingerprint" >> beam.Partition(
             lambda page, _: int(_fingerprinted(page)), 2
-        )
+        ).with_output_types(StoredPage)
         judged = (
             fingerprinted
             | "KeyByHost" >> beam.Map(lambda page: (page.row.host, page))
@@ -405,6 +406,6 @@ class FlagNearDuplicates(beam.PTransform):
             .with_outputs(HOST_SIGNALS, main="pages")
         )
         return NearDuplicateOutputs(
-            (others, judged.pages) | "AllPages" >> beam.Flatten(),
+            (others, judged.pages) | "AllPages" >> beam.Flatten().with_output_types(StoredPage),
             judged[HOST_SIGNALS],
         )

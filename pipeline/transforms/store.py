@@ -124,9 +124,8 @@ class StorePages(beam.PTransform):
         if self._page_step is not None:
             pages = pages | "PageStep" >> self._page_step
         deduped = pages | "DedupContent" >> DedupContent(self._out, self._crawl_id)
-        split = deduped | "LinksLeave" >> beam.ParDo(LinksLeaveFn()).with_outputs(
-            LINKS, main="pages"
-        )
+        split = deduped | "LinksLeave" >> beam.ParDo(LinksLeaveFn()).with_output_types(
+            StoredPage).with_outputs(LINKS, main="pages")
         judged = split.pages | "FlagNearDuplicates" >> FlagNearDuplicates(self._duplicates)
         rows = judged.pages | "Rows" >> beam.ParDo(RowsFn()).with_output_types(PageRow)
         links = (split[LINKS], judged.host_signals) | "Links" >> beam.Flatten()
