@@ -139,6 +139,22 @@ def test_write_pages_table_writes_every_row_in_batch(tmp_path):
     assert len(list((tmp_path / "c1" / "pages").glob("*.parquet"))) >= 3
 
 
+def test_a_retried_batch_leaves_its_rows_in_the_table_once(tmp_path):
+    # The runner retries a bundle whose worker died after the part was written: the same
+    # batch reaches another worker's WritePartFn, which rewrites the same part.
+    from pipeline.transforms.table import WritePartFn
+
+    rows = _rows(6)
+    for _attempt in range(2):
+        fn = WritePartFn(str(tmp_path), "c1")
+        fn.setup()
+        fn.process((0, iter(rows)))
+        fn.teardown()
+    assert query_pages(str(tmp_path), "c1", "SELECT count(*), count(DISTINCT url) FROM pages"
+                       ) == [(6, 6)]
+    assert len(list((tmp_path / "c1" / "pages").glob("*.parquet"))) == 1
+
+
 def test_write_pages_table_writes_every_row_of_a_stream(tmp_path):
     rows = _rows(5)
     stream = (TestStream().add_elements(rows[:2]).advance_processing_time(5)

@@ -21,6 +21,7 @@ from pipeline.io.pages_table import (
     pages_glob,
     query_pages,
     row_to_dict,
+    rows_digest,
 )
 
 COLUMN_NAMES = [column.name for column in PAGES_COLUMNS]
@@ -163,6 +164,35 @@ def test_a_restarted_writer_with_the_same_id_does_not_overwrite(tmp_path: Path) 
         with PagesTableWriter(str(tmp_path), "crawl-1", "w0") as writer:
             writer.add(fetched_row(i))
     assert query_pages(str(tmp_path), "crawl-1", "SELECT count(*) FROM pages") == [(2,)]
+
+
+def test_a_batch_written_again_rewrites_its_part_instead_of_adding_rows(tmp_path: Path) -> None:
+    # A runner retrying the bundle that wrote a batch (another worker, maybe the rows in
+    # another order) must not put the batch's rows in the table twice.
+    batch = [fetched_row(i) for i in range(4)] + [disallowed_row(9)]
+    written = []
+    for writer_id, rows in (("w0", batch), ("w1", batch[::-1])):
+        writer = PagesTableWriter(str(tmp_path), "crawl-1", writer_id)
+        for row in rows:
+            writer.add(row)
+        written.append(writer.flush(named_by_rows=True))
+    assert written[0] == written[1]
+    assert query_pages(str(tmp_path), "crawl-1", "SELECT count(*) FROM pages") == [(5,)]
+    # Any other batch is another part, even with the same URLs in another state or attempt.
+    with PagesTableWriter(str(tmp_path), "crawl-1", "w2") as writer:
+        writer.add(dataclasses.replace(batch[0], attempts=2))
+        other = writer.flush(named_by_rows=True)
+    assert other not in written
+    assert query_pages(str(tmp_path), "crawl-1", "SELECT count(*) FROM pages") == [(6,)]
+
+
+@given(st.lists(st.integers(0, 50), min_size=1, max_size=20, unique=True),
+       st.lists(st.integers(0, 50), min_size=1, max_size=20, unique=True))
+def test_a_batch_digest_depends_only_on_which_rows_it_holds(a: list[int], b: list[int]) -> None:
+    rows_a = [row_to_dict(fetched_row(i)) for i in a]
+    rows_b = [row_to_dict(fetched_row(i)) for i in b]
+    assert (rows_digest(rows_a) == rows_digest(rows_b)) == (set(a) == set(b))
+    assert rows_digest(rows_a) == rows_digest(rows_a[::-1])
 
 
 def test_empty_table_answers_queries(tmp_path: Path) -> None:

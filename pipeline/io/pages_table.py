@@ -5,13 +5,16 @@ BigQuery schema, are built from), the conversion between PageRow and table rows,
 files atomically, and querying them locally with DuckDB. It does not decide page states.
 
 Layout: {root}/{crawl_id}/pages/part-{writer_id}-{seq:06d}.parquet, where `root` is a local
-directory or gs://bucket/prefix. Readers (DuckDB globbing `*.parquet`) see whole part files or
-none: locally each flush writes a temporary dot-file in the same directory and renames it into
-place; on GCS the part is uploaded directly under its final name, because an object appears
-only once its upload completes (a rename there is a copy and a delete, two more requests per
-part for nothing; docs/storage.md). A URL that was processed twice can appear in two rows
-(DESIGN.md invariant 4 holds in the keyed Bigtable row, not here): queries that count pages
-should deduplicate on url_hash.
+directory or gs://bucket/prefix; a part named by its rows (`flush(named_by_rows=True)`, what
+the crawl's rows sink does) is part-{digest}.parquet instead, so writing the same batch again
+(a runner retrying the bundle that wrote it) replaces that file rather than adding its rows a
+second time. Readers (DuckDB globbing `*.parquet`) see whole part files or none: locally each
+flush writes a temporary dot-file in the same directory and renames it into place; on GCS the
+part is uploaded directly under its final name, because an object appears only once its upload
+completes (a rename there is a copy and a delete, two more requests per part for nothing;
+docs/storage.md). A URL that was processed twice (a redriven page, say) can still appear in two
+rows (DESIGN.md invariant 4 holds in the keyed Bigtable row, not here): queries that count
+pages should deduplicate on url_hash.
 
 query_pages() over gs:// downloads the part files to a temporary directory first (through
 Beam's FileSystems, like every GCS access here): DuckDB's own GCS reader needs HMAC keys and an
@@ -21,6 +24,7 @@ of a cloud crawl query BigQuery.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from dataclasses import dataclass
@@ -227,12 +231,17 @@ class PagesTableWriter:
             raise ValueError(f"page row for {row.url!r} lacks required columns {missing}")
         self._rows.append(values)
 
-    def flush(self) -> str | None:
-        """Write the buffered rows as one new part file; returns its path (None if no rows)."""
+    def flush(self, *, named_by_rows: bool = False) -> str | None:
+        """Write the buffered rows as one new part file; returns its path (None if no rows).
+
+        named_by_rows: name the part by a digest of its rows, so that flushing the same rows
+        again (a retried bundle) rewrites that part instead of adding another.
+        """
         if not self._rows:
             return None
         table = pa.Table.from_pylist(self._rows, schema=PAGES_SCHEMA)
-        path = self._next_path()
+        path = (storage.join(self._dir, f"part-{rows_digest(self._rows)}.parquet")
+                if named_by_rows else self._next_path())
         if storage.is_gcs(path):
             # Serialised whole before the upload starts: a failure leaves no object at all.
             buffer = pa.BufferOutputStream()
@@ -280,6 +289,17 @@ class PagesTableWriter:
             self._next_seq += 1
             if not os.path.exists(path):
                 return path
+
+
+# What tells two rows apart within a crawl: a URL's rows differ by state, attempt or time.
+_ROW_IDENTITY = ("url_hash", "state", "attempts", "fetched_at", "reason")
+
+
+def rows_digest(rows: list[dict[str, Any]]) -> str:
+    """A name for a batch of table rows: equal for the same rows in any order, different
+    (but for a 1 in 2^96 chance) for any other batch."""
+    identities = sorted(repr(tuple(row[name] for name in _ROW_IDENTITY)) for row in rows)
+    return hashlib.blake2b("\n".join(identities).encode(), digest_size=12).hexdigest()
 
 
 def query_pages(root: str, crawl_id: str, sql: str) -> list[tuple[Any, ...]]:

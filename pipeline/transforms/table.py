@@ -1,7 +1,8 @@
 """WritePagesTable: terminal page rows -> Parquet part files of the `pages` table.
 
 Rows are batched in runner state (GroupIntoBatches: durable, bounded in size and time) and each
-batch becomes one part file, so a long crawl writes a few files a second, not one per row. The
+batch becomes one part file named by its rows, so a long crawl writes a few files a second, not
+one per row, and a runner retrying a batch's bundle rewrites that batch's file. The
 `rows_written` counter moves only after a part file is in place; the local runtime compares it
 with `urls_accepted` to know when the crawl is drained. Row contents are decided upstream.
 """
@@ -52,7 +53,9 @@ class WritePartFn(beam.DoFn):
             count += 1
             by_state[row.state] = by_state.get(row.state, 0) + 1
         for writer in used.values():
-            writer.flush()
+            # Named by its rows: a retried bundle rewrites the same part, never adds its rows
+            # to the table a second time.
+            writer.flush(named_by_rows=True)
         self._written.inc(count)
         for state, n in by_state.items():
             counter = self._states.get(state)
