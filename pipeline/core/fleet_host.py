@@ -9,18 +9,24 @@ what the crawls share, so that invariant 1 holds across them:
     exchange, whoever made it, and every next_allowed a crawl's event set (delay after a start,
     backoff, Retry-After, a parked circuit) holds for all crawls;
   - one robots.txt: the rules fetched for one crawl serve the others (each matches them
-    against its own user agent), so a host is not asked for robots.txt once per crawl.
+    against its own user agent), so a host is not asked for robots.txt once per crawl;
+  - robots.txt across hosts (pipeline.core.robots_relay): a crawl's errand for a URL of this
+    host is fetched under the host's one lease and spacing, before the crawl's own pages, and
+    its answer serves every crawl's errands for that URL while fresh; a reply to a crawl's own
+    errand is applied to that crawl's state (robots_message).
 Crawls take turns round robin, so a crawl with a long queue does not starve a new one.
 
 A crawl's state (pipeline.core.crawl_states) comes with each event, as the scheduler last read
 it: `paused` URLs wait and nothing of the crawl is requested; `cancelling`, `cancelled` and
 `done` crawls' waiting URLs end at once with a row (`cancelled`, or `over_budget` for a spent
-time budget). It is plain Python, no I/O, no clock, like politeness.py, with the same event
-contract (offer, next_action, complete, expire_lease).
+time budget), and the robots.txt errands waiting on its desk are answered unreachable. It is
+plain Python, no I/O, no clock, like politeness.py, with the same event contract (offer,
+next_action, complete, expire_lease, and robots_message for ask_robots and robots_answered).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -36,6 +42,7 @@ from pipeline.core.politeness import (
     Outcome,
 )
 from pipeline.core.records import FrontierEntry, PageState
+from pipeline.core.robots_relay import RobotsDesk, RobotsErrand, RobotsReply
 
 # How soon a host with only paused work looks at its crawls' states again: the schedulers
 # learn of a resume within this many seconds.
@@ -157,6 +164,38 @@ class FleetHostState:
         """URLs of one crawl for this host: HostState.offer on the crawl's own state."""
         return self.crawl(crawl_id).offer(urls, depth, policy, **options)
 
+    def robots_message(self, crawl_id: str, message: RobotsErrand | RobotsReply, now: float,
+                       policy: HostPolicy) -> FleetDecision:
+        """A robots.txt message of one crawl for this host, applied to the crawl's own state:
+        another host's errand for a URL of this one (HostState.ask_robots on the crawl's
+        state, created with the rules the host already has if the crawl has none here yet:
+        answered at once from a fresh kept answer, else fetched at the host's turn), or the
+        reply to an errand of this host (HostState.robots_answered). `policy` is the crawl's.
+
+        An answer the host keeps for one crawl serves the errands of the others, and rules a
+        reply settles serve the host's other crawls, as rules the host fetched itself do. The
+        decision's wake_at is the host's: nothing starts before the host's shared spacing
+        allows it, whichever crawl asks.
+        """
+        if isinstance(message, RobotsErrand):
+            state = self.crawl(crawl_id)
+            lent = self._lend_answer(state, message.url, now)
+            decision = state.ask_robots(message, now, policy)
+            if lent:
+                decision = dataclasses.replace(
+                    decision, robots_messages=lent + decision.robots_messages)
+        elif crawl_id not in self.crawls:
+            # The crawl never asked from here, so the reply is stale: no state is made for it.
+            return FleetDecision(wake_at=self._wake())
+        else:
+            state = self.crawls[crawl_id]
+            before = state.robots
+            decision = state.robots_answered(message, now, policy)
+            self.next_allowed = max(self.next_allowed, state.next_allowed)
+            if state.robots is not None and state.robots is not before:
+                self._share_robots(state)
+        return FleetDecision(((crawl_id, decision),), self._wake())
+
     def next_action(self, now: float, terms: Mapping[str, CrawlTerms]) -> FleetDecision:
         """The timer fired: end the waiting URLs of crawls that no longer wait, then start at
         most one request, for the next running crawl in turn that is due.
@@ -175,7 +214,7 @@ class FleetHostState:
             if crawl_terms is None:
                 recheck = recheck or state.busy
                 continue
-            ended = self._end_waiting(crawl_id, state, crawl_terms)
+            ended = self._end_waiting(state, crawl_terms, now)
             if ended is not None:
                 decisions.append((crawl_id, ended))
             if state.has_overflow:
@@ -184,7 +223,7 @@ class FleetHostState:
         for crawl_id in self._turns():
             state = self.crawls[crawl_id]
             crawl_terms = terms.get(crawl_id)
-            if crawl_terms is None or not state.queue:
+            if crawl_terms is None or not (state.queue or state.errands_waiting):
                 continue
             if crawl_terms.state is not CrawlState.RUNNING:
                 recheck = recheck or crawl_terms.state is CrawlState.PAUSED
@@ -194,7 +233,7 @@ class FleetHostState:
                                          claim_page=crawl_terms.claim_page,
                                          budget_spent=crawl_terms.budget_spent)
             self.next_allowed = max(self.next_allowed, state.next_allowed)
-            if decision.outcomes or decision.fetch is not None:
+            if decision.outcomes or decision.fetch is not None or decision.robots_messages:
                 decisions.append((crawl_id, decision))
             if decision.fetch is not None:
                 self.holder = self.last_served = crawl_id
@@ -219,9 +258,12 @@ class FleetHostState:
         ended = report.finished_at if report.finished_at is not None else now
         self.last_end = ended if self.last_end is None else max(self.last_end, ended)
         self.next_allowed = max(self.next_allowed, state.next_allowed)
-        if lease.kind is LeaseKind.ROBOTS and state.robots is not None:
-            self._share_robots(state)
-        return FleetDecision(((crawl_id, decision),), self._wake())
+        decisions = [(crawl_id, decision)]
+        if lease.kind is LeaseKind.ROBOTS:
+            if state.robots is not None:
+                self._share_robots(state)
+            decisions.extend(self._hand_on_answer(crawl_id, state, lease.url, now))
+        return FleetDecision(tuple(decisions), self._wake())
 
     def expire_lease(self, now: float, policy: HostPolicy) -> FleetDecision:
         """The lease in flight outlived its deadline with no result here (HostState
@@ -256,13 +298,15 @@ class FleetHostState:
             floor = max(floor, self.last_end + state.delay(policy))
         state.next_allowed = max(state.next_allowed, floor)
 
-    def _end_waiting(self, crawl_id: str, state: HostState,
-                     terms: CrawlTerms) -> Decision | None:
+    def _end_waiting(self, state: HostState, terms: CrawlTerms,
+                     now: float) -> Decision | None:
         """Outcomes for the waiting URLs of a crawl that no longer waits (cancelled, done,
-        out of time). A request of it in flight finishes normally."""
+        out of time), and "unreachable" replies to the robots.txt errands waiting on its desk
+        (the hosts that asked are the crawl's, and end their URLs the same way). A request of
+        it in flight finishes normally."""
         if keeps_waiting(terms.state) and not terms.time_spent:
             return None
-        if not state.queue:
+        if not state.queue and not state.errands_waiting:
             return None
         if terms.state in (CrawlState.CANCELLING, CrawlState.CANCELLED):
             page_state, reason = PageState.CANCELLED, "crawl cancelled"
@@ -272,7 +316,7 @@ class FleetHostState:
             page_state, reason = PageState.OVER_BUDGET, "crawl ended"
         outcomes = tuple(Outcome(entry, page_state, reason) for entry in state.queue)
         state.queue.clear()
-        return Decision(outcomes=outcomes)
+        return Decision(outcomes=outcomes, robots_messages=state.refuse_errands(now, reason))
 
     def _share_robots(self, source: HostState) -> None:
         for state in self.crawls.values():
@@ -282,11 +326,44 @@ class FleetHostState:
                 state.robots = source.robots
                 state.robots_redirect = None
                 state.robots_hops = 0
+                # The rules are known: a reply to the crawl's own errand would bring the same.
+                state.robots_awaited = None
+
+    def _hand_on_answer(self, crawl_id: str, source: HostState, url: str,
+                        now: float) -> list[tuple[str, Decision]]:
+        """A robots.txt URL was fetched for crawl `crawl_id`: the other crawls' errands that
+        wait for the same URL are answered with it, rather than fetched once per crawl."""
+        fetch = source.robots_desk.answers.get(url) if source.robots_desk else None
+        if fetch is None:
+            return []
+        handed = []
+        for other_id, other in self.crawls.items():
+            desk = other.robots_desk
+            if other_id != crawl_id and desk is not None and url in desk.waiting:
+                handed.append((other_id, Decision(
+                    robots_messages=tuple(desk.answered(fetch, now)))))
+        return handed
+
+    def _lend_answer(self, state: HostState, url: str, now: float) -> tuple[RobotsReply, ...]:
+        """Before a crawl's errand for `url` is taken: if the crawl keeps no fresh answer for
+        it but another crawl on the host does, the crawl keeps that one too (and any errand
+        of it already waiting for the URL is answered), so the errand costs no request."""
+        own = state.robots_desk.answers.get(url) if state.robots_desk else None
+        if own is not None and now < own.expires_at:
+            return ()
+        fresh = [desk.answers[url] for other in self.crawls.values()
+                 if (desk := other.robots_desk) is not None and url in desk.answers
+                 and now < desk.answers[url].expires_at]
+        if not fresh:
+            return ()
+        if state.robots_desk is None:
+            state.robots_desk = RobotsDesk()
+        return tuple(state.robots_desk.answered(max(fresh, key=lambda f: f.expires_at), now))
 
     def _wake(self) -> float | None:
         lease = self.lease
         if lease is not None:
             return lease.expires_at
-        if any(state.queue for state in self.crawls.values()):
+        if any(state.queue or state.errands_waiting for state in self.crawls.values()):
             return self.next_allowed
         return None

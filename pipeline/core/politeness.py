@@ -335,10 +335,11 @@ class HostState:
         """True while the host has work: queued or stored URLs, a request in flight, or
         robots.txt to fetch for other hosts."""
         return (bool(self.queue) or self.lease is not None or self.has_overflow
-                or self._errands_waiting)
+                or self.errands_waiting)
 
     @property
-    def _errands_waiting(self) -> bool:
+    def errands_waiting(self) -> bool:
+        """Other hosts wait on this one for a robots.txt answer it has still to fetch."""
         return self.robots_desk is not None and self.robots_desk.busy
 
     def due_at(self, policy: HostPolicy) -> float:
@@ -514,25 +515,25 @@ class HostState:
             # its result or expires the lease; until then, wake at the lease deadline.
             return Decision(wake_at=self.lease.expires_at)
         outcomes: list[Outcome] = []
-        if not self.queue and not self._errands_waiting:
+        if not self.queue and not self.errands_waiting:
             return Decision()
         if self.blocked is not None:
             if now < self.blocked_until:
                 return Decision(outcomes=tuple(self._drain_blocked(self.blocked)),
-                                robots_messages=self._refuse_errands(now, self.blocked))
+                                robots_messages=self.refuse_errands(now, self.blocked))
             self.blocked = None  # its address may have changed: robots.txt first, as for new
             self.robots = None
         if budget_spent():
             return Decision(
                 outcomes=tuple(
                     self._drain_queue(PageState.OVER_BUDGET, "crawl page budget spent")),
-                robots_messages=self._refuse_errands(now, "crawl page budget spent"))
+                robots_messages=self.refuse_errands(now, "crawl page budget spent"))
         if policy.deadline is not None and now >= policy.deadline:
             # Overflow chunks still stored come back one firing at a time and end the same
             # way (the scheduler wakes the host while it has any).
             return Decision(
                 outcomes=tuple(self._drain_queue(PageState.OVER_BUDGET, TIME_BUDGET_REASON)),
-                robots_messages=self._refuse_errands(now, TIME_BUDGET_REASON))
+                robots_messages=self.refuse_errands(now, TIME_BUDGET_REASON))
         if now < self.next_allowed:
             return Decision(wake_at=self.due_at(policy))
         if self.queue and (self.robots is None or now >= self.robots.expires_at):
@@ -542,9 +543,9 @@ class HostState:
                 return self._start(now, policy, LeaseKind.ROBOTS, url, None, self.robots_hops)
             if now >= awaited.deadline:
                 self._robots_not_answered(awaited, now, policy)
-            elif not self._errands_waiting:
+            elif not self.errands_waiting:
                 return Decision(wake_at=awaited.deadline)
-        if self._errands_waiting:
+        if self.errands_waiting:
             # Other hosts wait on these, so they go before this host's pages.
             assert self.robots_desk is not None
             url = self.robots_desk.next_url()
@@ -721,7 +722,7 @@ class HostState:
         outcomes.extend(self._drain_blocked(reason))
         # Hosts whose robots.txt redirects here get no answer from this address either.
         return Decision(outcomes=tuple(outcomes),
-                        robots_messages=self._refuse_errands(now, reason),
+                        robots_messages=self.refuse_errands(now, reason),
                         wake_at=self._wake_after_event(policy))
 
     def _backoff(self, policy: HostPolicy, report: FetchReport, ended: float) -> float:
@@ -824,15 +825,17 @@ class HostState:
                                     f"{policy.robots_wait:.0f}s"))
         log.warning("host %s: %s", self.host, self.robots.reason)
 
-    def _refuse_errands(self, now: float, why: str) -> tuple[RobotsReply, ...]:
-        if not self._errands_waiting:
+    def refuse_errands(self, now: float, why: str) -> tuple[RobotsReply, ...]:
+        """Answer every errand waiting on this host "unreachable, because `why`", and stop
+        waiting: the host will not fetch for them (blocked, out of budget, its crawl ended)."""
+        if not self.errands_waiting:
             return ()
         assert self.robots_desk is not None
         return tuple(self.robots_desk.refuse_all(
             {url: RobotsFetch.unreachable(url, now, why) for url in self.robots_desk.waiting}))
 
     def _wake_after_event(self, policy: HostPolicy) -> float | None:
-        if self.lease is not None or self.queue or self._errands_waiting:
+        if self.lease is not None or self.queue or self.errands_waiting:
             return self.due_at(policy)
         return None
 
