@@ -24,6 +24,7 @@ from pipeline.io.bigtable import BigtableConfig
 from pipeline.io.events import event_of
 from pipeline.options import CrawlOptions
 from pipeline.transforms.bigtable import WritePagesToBigtable
+from pipeline.transforms.fleet import ROBOTS as FLEET_ROBOTS
 from pipeline.transforms.fleet import ROWS as FLEET_ROWS
 from pipeline.transforms.fleet import FleetConfig, ScheduleFleetFetches
 from pipeline.transforms.frontier import (
@@ -125,9 +126,10 @@ def build_fleet(
     """Add the fleet to pipeline `p`: one graph for every crawl. It reads the fleet's frontier
     `subscription` (messages of any crawl), schedules every crawl's URLs in host state keyed by
     host, stores each page under its crawl's directory of `out` and its row in Bigtable (and
-    the crawl's Parquet table), and publishes links back to `topic`. With `events_topic`, each
-    fetched page's event (it names its crawl) goes there once its row is durable; with
-    `bigquery_table`, rows also go to BigQuery."""
+    the crawl's Parquet table), and publishes links, and robots.txt errands and answers
+    between hosts, back to `topic`. With `events_topic`, each fetched page's event (it names
+    its crawl) goes there once its row is durable; with `bigquery_table`, rows also go to
+    BigQuery."""
     if config.budget_block is None:
         # Each crawl's budget counted per process: refused where the fleet has many.
         check_budget_fits_runner(p, LocalPageBudget("fleet", None))
@@ -139,7 +141,11 @@ def build_fleet(
     )
     rows = (scheduled[FLEET_ROWS], stored.rows) | "AllRows" >> beam.Flatten()
     _write_rows(rows, out, None, config.bigtable, events_topic, bigquery_table)
-    stored.links | "PublishFrontier" >> PublishFrontier(topic)
+    (
+        (stored.links, scheduled[FLEET_ROBOTS])
+        | "AllFrontierBatches" >> beam.Flatten()
+        | "PublishFrontier" >> PublishFrontier(topic)
+    )
     stored.dead_letters | "PublishDeadLetters" >> PublishDeadLetters(dead_letter_topic)
 
 

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from pipeline.core.crawl_states import CrawlLimits, CrawlState
 from pipeline.core.politeness import HostPolicy
-from pipeline.core.records import DeadLetter, FrontierBatch, HostBatch, HostSignal
+from pipeline.core.records import (
+    DeadLetter,
+    FrontierBatch,
+    HostBatch,
+    HostSignal,
+    RobotsAnswer,
+    RobotsRequest,
+)
+from pipeline.core.robots_relay import RobotsFetch, RobotsReply
 from pipeline.io.bigtable import CrawlRecord
 from pipeline.io.crawls import FleetCrawl
 from pipeline.transforms.fleet import DecodeFleetFrontierFn, crawl_policy
@@ -53,3 +61,18 @@ def test_messages_the_fleet_does_not_take_are_dropped_not_raised():
     letter = DeadLetter("c1", "parse", "http://a.test/", 1, "boom", 3)
     assert list(decode.process(letter.to_bytes())) == []
     assert list(decode.process(b"not json")) == []
+
+
+def test_robots_requests_and_answers_are_keyed_by_the_host_they_are_for_with_their_crawl():
+    """A request goes to the key of the host that fetches, an answer to the key of the host
+    that asked (the keys the one-crawl ReadFrontier gives them), each with its crawl."""
+    decode = DecodeFleetFrontierFn()
+    request = RobotsRequest("c1", "b.test:8080", "http://b.test:8080/robots.txt", "a.test",
+                            "e1")
+    fetch = RobotsFetch.of("http://b.test:8080/robots.txt", 200,
+                           b"User-agent: *\nDisallow: /private/\n", 5.0)
+    answer = RobotsAnswer.of("c2", RobotsReply("a.test", "e1", fetch))
+    assert list(decode.process(request.to_bytes())) == [("b.test:8080", ("c1", request))]
+    ((host, (crawl_id, decoded)),) = list(decode.process(answer.to_bytes()))
+    assert (host, crawl_id, decoded) == ("a.test", "c2", answer)
+    assert decoded.reply() == RobotsReply("a.test", "e1", fetch)

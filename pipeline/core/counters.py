@@ -50,9 +50,6 @@ class Counter(StrEnum):
     # Gauges: moved up and down as hosts' circuits open and close with URLs waiting
     HOSTS_PARKED_NOW = "hosts_parked_now"
     URLS_ON_PARKED_HOSTS = "urls_on_parked_hosts"
-    # robots.txt messages the fleet does not relay yet (the asking host's robots.txt ends
-    # unreachable)
-    ROBOTS_MESSAGES_NOT_RELAYED = "robots_messages_not_relayed"
     # StorePages
     PAGES_STORED = "pages_stored"
     LINK_BATCHES_EMITTED = "link_batches_emitted"

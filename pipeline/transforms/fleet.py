@@ -8,6 +8,9 @@ one request in flight and one spacing across them. Each crawl's limits and state
 record in Bigtable (pipeline.io.crawls), read at most every `state_ttl_s` per process, so a
 pause, resume or cancel reaches the schedulers within seconds. Like ScheduleFetches, the DoFn
 only stores state, arms the timer and carries out decisions; fetches run on the process pool.
+A robots.txt that redirects to another host is relayed as ScheduleFetches relays it: each
+crawl's errands and replies leave on the 'robots' output, go round the fleet's frontier with
+the links, and come back keyed by the host they are for.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import apache_beam as beam
@@ -37,26 +41,29 @@ from pipeline.core.records import (
     HostBatch,
     HostSignal,
     HostSignalKind,
+    RobotsAnswer,
+    RobotsRequest,
     frontier_message,
 )
 from pipeline.core.urls import InvalidURL, host_key, normalize_url
 from pipeline.io.bigtable import BigtableConfig, CrawlNotFound
 from pipeline.io.crawls import FleetCrawl, read_fleet_crawl
 from pipeline.io.dns import parse_resolve
-from pipeline.io.fetch import FetchConfig
+from pipeline.io.fetch import FetchConfig, FetchResponse
 from pipeline.io.host_overflow import HostOverflow
 from pipeline.metrics import crawl_counter
 from pipeline.transforms.budget import shared_page_budget
 from pipeline.transforms.frontier import split_by_host
 from pipeline.transforms.resources import WorkerResources, worker_resources
-from pipeline.transforms.schedule import _POLL_MAX, _POLL_MIN, _report
+from pipeline.transforms.schedule import _POLL_MAX, _POLL_MIN, _report, robots_record
 from pipeline.transforms.schedule import fetch_result as _fetch_result
 from pipeline.transforms.schedule import outcome_row as _outcome_row
 
 log = logging.getLogger(__name__)
 
 ROWS = "rows"
-FleetMessage = HostBatch | HostSignal
+ROBOTS = "robots"
+FleetMessage = HostBatch | HostSignal | RobotsRequest | RobotsAnswer
 
 
 @dataclass(frozen=True)
@@ -139,9 +146,11 @@ def crawl_records() -> CrawlRecords:
 
 
 class DecodeFleetFrontierFn(beam.DoFn):
-    """Fleet frontier payload -> (host, (crawl id, HostBatch | HostSignal)). Messages the fleet
-    does not take (resume seen-marks, redriven dead letters, malformed ones) are counted as
-    malformed and logged."""
+    """Fleet frontier payload -> (host, (crawl id, FleetMessage)): a crawl's URLs grouped by
+    host, a host signal, or a robots.txt request or answer keyed by the host it is for (the
+    host that fetches, or the one that asked), as DecodeFrontierFn keys them. Messages the
+    fleet does not take (resume seen-marks, redriven dead letters, malformed ones) are
+    counted as malformed and logged."""
 
     def __init__(self) -> None:
         self._received = crawl_counter(Counter.BATCHES_RECEIVED)
@@ -155,6 +164,10 @@ class DecodeFleetFrontierFn(beam.DoFn):
         except ValueError as exc:
             self._malformed.inc()
             log.warning("dropping a malformed frontier message (%s): %.200r", exc, payload)
+            return
+        if isinstance(message, RobotsRequest | RobotsAnswer):
+            self._received.inc()
+            yield message.host, (message.crawl_id, message)
             return
         if isinstance(message, HostSignal):
             self._received.inc()
@@ -221,7 +234,11 @@ class FleetCells:
 
 class FleetSchedulerFn(beam.DoFn):
     """Keyed by host. State: one FleetHostState in three cells (FleetCells). Timer: the
-    host's next moment of interest."""
+    host's next moment of interest.
+
+    submit: how a fetch is started, (fetch function, url) -> Future of FetchResponse;
+    default: the process-wide fetch pool (tests complete the futures themselves).
+    """
 
     # The cell keeps its name and coder from when it held the whole FleetHostState, so a
     # streaming job updated to this code finds its hosts' states (FleetCells.read).
@@ -233,9 +250,16 @@ class FleetSchedulerFn(beam.DoFn):
     HOST_SEEN = ReadModifyWriteStateSpec("fleet_host_seen", PickleCoder())
     WAKE = TimerSpec("wake", TimeDomain.REAL_TIME)
 
-    def __init__(self, config: FleetConfig, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        config: FleetConfig,
+        clock: Callable[[], float] = time.time,
+        submit: Callable[[Callable[[str], FetchResponse], str], Future[FetchResponse]]
+        | None = None,
+    ) -> None:
         self._config = config
         self._clock = clock
+        self._submit = submit
         self._accepted_in_bundle: dict[str, int] = {}
         self._refilled_in_bundle: set[tuple[str, str]] = set()
         self._accepted = crawl_counter(Counter.URLS_ACCEPTED)
@@ -243,7 +267,7 @@ class FleetSchedulerFn(beam.DoFn):
         self._robots_requests = crawl_counter(Counter.ROBOTS_REQUESTS)
         self._leases_expired = crawl_counter(Counter.LEASES_EXPIRED)
         self._overflowed = crawl_counter(Counter.URLS_OVERFLOWED)
-        self._not_relayed = crawl_counter(Counter.ROBOTS_MESSAGES_NOT_RELAYED)
+        self._robots_messages = crawl_counter(Counter.ROBOTS_MESSAGES_EMITTED)
         self._resources: WorkerResources | None = None
         self._records: CrawlRecords | None = None
         self._overrides: tuple = ()
@@ -314,10 +338,16 @@ class FleetSchedulerFn(beam.DoFn):
         host, (crawl_id, message) = element
         now = self._clock()
         cells = FleetCells(host_state, host_queues, host_seen)
-        offers = not isinstance(message, HostSignal)
+        offers = isinstance(message, HostBatch)
         state: FleetHostState = cells.read(with_seen=offers) or FleetHostState(host=host)
+        # A crawl whose record cannot be read (yet) gets the fleet's defaults here, and its
+        # work waits at the timer until the record is read (FleetHostState.next_action).
         crawl = self._crawl(crawl_id, now)
         policy = self._policy(crawl)
+        if isinstance(message, RobotsRequest | RobotsAnswer):
+            yield from self._robots_message(host, crawl_id, message, state, cells, wake, now,
+                                            policy)
+            return
         if isinstance(message, HostSignal):
             if crawl_id in state.crawls:
                 state.crawls[crawl_id].set_duplicate_heavy(
@@ -344,6 +374,28 @@ class FleetSchedulerFn(beam.DoFn):
             self._overflowed.inc(len(spilled))
         if state.busy and not was_busy:
             state.busy_since = now
+        self._arm(state, wake, now)
+        cells.write(state)
+
+    def _robots_message(self, host: str, crawl_id: str, message: RobotsRequest | RobotsAnswer,
+                        state: FleetHostState, cells: FleetCells, wake, now: float,
+                        policy: HostPolicy) -> Iterator[object]:
+        """Another host asks this one for a robots.txt answer for crawl `crawl_id`, or answers
+        this host's errand of that crawl. A crawl that has ended, or is unknown, is treated as
+        for a batch of URLs: the message is taken, and the timer's next_action ends the
+        crawl's waiting work or keeps it until the crawl's record is read."""
+        was_busy = state.busy
+        decision = state.robots_message(
+            crawl_id,
+            message.errand() if isinstance(message, RobotsRequest) else message.reply(),
+            now, policy)
+        yield from self._carry_out(host, decision, None)
+        if state.busy and not was_busy:
+            state.busy_since = now
+        # The timer already set (a running fetch's next poll, say) stays unless this event
+        # needs the host sooner.
+        wakes = [t for t in (state.wake_at, decision.wake_at) if t is not None]
+        state.wake_at = min(wakes) if wakes else None
         self._arm(state, wake, now)
         cells.write(state)
 
@@ -425,16 +477,9 @@ class FleetSchedulerFn(beam.DoFn):
 
     def _carry_out(self, host: str, decision: FleetDecision, response) -> Iterator[object]:
         for crawl_id, one in decision.decisions:
-            if one.robots_messages:
-                # robots.txt redirected to another host: the one-crawl scheduler asks that
-                # host's key through the frontier; the fleet does not relay such errands yet,
-                # so the asking host waits out the errand's deadline and then treats its
-                # robots.txt as unreachable (disallow all, asked again later): stricter,
-                # never less polite.
-                self._not_relayed.inc(len(one.robots_messages))
-                log.warning("host %s (crawl %s): robots.txt redirects to another host; the "
-                            "fleet does not relay it, so it counts as unreachable", host,
-                            crawl_id)
+            for message in one.robots_messages:
+                self._robots_messages.inc()
+                yield beam.pvalue.TaggedOutput(ROBOTS, robots_record(crawl_id, message))
             for outcome in one.outcomes:
                 yield beam.pvalue.TaggedOutput(ROWS, _outcome_row(crawl_id, host, outcome))
             if one.page_done is not None and response is not None:
@@ -449,8 +494,8 @@ class FleetSchedulerFn(beam.DoFn):
         self._requests.inc()
         if lease.kind is LeaseKind.ROBOTS:
             self._robots_requests.inc()
-        pool = self._shared().fetch_pool(self._config.fetch_concurrency)
-        self._shared().track_fetch(lease.lease_id, pool.submit(client.fetch, lease.url))
+        submit = self._submit or self._shared().fetch_pool(self._config.fetch_concurrency).submit
+        self._shared().track_fetch(lease.lease_id, submit(client.fetch, lease.url))
 
     def _arm(self, state: FleetHostState, wake, now: float) -> None:
         if state.wake_at is None and state.busy:
@@ -461,7 +506,8 @@ class FleetSchedulerFn(beam.DoFn):
 
 
 class ScheduleFleetFetches(beam.PTransform):
-    """Fleet frontier payloads -> fetched pages (main) and terminal rows ('rows')."""
+    """Fleet frontier payloads -> fetched pages (main), terminal rows ('rows') and robots.txt
+    requests and answers bound for other hosts' keys through the frontier ('robots')."""
 
     def __init__(self, config: FleetConfig, clock: Callable[[], float] = time.time) -> None:
         super().__init__()
@@ -474,6 +520,6 @@ class ScheduleFleetFetches(beam.PTransform):
             | "DecodeAndGroupByHost" >> beam.ParDo(DecodeFleetFrontierFn())
             .with_output_types(tuple[str, tuple[str, FleetMessage]])
             | "FleetHostScheduler" >> beam.ParDo(FleetSchedulerFn(self._config, self._clock))
-            .with_outputs(ROWS, main="fetched")
+            .with_outputs(ROWS, ROBOTS, main="fetched")
         )
 

@@ -50,7 +50,7 @@ from pipeline.core.records import (
     RobotsAnswer,
     RobotsRequest,
 )
-from pipeline.core.robots_relay import RobotsErrand
+from pipeline.core.robots_relay import RobotsErrand, RobotsReply
 from pipeline.io.bigtable import BigtableConfig
 from pipeline.io.dns import parse_resolve
 from pipeline.io.fetch import ERROR_BLOCKED_ADDRESS, FetchClient, FetchConfig, FetchResponse
@@ -129,6 +129,15 @@ def fetch_result(
         ip=response.ip,
         redirect_hops=entry.redirect_hops,
     )
+
+
+def robots_record(crawl_id: str, message: RobotsErrand | RobotsReply
+                  ) -> RobotsRequest | RobotsAnswer:
+    """The frontier record that carries a robots.txt errand or reply of crawl `crawl_id` to
+    the key of the host it is for."""
+    if isinstance(message, RobotsErrand):
+        return RobotsRequest.of(crawl_id, message)
+    return RobotsAnswer.of(crawl_id, message)
 
 
 class HostCells:
@@ -419,10 +428,7 @@ class HostSchedulerFn(beam.DoFn):
         yield from self._rows(host, decision.outcomes)
         for message in decision.robots_messages:
             self._robots_messages.inc()
-            yield beam.pvalue.TaggedOutput(ROBOTS, (
-                RobotsRequest.of(self._config.crawl_id, message)
-                if isinstance(message, RobotsErrand)
-                else RobotsAnswer.of(self._config.crawl_id, message)))
+            yield beam.pvalue.TaggedOutput(ROBOTS, robots_record(self._config.crawl_id, message))
         if decision.page_done is not None and response is not None:
             yield fetch_result(self._config.crawl_id, host, decision.page_done, response)
 
