@@ -1,0 +1,145 @@
+"""End to end, in the fleet: robots.txt files that redirect to another host (RFC 9309 2.3.1.2).
+
+The fleet (`crawler serve`'s pipeline: pipeline.local.fleet on Beam's DirectRunner, with the
+Pub/Sub and Bigtable emulators) crawls the synthetic web's RobotsHost hosts, the same web as
+tests/test_robots_elsewhere_e2e.py crawls with `crawler crawl`: robots-home.test serves a
+robots.txt, robots-moved.test's redirects to it (301) and robots-relayed.test's to
+robots-moved.test's (302), two hops across hosts. The crawl is started as the control API
+starts one (a record, then its seeds on the fleet's frontier). The server's request log must
+show the file's rules obeyed on all three hosts, each host's spacing held, and each
+robots.txt URL requested once although three hosts need the file.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.core.crawl_states import CrawlLimits, CrawlState
+from pipeline.core.politeness import HostPolicy
+from pipeline.io.bigtable import BigtableConfig, open_tables
+from pipeline.io.crawls import FleetCrawl
+from pipeline.io.fetch import FetchConfig
+from pipeline.io.pages_table import query_pages
+from pipeline.io.segments import read_response, read_text
+from pipeline.local.emulators import (
+    EmulatorFailed,
+    EmulatorMissing,
+    ensure_topic,
+    start_bigtable_emulator,
+    start_pubsub_emulator,
+)
+from pipeline.local.fleet import FleetSettings, LocalFleet
+from pipeline.service.control import CrawlControl, FleetDefaults, PubSubFrontier
+from testweb.audit import AuditReport, audit_crawl
+from testweb.server import LoggedRequest, read_request_log, serve
+from testweb.web import RobotsHost, SyntheticWeb, WebSpec
+
+pytestmark = pytest.mark.slow
+
+PROJECT = "fleet-robots-e2e"
+USER_AGENT = "beam-crawler-test/1.0"
+MIN_DELAY = 0.2  # below the file's Crawl-delay of 1 s, which must govern all three hosts
+MAX_CRAWL_DELAY = 5.0
+BUDGET = 40
+
+
+@pytest.fixture(scope="module")
+def crawled(tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[tuple[SyntheticWeb, FleetCrawl, AuditReport, list[LoggedRequest],
+                                list[dict[str, Any]]]]:
+    tmp = tmp_path_factory.mktemp("fleet-robots-elsewhere")
+    try:
+        pubsub = start_pubsub_emulator(log_path=str(tmp / "pubsub.log"))
+    except (EmulatorMissing, EmulatorFailed) as exc:
+        pytest.skip(f"no Pub/Sub emulator: {exc}")
+    with pubsub:
+        try:
+            bigtable = start_bigtable_emulator(log_path=str(tmp / "bigtable.log"))
+        except (EmulatorMissing, EmulatorFailed) as exc:
+            pytest.skip(f"no Bigtable emulator: {exc}")
+        with bigtable, pytest.MonkeyPatch.context() as patch:
+            patch.setenv("PUBSUB_EMULATOR_HOST", pubsub.host_port)
+            patch.setenv("BIGTABLE_EMULATOR_HOST", bigtable.host_port)
+            yield _crawl(tmp)
+
+
+def _crawl(tmp: Path) -> tuple[SyntheticWeb, FleetCrawl, AuditReport, list[LoggedRequest],
+                               list[dict[str, Any]]]:
+    log_path = tmp / "requests.tsv"
+    out = str(tmp / "out")
+    config = BigtableConfig(PROJECT, f"i-{uuid.uuid4().hex[:10]}", timeout_s=10)
+    with serve(WebSpec(hosts=0, robots_elsewhere=True), log_path) as served, \
+            open_tables(config, create=True) as tables:
+        topic = ensure_topic(PROJECT, f"frontier-{uuid.uuid4().hex[:8]}")
+        policy = HostPolicy(user_agent=USER_AGENT, min_delay=MIN_DELAY,
+                            max_crawl_delay=MAX_CRAWL_DELAY, fetch_timeout=2.0,
+                            lease_grace=1.0, bloom_capacity=4000)
+        settings = FleetSettings(
+            project=PROJECT, bigtable=config, frontier_topic=topic, out=out, policy=policy,
+            fetch=FetchConfig(user_agent=USER_AGENT, timeout=2.0, connect_timeout=2.0),
+            resolve=(served.resolve_arg,), state_ttl_s=1.0, quiet_s=3.0,
+        )
+        fleet = LocalFleet(settings).start()
+        frontier = PubSubFrontier(topic)
+        try:
+            control = CrawlControl(tables, frontier,
+                                   FleetDefaults(min_delay=MIN_DELAY, user_agent=USER_AGENT))
+            crawl_id = control.create(served.seeds, CrawlLimits(
+                max_pages=10_000, max_pages_per_host=BUDGET)).id
+            deadline = time.monotonic() + 240
+            while (crawl := control.get(crawl_id)).state is CrawlState.RUNNING:
+                assert time.monotonic() < deadline, f"the crawl did not end: {crawl}"
+                time.sleep(0.25)  # polling the record for a condition; the deadline bounds it
+        finally:
+            frontier.close()
+            fleet.stop()
+        requests = read_request_log(log_path)
+        web, seeds = served.web, served.seeds
+    table = query_pages(out, crawl_id, "SELECT * FROM pages")
+    columns = [c[0] for c in query_pages(out, crawl_id, "DESCRIBE SELECT * FROM pages")]
+    rows = [dict(zip(columns, row, strict=True)) for row in table]
+    report = audit_crawl(
+        web, requests, rows, seeds=seeds, min_delay=MIN_DELAY, max_crawl_delay=MAX_CRAWL_DELAY,
+        max_depth=None, max_pages_per_host=BUDGET, user_agent=USER_AGENT,
+        read_response=read_response, read_text=read_text,
+    )
+    return web, crawl, report, requests, rows
+
+
+def test_the_fleet_obeys_rules_reached_across_hosts_and_keeps_every_hosts_spacing(crawled):
+    web, crawl, report, requests, rows = crawled
+    assert (crawl.state, crawl.reason) == (CrawlState.DONE, "drained"), crawl
+    # The auditor checks every request against the rules that govern its host (the shared
+    # file's, for the two hosts that redirect), each host's spacing against the file's
+    # Crawl-delay, that the file was read before each host's first page, and one row per URL.
+    assert report.violations == [], "\n".join(report.violations[:40])
+    assert crawl.record.accepted == len(rows) == report.stats["accepted_expected"] == 18
+    for kind in RobotsHost:
+        host = web.robots_host(kind)
+        by_url = {row["url"]: row for row in rows if row["host"].startswith(host)}
+        private = by_url[web.url(host, "/private/report.html")]
+        assert private["state"] == "disallowed" and "/private/" in private["reason"], private
+        assert by_url[web.url(host, "/private/open/guide.html")]["state"] == "fetched"
+        starts = sorted(r.arrival_ns for r in requests if r.host == host)
+        gaps = [(later - earlier) / 1e9 for earlier, later in zip(starts, starts[1:],
+                                                                  strict=False)]
+        assert len(gaps) == 5 and min(gaps) >= 1.0 - 0.005, (host, gaps)  # not 0.2 s
+
+
+def test_the_fleet_requests_each_robots_txt_url_once_for_the_three_hosts(crawled):
+    web, _, _, requests, _ = crawled
+    robots = Counter((r.host, r.path) for r in requests if r.path == "/robots.txt")
+    assert robots == {(web.robots_host(kind), "/robots.txt"): 1 for kind in RobotsHost}
+    home = web.robots_host(RobotsHost.HOME)
+    first_page = {host: min(r.arrival_ns for r in requests
+                            if r.host == host and r.path != "/robots.txt")
+                  for host in {r.host for r in requests}}
+    file_read = next(r.arrival_ns for r in requests if (r.host, r.path) == (home, "/robots.txt"))
+    assert all(file_read < first for first in first_page.values())
