@@ -385,7 +385,7 @@ def test_one_request_answers_every_crawls_errands_for_a_file():
     for n, crawl_id in enumerate(("a", "b")):
         waiting = host.robots_message(crawl_id, errand(crawl_id, "/shared.txt", n), 0.0,
                                       policies[crawl_id])
-        assert replies_in(waiting) == []
+        assert replies_in(waiting) == [] and waiting.wake_at == 0.0  # an idle host wakes
     crawl_id, order = host.next_action(0.0, terms).fetch
     done = host.complete(order.lease.lease_id, FetchReport(status=404, finished_at=0.1), 0.1,
                          policies[crawl_id])
@@ -397,6 +397,47 @@ def test_one_request_answers_every_crawls_errands_for_a_file():
     assert [(c, r.errand_id, r.fetch.status) for c, r in replies_in(late)] == [
         ("c", "c-e2", 404)]
     assert not host.busy
+
+
+def test_a_crawl_out_of_pages_answers_the_errands_waiting_for_it():
+    host = FleetHostState(HOST)
+    host.robots_message("a", errand("a", "/one.txt", 1), 0.0, policy(1.0))
+    decision = host.next_action(0.0, {"a": CrawlTerms(policy(1.0),
+                                                      budget_spent=lambda: True)})
+    assert [(c, r.errand_id, r.fetch.policy.error) for c, r in replies_in(decision)] == [
+        ("a", "a-e1", "crawl page budget spent")]
+    assert decision.fetch is None and not host.busy
+
+
+def test_rules_one_crawl_settles_end_the_wait_of_another_crawl_on_the_host():
+    """Both crawls on the host followed its robots.txt to another host; the first reply
+    settles both, and the second, now stale, changes nothing."""
+    policies = {"a": policy(1.0), "b": policy(1.0)}
+    states = {"a": CrawlState.RUNNING, "b": CrawlState.RUNNING}
+    host = FleetHostState(HOST)
+    host.offer("a", urls("a", "1"), 0, policies["a"])
+    host.offer("b", urls("b", "1"), 0, policies["b"])
+    asked = {}
+    now = 0.0
+    while len(asked) < 2:
+        decision = host.next_action(now, terms_of(policies, states))
+        if decision.fetch is None:
+            now = decision.wake_at
+            continue
+        crawl_id, order = decision.fetch
+        assert order.lease.kind is LeaseKind.ROBOTS
+        done = host.complete(order.lease.lease_id, FetchReport(
+            status=301, location="http://elsewhere.test/robots.txt", finished_at=now), now,
+            policies[crawl_id])
+        ((_, one),) = done.decisions
+        (asked[crawl_id],) = one.robots_messages
+    file = RobotsFetch.of("http://elsewhere.test/robots.txt", 404, b"", now)
+    host.robots_message("a", RobotsReply(HOST, asked["a"].errand_id, file), now, policies["a"])
+    assert host.crawls["b"].robots is host.crawls["a"].robots is not None
+    assert host.crawls["b"].robots_awaited is None
+    before = pickle.dumps(host)
+    host.robots_message("b", RobotsReply(HOST, asked["b"].errand_id, file), now, policies["b"])
+    assert pickle.dumps(host) == before
 
 
 def test_a_paused_crawls_errand_waits_and_an_unknown_crawls_is_asked_again():
