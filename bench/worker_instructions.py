@@ -7,11 +7,16 @@ benchmark in a process of its own under valgrind's callgrind (the same recorded 
 seed fixed) and reports instructions per page, marginal like the CPU figures:
 
 - the crawler: StorePages + the Parquet rows sink on the FnApiRunner, state cache off
-  (pipeline_cpu), on every page minus on none;
+  (pipeline_cpu);
 - the content work (WARC, decode + parse + release, link walk, extraction, WET), standalone,
-  page by page as a worker runs it (content_in_page_order), minus the same pass's fixed work
-  without pages;
+  page by page as a worker runs it (content_in_page_order);
 - the same content work with each stage in a loop of its own (stage_costs' order).
+
+Each piece runs twice: on a few warm-up pages, and on the same warm-up pages followed by the
+sample; the difference over the sample is its per-page figure. The warm-up pays what a process
+does once, on first use (OpenSSL's set-up, regular expressions and XPaths compiled, modules a
+library imports lazily, a Parquet part's fixed cost), which a run on no pages would leave in
+the sample's figure.
 
 Instructions leave out what the CPU's caches add or save, which is exactly where the two
 standalone orders differ in time; they count the work itself. Callgrind runs a process some
@@ -40,7 +45,8 @@ REPO = Path(__file__).resolve().parents[1]
 EXTRACTOR = "trafilatura-fast"
 # (piece, on the sample or on no pages); the base of each piece does its fixed work only.
 RUNS = (("pipeline", True), ("pipeline", False), ("page-order", True), ("page-order", False),
-        ("loops", True))
+        ("loops", True), ("loops", False))
+WARM_UP = 2  # pages, taken from those the sample skips
 _TOTAL = re.compile(r"I\s+refs:\s+([\d,]+)")
 
 
@@ -56,11 +62,6 @@ def run_piece(piece: str, recorded: Path, out: Path) -> None:
 
     if piece == "pipeline":
         wc.pipeline_cpu(recorded, out, EXTRACTOR, store=True, state_cache=False)
-        return
-    if not results:  # a content pass's fixed work: the caches emptied, the segments opened
-        wc.fresh_text_caches()
-        for kind in ("warc", "wet"):
-            wc.SegmentWriter(str(out), wc.CRAWL_ID, kind, "base").close()
         return
     corpus = wc.Corpus(results, 0, 0, 0, ())
     if piece == "page-order":
@@ -109,27 +110,27 @@ class InstructionFigures:
 
 
 def figures_of(totals: dict[tuple[str, bool], int], pages: int) -> InstructionFigures:
-    """Per-page marginal instructions from the five runs' totals (RUNS)."""
-    def per_page(piece: str, base: str | None = None) -> float:
-        return (totals[(piece, True)] - totals[(base or piece, False)]) / pages
+    """Per-page marginal instructions from the runs' totals (RUNS: each piece on the warm-up
+    and the sample, and on the warm-up alone)."""
+    def per_page(piece: str) -> float:
+        return (totals[(piece, True)] - totals[(piece, False)]) / pages
 
-    # The loops pass has the same fixed work as the page-order pass.
     return InstructionFigures(pages, per_page("pipeline"), per_page("page-order"),
-                              per_page("loops", "page-order"))
+                              per_page("loops"))
 
 
-def measure(sample: Path, empty: Path, work: Path, pages: int) -> InstructionFigures:
+def measure(sample: Path, warm: Path, work: Path, pages: int) -> InstructionFigures:
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         raise SystemExit("valgrind is not installed: apt-get install valgrind")
 
     def one(run: tuple[str, bool]) -> int:
         piece, on_pages = run
-        name = f"{piece}-{'sample' if on_pages else 'none'}"
+        name = f"{piece}-{'sample' if on_pages else 'warm-up'}"
         done = subprocess.run(
             [valgrind, "--tool=callgrind", f"--callgrind-out-file={work / (name + '.out')}",
              sys.executable, "-m", "bench.worker_instructions", "--piece", piece,
-             str(sample if on_pages else empty), str(work / name)],
+             str(sample if on_pages else warm), str(work / name)],
             capture_output=True, text=True, cwd=REPO,
             env={**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(REPO)})
         if done.returncode != 0:
@@ -164,14 +165,17 @@ def main(argv: list[str] | None = None) -> int:
     if not recorded.exists():
         parser.error(f"{recorded} is missing: run python -m bench.worker_cost --work "
                      f"{args.work} first")
-    if args.every < 1:
-        parser.error("--every must be at least 1")
-    results = pickle.loads(recorded.read_bytes())[::args.every]
+    recorded_results = pickle.loads(recorded.read_bytes())
+    results = recorded_results[::args.every]
+    if args.every < 2 or len(recorded_results) < WARM_UP + 2:
+        parser.error(f"--every must be at least 2 (the warm-up pages come from those the "
+                     f"sample skips) and {recorded} must hold at least {WARM_UP + 2} pages")
+    warm_up = recorded_results[1:1 + WARM_UP]
     work = Path(tempfile.mkdtemp(prefix="worker-instructions-"))
-    sample, empty = work / "sample.pickle", work / "none.pickle"
-    sample.write_bytes(pickle.dumps(results))
-    empty.write_bytes(pickle.dumps([]))
-    f = measure(sample, empty, work, len(results))
+    sample, warm = work / "sample.pickle", work / "warm-up.pickle"
+    sample.write_bytes(pickle.dumps(warm_up + results))
+    warm.write_bytes(pickle.dumps(warm_up))
+    f = measure(sample, warm, work, len(results))
     print(f"{f.pages} pages (every {args.every}th of {recorded}), instructions per page:")
     for what, value, beyond in (
             ("crawler (StorePages + rows sink, FnApiRunner, cache off)", f.pipeline, None),
