@@ -36,6 +36,34 @@ server.stop()
 
 
 @pytest.fixture(scope="module")
+def emulators(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Pub/Sub and Bigtable emulators for the whole module, named in the environment
+    (PUBSUB_EMULATOR_HOST, BIGTABLE_EMULATOR_HOST), so that run_local_crawl and the local
+    fleet use them instead of starting their own. Skips, saying why, where one is missing."""
+    from pipeline.local.emulators import (
+        EmulatorFailed,
+        EmulatorMissing,
+        start_bigtable_emulator,
+        start_pubsub_emulator,
+    )
+
+    logs = tmp_path_factory.mktemp("emulators")
+    try:
+        pubsub = start_pubsub_emulator(log_path=str(logs / "pubsub.log"))
+    except (EmulatorMissing, EmulatorFailed) as exc:
+        pytest.skip(f"no Pub/Sub emulator: {exc}")
+    with pubsub:
+        try:
+            bigtable = start_bigtable_emulator(log_path=str(logs / "bigtable.log"))
+        except (EmulatorMissing, EmulatorFailed) as exc:
+            pytest.skip(f"no Bigtable emulator: {exc}")
+        with bigtable, pytest.MonkeyPatch.context() as patch:
+            patch.setenv("PUBSUB_EMULATOR_HOST", pubsub.host_port)
+            patch.setenv("BIGTABLE_EMULATOR_HOST", bigtable.host_port)
+            yield
+
+
+@pytest.fixture(scope="module")
 def gcs_emulator() -> Iterator[str]:
     """STORAGE_EMULATOR_HOST of a fresh in-memory GCS emulator holding GCS_BUCKET."""
     pytest.importorskip(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
 from pathlib import Path
@@ -27,12 +27,6 @@ from pipeline.core.records import PageState, RecordPointer
 from pipeline.io.pages_table import query_pages
 from pipeline.io.redrive import redrive_subscription_name
 from pipeline.io.segments import read_response, read_text
-from pipeline.local.emulators import (
-    EmulatorFailed,
-    EmulatorMissing,
-    start_bigtable_emulator,
-    start_pubsub_emulator,
-)
 from pipeline.local.runtime import CrawlSummary, run_local_crawl
 from pipeline.options import CrawlOptions
 from testweb.audit import AuditReport, audit_crawl
@@ -111,26 +105,6 @@ class FaultCrawl:
         assert self.report.violations == [], "\n".join(self.report.violations[:40])
         assert self.summary.accepted == len(self.rows) == sum(self.summary.by_state.values())
         assert len(self.rows) == self.report.stats["accepted_expected"] > 0
-
-
-@pytest.fixture(scope="module")
-def emulators(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Pub/Sub and Bigtable emulators for the whole module: run_local_crawl uses the ones
-    the environment names instead of starting its own."""
-    logs = tmp_path_factory.mktemp("emulators")
-    try:
-        pubsub = start_pubsub_emulator(log_path=str(logs / "pubsub.log"))
-    except (EmulatorMissing, EmulatorFailed) as exc:
-        pytest.skip(f"no Pub/Sub emulator: {exc}")
-    with pubsub:
-        try:
-            bigtable = start_bigtable_emulator(log_path=str(logs / "bigtable.log"))
-        except (EmulatorMissing, EmulatorFailed) as exc:
-            pytest.skip(f"no Bigtable emulator: {exc}")
-        with bigtable, pytest.MonkeyPatch.context() as patch:
-            patch.setenv("PUBSUB_EMULATOR_HOST", pubsub.host_port)
-            patch.setenv("BIGTABLE_EMULATOR_HOST", bigtable.host_port)
-            yield
 
 
 @pytest.fixture(scope="module")

@@ -29,11 +29,7 @@ from pipeline.io.fetch import FetchConfig
 from pipeline.io.pages_table import query_pages
 from pipeline.io.segments import read_response, read_text
 from pipeline.local.emulators import (
-    EmulatorFailed,
-    EmulatorMissing,
     ensure_topic,
-    start_bigtable_emulator,
-    start_pubsub_emulator,
 )
 from pipeline.local.fleet import FleetSettings, LocalFleet
 from pipeline.service.control import CrawlControl, FleetDefaults, PubSubFrontier
@@ -51,23 +47,10 @@ BUDGET = 40
 
 
 @pytest.fixture(scope="module")
-def crawled(tmp_path_factory: pytest.TempPathFactory
+def crawled(emulators: None, tmp_path_factory: pytest.TempPathFactory
             ) -> Iterator[tuple[SyntheticWeb, FleetCrawl, AuditReport, list[LoggedRequest],
                                 list[dict[str, Any]]]]:
-    tmp = tmp_path_factory.mktemp("fleet-robots-elsewhere")
-    try:
-        pubsub = start_pubsub_emulator(log_path=str(tmp / "pubsub.log"))
-    except (EmulatorMissing, EmulatorFailed) as exc:
-        pytest.skip(f"no Pub/Sub emulator: {exc}")
-    with pubsub:
-        try:
-            bigtable = start_bigtable_emulator(log_path=str(tmp / "bigtable.log"))
-        except (EmulatorMissing, EmulatorFailed) as exc:
-            pytest.skip(f"no Bigtable emulator: {exc}")
-        with bigtable, pytest.MonkeyPatch.context() as patch:
-            patch.setenv("PUBSUB_EMULATOR_HOST", pubsub.host_port)
-            patch.setenv("BIGTABLE_EMULATOR_HOST", bigtable.host_port)
-            yield _crawl(tmp)
+    yield _crawl(tmp_path_factory.mktemp("fleet-robots-elsewhere"))
 
 
 def _crawl(tmp: Path) -> tuple[SyntheticWeb, FleetCrawl, AuditReport, list[LoggedRequest],

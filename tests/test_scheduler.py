@@ -10,6 +10,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pipeline.core.budget import LocalPageBudget
 from pipeline.core.politeness import HostPolicy, HostState
@@ -24,7 +26,12 @@ from pipeline.core.records import (
 from pipeline.core.urls import url_hash
 from pipeline.io.fetch import FetchConfig, FetchResponse
 from pipeline.transforms.resources import worker_resources
-from pipeline.transforms.schedule import HostCells, HostSchedulerFn, ScheduleConfig
+from pipeline.transforms.schedule import (
+    HostCells,
+    HostSchedulerFn,
+    ScheduleConfig,
+    sooner_wake,
+)
 
 HOST = "a.test"
 
@@ -420,3 +427,13 @@ def _restore_old_form(fields: dict):
     state = HostState.__new__(HostState)
     state.__setstate__(dict(fields))
     return state
+
+
+@given(st.none() | st.floats(0, 1e10), st.none() | st.floats(0, 1e10))
+def test_an_event_keeps_the_armed_timer_unless_it_needs_the_host_sooner(armed, needed) -> None:
+    wake = sooner_wake(armed, needed)
+    if armed is None or needed is None:
+        assert wake == (needed if armed is None else armed)
+    else:
+        assert wake == min(armed, needed)
+        assert wake <= armed and wake <= needed

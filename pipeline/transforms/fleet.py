@@ -55,7 +55,13 @@ from pipeline.metrics import crawl_counter
 from pipeline.transforms.budget import shared_page_budget
 from pipeline.transforms.frontier import split_by_host
 from pipeline.transforms.resources import WorkerResources, worker_resources
-from pipeline.transforms.schedule import _POLL_MAX, _POLL_MIN, _report, robots_record
+from pipeline.transforms.schedule import (
+    _POLL_MAX,
+    _POLL_MIN,
+    _report,
+    robots_record,
+    sooner_wake,
+)
 from pipeline.transforms.schedule import fetch_result as _fetch_result
 from pipeline.transforms.schedule import outcome_row as _outcome_row
 
@@ -392,10 +398,7 @@ class FleetSchedulerFn(beam.DoFn):
         yield from self._carry_out(host, decision, None)
         if state.busy and not was_busy:
             state.busy_since = now
-        # The timer already set (a running fetch's next poll, say) stays unless this event
-        # needs the host sooner.
-        wakes = [t for t in (state.wake_at, decision.wake_at) if t is not None]
-        state.wake_at = min(wakes) if wakes else None
+        state.wake_at = sooner_wake(state.wake_at, decision.wake_at)
         self._arm(state, wake, now)
         cells.write(state)
 

@@ -140,6 +140,13 @@ def robots_record(crawl_id: str, message: RobotsErrand | RobotsReply
     return RobotsAnswer.of(crawl_id, message)
 
 
+def sooner_wake(armed: float | None, needed: float | None) -> float | None:
+    """The timer after an event that is not a firing: the one already armed (a running
+    fetch's next poll, say) stays unless the event needs the host sooner."""
+    wakes = [t for t in (armed, needed) if t is not None]
+    return min(wakes) if wakes else None
+
+
 class HostCells:
     """One host's HostState in its three state cells (HostState.stored): the fields every
     event reads and writes, the queue's encoded entries (read when an event needs an entry,
@@ -310,10 +317,7 @@ class HostSchedulerFn(beam.DoFn):
         yield from self._carry_out(host, decision, None)
         if state.busy and not was_busy:
             state.busy_since = now
-        # The timer already set (a running fetch's next poll, say) stays unless this event
-        # needs the host sooner.
-        wakes = [t for t in (state.wake_at, decision.wake_at) if t is not None]
-        state.wake_at = min(wakes) if wakes else None
+        state.wake_at = sooner_wake(state.wake_at, decision.wake_at)
         self._arm(state, wake, now)
         self._count_activity(was_busy, state, parked)
         cells.write(state)
