@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,24 +25,27 @@ from pipeline.core.politeness import HostPolicy
 from pipeline.io.bigtable import BigtableConfig, open_tables
 from pipeline.io.crawls import FleetCrawl
 from pipeline.io.fetch import FetchConfig
-from pipeline.io.pages_table import query_pages
-from pipeline.io.segments import read_response, read_text
 from pipeline.local.emulators import (
     ensure_topic,
 )
 from pipeline.local.fleet import FleetSettings, LocalFleet
 from pipeline.service.control import CrawlControl, FleetDefaults, PubSubFrontier
-from testweb.audit import AuditReport, audit_crawl
+from tests.test_robots_elsewhere_e2e import (  # the same web, knobs and checks
+    BUDGET,
+    MAX_CRAWL_DELAY,
+    MIN_DELAY,
+    USER_AGENT,
+    assert_each_robots_url_requested_once,
+    assert_rules_reached_across_hosts_govern,
+    audited,
+)
+from testweb.audit import AuditReport
 from testweb.server import LoggedRequest, read_request_log, serve
-from testweb.web import RobotsHost, SyntheticWeb, WebSpec
+from testweb.web import SyntheticWeb, WebSpec
 
 pytestmark = pytest.mark.slow
 
 PROJECT = "fleet-robots-e2e"
-USER_AGENT = "beam-crawler-test/1.0"
-MIN_DELAY = 0.2  # below the file's Crawl-delay of 1 s, which must govern all three hosts
-MAX_CRAWL_DELAY = 5.0
-BUDGET = 40
 
 
 @pytest.fixture(scope="module")
@@ -85,44 +87,17 @@ def _crawl(tmp: Path) -> tuple[SyntheticWeb, FleetCrawl, AuditReport, list[Logge
             fleet.stop()
         requests = read_request_log(log_path)
         web, seeds = served.web, served.seeds
-    table = query_pages(out, crawl_id, "SELECT * FROM pages")
-    columns = [c[0] for c in query_pages(out, crawl_id, "DESCRIBE SELECT * FROM pages")]
-    rows = [dict(zip(columns, row, strict=True)) for row in table]
-    report = audit_crawl(
-        web, requests, rows, seeds=seeds, min_delay=MIN_DELAY, max_crawl_delay=MAX_CRAWL_DELAY,
-        max_depth=None, max_pages_per_host=BUDGET, user_agent=USER_AGENT,
-        read_response=read_response, read_text=read_text,
-    )
+    report, rows = audited(web, seeds, requests, out, crawl_id)
     return web, crawl, report, requests, rows
 
 
 def test_the_fleet_obeys_rules_reached_across_hosts_and_keeps_every_hosts_spacing(crawled):
     web, crawl, report, requests, rows = crawled
     assert (crawl.state, crawl.reason) == (CrawlState.DONE, "drained"), crawl
-    # The auditor checks every request against the rules that govern its host (the shared
-    # file's, for the two hosts that redirect), each host's spacing against the file's
-    # Crawl-delay, that the file was read before each host's first page, and one row per URL.
-    assert report.violations == [], "\n".join(report.violations[:40])
-    assert crawl.record.accepted == len(rows) == report.stats["accepted_expected"] == 18
-    for kind in RobotsHost:
-        host = web.robots_host(kind)
-        by_url = {row["url"]: row for row in rows if row["host"].startswith(host)}
-        private = by_url[web.url(host, "/private/report.html")]
-        assert private["state"] == "disallowed" and "/private/" in private["reason"], private
-        assert by_url[web.url(host, "/private/open/guide.html")]["state"] == "fetched"
-        starts = sorted(r.arrival_ns for r in requests if r.host == host)
-        gaps = [(later - earlier) / 1e9 for earlier, later in zip(starts, starts[1:],
-                                                                  strict=False)]
-        assert len(gaps) == 5 and min(gaps) >= 1.0 - 0.005, (host, gaps)  # not 0.2 s
+    assert crawl.record.accepted == len(rows)
+    assert_rules_reached_across_hosts_govern(web, report, requests, rows)
 
 
 def test_the_fleet_requests_each_robots_txt_url_once_for_the_three_hosts(crawled):
     web, _, _, requests, _ = crawled
-    robots = Counter((r.host, r.path) for r in requests if r.path == "/robots.txt")
-    assert robots == {(web.robots_host(kind), "/robots.txt"): 1 for kind in RobotsHost}
-    home = web.robots_host(RobotsHost.HOME)
-    first_page = {host: min(r.arrival_ns for r in requests
-                            if r.host == host and r.path != "/robots.txt")
-                  for host in {r.host for r in requests}}
-    file_read = next(r.arrival_ns for r in requests if (r.host, r.path) == (home, "/robots.txt"))
-    assert all(file_read < first for first in first_page.values())
+    assert_each_robots_url_requested_once(web, requests)

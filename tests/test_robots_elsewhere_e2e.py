@@ -55,25 +55,47 @@ def _crawl(tmp: Path) -> tuple[SyntheticWeb, CrawlSummary, AuditReport, list[Log
         summary = run_local_crawl(opts)
         requests = read_request_log(log_path)
         web, seeds = served.web, served.seeds
-    table = query_pages(opts.out, crawl_id, "SELECT * FROM pages")
-    columns = [c[0] for c in query_pages(opts.out, crawl_id, "DESCRIBE SELECT * FROM pages")]
+    report, rows = audited(web, seeds, requests, opts.out, crawl_id)
+    return web, summary, report, requests, rows
+
+
+def audited(web: SyntheticWeb, seeds: list[str], requests: list[LoggedRequest], out: str,
+            crawl_id: str) -> tuple[AuditReport, list[dict[str, Any]]]:
+    """The crawl's page rows, and the auditor's report on its requests and rows."""
+    table = query_pages(out, crawl_id, "SELECT * FROM pages")
+    columns = [c[0] for c in query_pages(out, crawl_id, "DESCRIBE SELECT * FROM pages")]
     rows = [dict(zip(columns, row, strict=True)) for row in table]
     report = audit_crawl(
         web, requests, rows, seeds=seeds, min_delay=MIN_DELAY, max_crawl_delay=MAX_CRAWL_DELAY,
         max_depth=None, max_pages_per_host=BUDGET, user_agent=USER_AGENT,
         read_response=read_response, read_text=read_text,
     )
-    return web, summary, report, requests, rows
+    return report, rows
 
 
 def test_rules_reached_across_hosts_are_obeyed_and_spacing_holds_on_every_host(crawled):
     web, summary, report, requests, rows = crawled
     assert summary.status == "drained", summary
+    assert summary.accepted == len(rows)
+    assert_rules_reached_across_hosts_govern(web, report, requests, rows)
+
+
+def test_each_robots_txt_url_is_requested_once_for_the_three_hosts_that_need_it(crawled):
+    web, _, _, requests, _ = crawled
+    assert_each_robots_url_requested_once(web, requests)
+
+
+# The checks of a crawl of this web, shared with the fleet's (test_fleet_robots_elsewhere_e2e).
+
+
+def assert_rules_reached_across_hosts_govern(web: SyntheticWeb, report: AuditReport,
+                                             requests: list[LoggedRequest],
+                                             rows: list[dict[str, Any]]) -> None:
     # The auditor checks every request against the rules that govern its host (the shared
     # file's, for the two hosts that redirect), each host's spacing against the file's
     # Crawl-delay, that the file was read before each host's first page, and one row per URL.
     assert report.violations == [], "\n".join(report.violations[:40])
-    assert summary.accepted == len(rows) == report.stats["accepted_expected"] == 18
+    assert len(rows) == report.stats["accepted_expected"] == 18
     for kind in RobotsHost:
         host = web.robots_host(kind)
         by_url = {row["url"]: row for row in rows if row["host"].startswith(host)}
@@ -86,8 +108,8 @@ def test_rules_reached_across_hosts_are_obeyed_and_spacing_holds_on_every_host(c
         assert len(gaps) == 5 and min(gaps) >= 1.0 - 0.005, (host, gaps)  # not 0.2 s
 
 
-def test_each_robots_txt_url_is_requested_once_for_the_three_hosts_that_need_it(crawled):
-    web, _, _, requests, _ = crawled
+def assert_each_robots_url_requested_once(web: SyntheticWeb,
+                                          requests: list[LoggedRequest]) -> None:
     robots = Counter((r.host, r.path) for r in requests if r.path == "/robots.txt")
     assert robots == {(web.robots_host(kind), "/robots.txt"): 1 for kind in RobotsHost}
     # robots-moved.test's answer (a redirect) served robots-relayed.test too, and
