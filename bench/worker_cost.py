@@ -317,7 +317,7 @@ def stage_costs(corpus: Corpus, directory: Path, extractor: str,
     def normalise_links() -> None:
         for _ in range(rounds):
             for page in work:
-                page.links = page_links(page.result.url, page.hrefs).urls
+                page.links = page_links(page.result.url, page.hrefs, resolved=True).urls
                 if page.links:
                     FrontierBatch(CRAWL_ID, 2, page.links, source_url=page.result.url)
 

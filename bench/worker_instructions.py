@@ -7,7 +7,8 @@ benchmark in a process of its own under valgrind's callgrind (the same recorded 
 seed fixed) and reports instructions per page, marginal like the CPU figures:
 
 - the crawler: StorePages + the Parquet rows sink on the FnApiRunner, state cache off
-  (pipeline_cpu);
+  (pipeline_cpu), less the same pipeline that only reads the recorded results (the feed), as
+  the CPU figure leaves reading out;
 - the content work (WARC, decode + parse + release, link walk, extraction, WET), standalone,
   page by page as a worker runs it (content_in_page_order);
 - the same content work with each stage in a loop of its own (stage_costs' order).
@@ -44,8 +45,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 EXTRACTOR = "trafilatura-fast"
 # (piece, on the sample or on no pages); the base of each piece does its fixed work only.
-RUNS = (("pipeline", True), ("pipeline", False), ("page-order", True), ("page-order", False),
-        ("loops", True), ("loops", False))
+RUNS = (("pipeline", True), ("pipeline", False), ("feed", True), ("feed", False),
+        ("page-order", True), ("page-order", False), ("loops", True), ("loops", False))
 WARM_UP = 2  # pages, taken from those the sample skips
 _TOTAL = re.compile(r"I\s+refs:\s+([\d,]+)")
 
@@ -60,8 +61,8 @@ def run_piece(piece: str, recorded: Path, out: Path) -> None:
     # Every piece imports the same modules, so their cost falls out of the differences.
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner  # noqa: F401
 
-    if piece == "pipeline":
-        wc.pipeline_cpu(recorded, out, EXTRACTOR, store=True, state_cache=False)
+    if piece in ("pipeline", "feed"):
+        wc.pipeline_cpu(recorded, out, EXTRACTOR, store=piece == "pipeline", state_cache=False)
         return
     corpus = wc.Corpus(results, 0, 0, 0, ())
     if piece == "page-order":
@@ -96,7 +97,7 @@ def instructions_of(callgrind_log: str) -> int:
 @dataclass(frozen=True)
 class InstructionFigures:
     pages: int
-    pipeline: float  # instructions per page, marginal
+    pipeline: float  # instructions per page, marginal, reading the recorded results left out
     page_order: float
     loops: float
 
@@ -111,12 +112,13 @@ class InstructionFigures:
 
 def figures_of(totals: dict[tuple[str, bool], int], pages: int) -> InstructionFigures:
     """Per-page marginal instructions from the runs' totals (RUNS: each piece on the warm-up
-    and the sample, and on the warm-up alone)."""
+    and the sample, and on the warm-up alone). The pipeline's figure leaves out what its feed
+    costs (unpickling the recorded results and handing them to the first step)."""
     def per_page(piece: str) -> float:
         return (totals[(piece, True)] - totals[(piece, False)]) / pages
 
-    return InstructionFigures(pages, per_page("pipeline"), per_page("page-order"),
-                              per_page("loops"))
+    return InstructionFigures(pages, per_page("pipeline") - per_page("feed"),
+                              per_page("page-order"), per_page("loops"))
 
 
 def measure(sample: Path, warm: Path, work: Path, pages: int) -> InstructionFigures:
@@ -178,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     f = measure(sample, warm, work, len(results))
     print(f"{f.pages} pages (every {args.every}th of {recorded}), instructions per page:")
     for what, value, beyond in (
-            ("crawler (StorePages + rows sink, FnApiRunner, cache off)", f.pipeline, None),
+            ("crawler (StorePages + rows sink, FnApiRunner, cache off; feed out)", f.pipeline,
+             None),
             ("content work, page by page as a worker runs it", f.page_order,
              f.beyond_page_order),
             ("content work, each stage in a loop of its own", f.loops, f.beyond_loops)):

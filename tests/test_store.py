@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.core import pages as store
 from pipeline.core.pages import dedup_text, page_links, store_page
+from pipeline.core.parse import parse_page
 from pipeline.core.records import FetchResult, PageState
-from pipeline.core.urls import InvalidURL, dedup_key, normalize_url, url_hash
+from pipeline.core.urls import InvalidURL, dedup_key, normalize_url, resolve_url, url_hash
 from pipeline.io.segments import SegmentWriter, read_response, read_text, record_id
 
 HTML = (
@@ -157,6 +160,38 @@ def test_page_links_equal_normalising_each_link_against_the_page(page: str,
     for _ in range(2):
         found = page_links(page, hrefs)
         assert (found.urls, found.rejected) == _page_links_uncached(page, hrefs)
+
+
+@settings(max_examples=200, deadline=None)
+@given(page=st.sampled_from(["http://a.test/p/q", "https://b.test:8080/", "http://a.test/"]),
+       hrefs=st.lists(st.lists(_LINK_PARTS, min_size=1, max_size=6).map("".join),
+                      max_size=12).map(tuple))
+def test_a_parsed_pages_links_give_what_normalising_each_link_gives(page: str,
+                                                                   hrefs: tuple[str, ...]) -> None:
+    # What the parser hands over: each href resolved against the page, http(s) only.
+    resolved = []
+    for href in hrefs:
+        with contextlib.suppress(InvalidURL):
+            resolved.append(resolve_url(href, page))
+    found = page_links(page, tuple(resolved), resolved=True)
+    assert found.urls == _page_links_uncached(page, hrefs)[0]
+    assert found.rejected == ()  # the parser counted the links it could not resolve
+
+
+def test_real_pages_links_normalise_alike_without_a_second_parse():
+    from testweb.quality import load_benchmark, shared_data_dir
+
+    data_dir = shared_data_dir()
+    if not (data_dir / "article-extraction-benchmark").is_dir():
+        pytest.skip(f"benchmark pages not found under {data_dir} (the repository's ../shared/"
+                    "data; set CRAWLER_SHARED_DATA)")
+    links = 0
+    for real in load_benchmark(data_dir):
+        parsed = parse_page(real.url, real.body, "text/html", extract_text=False)
+        assert page_links(real.url, parsed.links, resolved=True) == page_links(real.url,
+                                                                               parsed.links)
+        links += len(parsed.links)
+    assert links > 10_000  # the 181 pages' links, resolved by the parser
 
 
 def test_a_pages_text_names_its_response_record(tmp_path):

@@ -20,6 +20,7 @@ from pipeline.core.urls import (
     check_length,
     dedup_key,
     host_key,
+    normalize_resolved,
     normalize_url,
     resolve_url,
     url_hash,
@@ -341,6 +342,28 @@ def test_resolved_links_are_idempotent(relative: str, base: str) -> None:
     normal = _normal_or_none(relative, base)
     if normal is not None:
         assert normalize_url(normal) == normal
+
+
+def _resolved_or_none(url: str, base: str) -> str | None:
+    try:
+        return resolve_url(url, base)
+    except InvalidURL:
+        return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(generated_urls(), st.lists(_segment, max_size=5).map("/".join),
+                 st.lists(_url_char, max_size=12).map("".join)),
+       st.one_of(generated_urls().filter(lambda url: _normal_or_none(url) is not None),
+                 st.just("https://base.test/x/y?q=1")))
+def test_a_resolved_link_normalises_alike_without_a_second_parse(link: str, page: str) -> None:
+    # The parser's links are resolve_url's output; normalize_resolved applies the crawler's
+    # rules to it directly, relying on the standard's serialisation parsing back to itself.
+    base = _normal_or_none(page)
+    resolved = _resolved_or_none(link, base)
+    if resolved is None:
+        return
+    assert normalize_resolved(resolved) == normalize_url(resolved) == normalize_url(link, base)
 
 
 @settings(max_examples=100, deadline=None)

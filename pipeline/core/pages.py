@@ -33,7 +33,14 @@ from pipeline.core.records import (
     RecordPointer,
     record_id,
 )
-from pipeline.core.urls import InvalidURL, RejectReason, dedup_key, normalize_url, url_hash
+from pipeline.core.urls import (
+    InvalidURL,
+    RejectReason,
+    dedup_key,
+    normalize_resolved,
+    normalize_url,
+    url_hash,
+)
 
 log = logging.getLogger(__name__)
 
@@ -103,14 +110,19 @@ class PageText:
 
 
 def page_links(page_url: str, hrefs: tuple[str, ...],
-               rejected: tuple[tuple[str, int], ...] = ()) -> PageLinks:
+               rejected: tuple[tuple[str, int], ...] = (), *, resolved: bool = False
+               ) -> PageLinks:
     """Normalise a page's links and drop repeats within the page (one per dedup key, first
     spelling and order kept) and links to the page itself. `rejected`: counts the parser
-    already made, to which this adds the links that cannot be normalised."""
+    already made, to which this adds the links that cannot be normalised. resolved: every
+    href is resolve_url's output (a ParsedPage's links), so none is parsed again
+    (urls.normalize_resolved)."""
     counts: dict[str, int] = dict(rejected)
     seen: dict[str, str] = {dedup_key(page_url): page_url}
     for href in hrefs:
-        if href.startswith(_ABSOLUTE):
+        if resolved:
+            found = _resolved_link(href)
+        elif href.startswith(_ABSOLUTE):
             found = _absolute_link(href)
         else:
             try:
@@ -140,6 +152,16 @@ def _absolute_link(href: str) -> tuple[str, str] | RejectReason:
     """(request URL, dedup key) of an absolute http(s) link, or why it cannot be crawled."""
     try:
         url = normalize_url(href)
+    except InvalidURL as exc:
+        return exc.reason
+    return url, dedup_key(url)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _resolved_link(href: str) -> tuple[str, str] | RejectReason:
+    """(request URL, dedup key) of a link resolve_url returned, or why it cannot be crawled."""
+    try:
+        url = normalize_resolved(href)
     except InvalidURL as exc:
         return exc.reason
     return url, dedup_key(url)
@@ -219,7 +241,7 @@ def judge_response(
                             fetched_at=result.fetched_at)
         return StoredPage(PageRow(**row, state=PageState.DEAD_LETTERED, reason=reason), None,
                           letter)
-    found = page_links(result.url, parsed.links, parsed.rejected_links)
+    found = page_links(result.url, parsed.links, parsed.rejected_links, resolved=True)
     links = found.urls
     batch = (
         FrontierBatch(result.crawl_id, result.depth + 1, links, source_url=result.url)

@@ -107,4 +107,4 @@ def _links_of(url: str, state: str, depth: int, pointer: RecordPointer,
         parsed = parse_page(url, body, content_type, extract_text=False)
     except Exception:  # it was dead-lettered or stored without links the first time too
         return []
-    return [(t, depth + 1, 0) for t in page_links(url, parsed.links).urls]
+    return [(t, depth + 1, 0) for t in page_links(url, parsed.links, resolved=True).urls]
