@@ -366,6 +366,43 @@ def test_a_resolved_link_normalises_alike_without_a_second_parse(link: str, page
     assert normalize_resolved(resolved) == normalize_url(resolved) == normalize_url(link, base)
 
 
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(generated_urls(), st.lists(_segment, max_size=5).map("/".join),
+                 st.lists(_url_char, max_size=12).map("".join)))
+def test_a_url_already_in_request_form_is_what_every_rule_gives(link: str) -> None:
+    from pipeline.core import urls
+
+    # Only the standard's serialisations reach the rules; the shortcut must agree with each
+    # rule applied wherever it takes a URL as it is.
+    try:
+        href = ada_url.join_url("https://base.test/x/y?q=1", link)
+    except ValueError:
+        return
+    if not href.startswith(("http://", "https://")):
+        return
+    assert urls._request_form(href, link, None) == urls._rewritten(href, link, None)
+
+
+@pytest.mark.parametrize("href", [
+    "http://a.test/p", "https://a-b.c_d.test:8080/x/y.html", "http://1.2.3.4/",
+])
+def test_urls_the_rules_leave_alone_take_the_shortcut(href: str) -> None:
+    from pipeline.core import urls
+
+    assert urls._IN_REQUEST_FORM(href)
+    assert normalize_url(href) == href
+
+
+@pytest.mark.parametrize("href", [
+    "http://a.test./p", "http://u@a.test/", "http://[::1]/", "http://a.test/p#f",
+    "http://a.test/p?q", "http://a.test/a;jsessionid=1", "http://a.test/%7e", "http://a.test",
+])
+def test_urls_a_rule_may_change_do_not_take_the_shortcut(href: str) -> None:
+    from pipeline.core import urls
+
+    assert not urls._IN_REQUEST_FORM(href)
+
+
 @settings(max_examples=100, deadline=None)
 @given(generated_urls())
 def test_absolute_links_ignore_the_base(url: str) -> None:

@@ -231,12 +231,28 @@ def check_length(url: str) -> None:
         )
 
 
-def _request_form(href: str, url: str, base: str | None) -> str:
-    """The crawler's rules (module doc, 1-7) applied to the standard's serialisation `href`.
+# A serialisation none of the crawler's rules changes: http(s), a host of name characters that
+# does not end in a dot (so no userinfo, IPv6 or trailing dot), an optional port, and a path of
+# wire-form characters without ';' (no session parameter), '%' (no escape to normalise), query
+# or fragment. Most links are such; they are returned as they are, one match instead of the
+# split below (a link's normalising cost 3.2 against 0.6 us on the real pages' links).
+_IN_REQUEST_FORM = re.compile(
+    r"https?://[a-z0-9\-._]*[a-z0-9\-_](?::[0-9]+)?/[A-Za-z0-9\-._~!$&'()*+,=:@/]*"
+).fullmatch
 
-    `href` is what ada serialised, so it is split by position, not parsed: a special URL is
-    `scheme://[userinfo@]host[:port]/path[?query][#fragment]`, userinfo has '@' and '/'
-    percent-encoded, a host has no ':' outside IPv6 brackets, and the path no '?' or '#'.
+
+def _request_form(href: str, url: str, base: str | None) -> str:
+    """The crawler's rules (module doc, 1-7) applied to the standard's serialisation `href`."""
+    if _IN_REQUEST_FORM(href):
+        return href
+    return _rewritten(href, url, base)
+
+
+def _rewritten(href: str, url: str, base: str | None) -> str:
+    """_request_form's rules, each applied: `href` is what ada serialised, so it is split by
+    position, not parsed: a special URL is `scheme://[userinfo@]host[:port]/path[?query]
+    [#fragment]`, userinfo has '@' and '/' percent-encoded, a host has no ':' outside IPv6
+    brackets, and the path no '?' or '#'.
     """
     if href.startswith(_HTTP):
         start = len(_HTTP)
