@@ -14,7 +14,7 @@ after a replay gets a fresh id and is stored twice. Here every row's insert id i
 with an id it saw in about the last minute are dropped) catches both kinds of repeat. Dedup
 is best-effort: queries still count pages once per (crawl_id, url_hash), as docs/queries do.
 
-Rows are batched first (GroupIntoBatches on a few shard keys: at most `batch_size` rows or
+Rows are batched first (BatchRows on a few shard keys: at most `batch_size` rows or
 `max_wait_s` seconds per insert call), as WritePagesTable batches Parquet parts; the number of
 shard keys bounds the number of concurrent insert calls.
 
@@ -43,6 +43,8 @@ from pipeline.io.bigquery import (
     table_parameters,
 )
 from pipeline.metrics import crawl_counter
+from pipeline.transforms.batches import BatchRows
+from pipeline.transforms.coders import PageRowCoder
 
 # insertAll accepts up to 50,000 rows and 10 MB per call and recommends about 500 rows.
 DEFAULT_BATCH_SIZE = 500
@@ -187,9 +189,7 @@ class WritePagesToBigQuery(beam.PTransform):
             rows
             | "KeyByShard" >> beam.Map(lambda row: (row.url_hash % shards, row))
             .with_output_types(tuple[int, PageRow])
-            | "Batch" >> beam.GroupIntoBatches(
-                self._batch_size, max_buffering_duration_secs=self._max_wait_s
-            )
+            | "Batch" >> BatchRows(PageRowCoder(), self._batch_size, self._max_wait_s)
             | "ToInsertRows" >> beam.MapTuple(
                 lambda _, batch: (destination, [_to_insert(row) for row in batch])
             )

@@ -1,6 +1,6 @@
 """WritePagesTable: terminal page rows -> Parquet part files of the `pages` table.
 
-Rows are batched in runner state (GroupIntoBatches: durable, bounded in size and time) and each
+Rows are batched in runner state (BatchRows: durable, bounded in size and time) and each
 batch becomes one part file named by its rows, so a long crawl writes a few files a second, not
 one per row, and a runner retrying a batch's bundle rewrites that batch's file. The
 `rows_written` counter moves only after a part file is in place; the local runtime compares it
@@ -18,6 +18,8 @@ from pipeline.core.counters import Counter, rows_in
 from pipeline.core.records import PageRow
 from pipeline.io.pages_table import PagesTableWriter
 from pipeline.metrics import crawl_counter
+from pipeline.transforms.batches import BatchRows
+from pipeline.transforms.coders import PageRowCoder
 
 
 class WritePartFn(beam.DoFn):
@@ -90,8 +92,6 @@ class WritePagesTable(beam.PTransform):
             rows
             | "KeyByShard" >> beam.Map(lambda row: (row.url_hash % shards, row))
             .with_output_types(tuple[int, PageRow])
-            | "Batch" >> beam.GroupIntoBatches(
-                self._batch_size, max_buffering_duration_secs=self._max_wait_s
-            )
+            | "Batch" >> BatchRows(PageRowCoder(), self._batch_size, self._max_wait_s)
             | "WriteParquetPart" >> beam.ParDo(WritePartFn(self._out, self._crawl_id))
         )
