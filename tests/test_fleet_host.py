@@ -3,6 +3,7 @@ paused crawls requesting nothing, cancelled crawls' URLs each ending in exactly 
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from collections import Counter
 from dataclasses import dataclass, field
@@ -553,3 +554,98 @@ def test_every_errand_is_answered_once_and_the_host_stays_polite_under_any_inter
     fire()
     assert not host.busy, ops
     assert answered == Counter(list(asked)), (answered, asked, ops)
+
+
+# ----------------------------------------------------------------- a resumed crawl's marks
+def same_urls(*paths: str) -> list[tuple[str, int, str | None]]:
+    """URLs both crawls know, so one crawl's marks can be told apart from the other's."""
+    return [(u, url_hash(u), None) for u in (f"http://{HOST}/{p}" for p in paths)]
+
+
+def run_host(host: FleetHostState, terms: dict[str, CrawlTerms], until: float = 60.0
+             ) -> tuple[list[tuple[str, str]], list[tuple[str, str, PageState, str]]]:
+    """Drive the host's timer, every fetch answering 200 (robots.txt: allow all): the pages
+    requested, (crawl, url), and the rows decided, (crawl, url, state, reason)."""
+    requested, rows, now = [], [], 0.0
+    while now <= until:
+        decision = host.next_action(now, terms)
+        rows += [(c, o.entry.url, o.state, o.reason)
+                 for c, d in decision.decisions for o in d.outcomes]
+        if decision.fetch is not None:
+            crawl_id, order = decision.fetch
+            if order.lease.kind is LeaseKind.PAGE:
+                requested.append((crawl_id, order.lease.url))
+            now += 0.1
+            done = host.complete(order.lease.lease_id, FetchReport(status=200), now,
+                                 terms[crawl_id].policy)
+            rows += [(c, d.page_done.url, PageState.FETCHED, "")
+                     for c, d in done.decisions if d.page_done is not None]
+        elif decision.wake_at is None:
+            break
+        else:
+            now = decision.wake_at
+    return requested, rows
+
+
+def test_seen_marks_keep_a_crawl_s_done_urls_from_being_accepted_and_spare_the_other_crawl():
+    p = policy(1.0)
+    host = FleetHostState(HOST)
+    host.mark_seen("a", same_urls("1", "2"), p, issued=False)
+    accepted_a, _, _ = host.offer("a", same_urls("1", "2", "3"), 0, p)
+    accepted_b, _, _ = host.offer("b", same_urls("1", "2", "3"), 0, p)
+    assert [e.url for e in accepted_a] == [f"http://{HOST}/3"]
+    assert [e.url for e in accepted_b] == [f"http://{HOST}/{n}" for n in "123"]
+    assert host.crawls["a"].pages_issued == 0  # seen, but not requested: no page spent
+    requested, _ = run_host(host, {"a": CrawlTerms(p), "b": CrawlTerms(p)})
+    assert sorted(requested) == sorted([("a", f"http://{HOST}/3")] + [
+        ("b", f"http://{HOST}/{n}") for n in "123"])
+
+
+def test_issued_marks_spend_the_crawl_s_host_budget_on_this_host():
+    """A resumed crawl whose host had 2 pages of its 3 requested before: 1 more is fetched,
+    the rest end over budget with a row; the other crawl's budget is untouched."""
+    p = dataclasses.replace(policy(1.0), max_pages_per_host=3)
+    host = FleetHostState(HOST)
+    host.mark_seen("a", same_urls("done-1", "done-2"), p, issued=True)
+    host.mark_seen("a", same_urls("seen-only"), p, issued=False)
+    host.offer("a", same_urls("1", "2", "3"), 0, p)
+    host.offer("b", same_urls("1", "2", "3"), 0, p)
+    requested, rows = run_host(host, {"a": CrawlTerms(p), "b": CrawlTerms(p)})
+    assert [url for c, url in requested if c == "a"] == [f"http://{HOST}/1"]
+    assert [url for c, url in requested if c == "b"] == [f"http://{HOST}/{n}" for n in "123"]
+    assert sorted((url, state, reason) for c, url, state, reason in rows if c == "a") == [
+        (f"http://{HOST}/1", PageState.FETCHED, ""),
+        (f"http://{HOST}/2", PageState.OVER_BUDGET, "host page budget 3 spent"),
+        (f"http://{HOST}/3", PageState.OVER_BUDGET, "host page budget 3 spent")]
+
+
+def test_marks_survive_the_host_state_stored_in_parts():
+    p = policy(1.0)
+    host = FleetHostState(HOST)
+    host.mark_seen("a", same_urls("1"), p, issued=True)
+    fields, queues = host.stored()
+    seen = {c: s.seen for c, s in host.crawls.items()}
+    back = FleetHostState.restored(pickle.loads(pickle.dumps(fields)), queues.get, seen)
+    accepted, _, _ = back.offer("a", same_urls("1", "2"), 0, p)
+    assert [e.url for e in accepted] == [f"http://{HOST}/2"]
+    assert back.crawls["a"].pages_issued == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 40), unique=True, max_size=25),
+       st.lists(st.integers(0, 40), unique=True, max_size=25), st.booleans(),
+       st.sampled_from(["a", "b"]))
+def test_a_marked_url_is_never_accepted_again_and_marks_touch_only_their_crawl(
+        marked, offered, issued, first):
+    p = policy(1.0)
+    host = FleetHostState(HOST)
+    if first == "b":  # the other crawl may already be on the host, or come after
+        host.offer("b", same_urls(*map(str, offered)), 0, p)
+    host.mark_seen("a", same_urls(*map(str, marked)), p, issued=issued)
+    accepted_a, _, _ = host.offer("a", same_urls(*map(str, offered)), 0, p)
+    assert {e.url for e in accepted_a}.isdisjoint(u for u, _, _ in same_urls(*map(str, marked)))
+    assert host.crawls["a"].pages_issued == (len(marked) if issued else 0)
+    if first == "a":
+        accepted_b, _, _ = host.offer("b", same_urls(*map(str, offered)), 0, p)
+        assert len(accepted_b) == len(offered)  # b's seen-set knows nothing of a's marks
+    assert "b" not in host.crawls or host.crawls["b"].pages_issued == 0

@@ -21,7 +21,8 @@ it: `paused` URLs wait and nothing of the crawl is requested; `cancelling`, `can
 `done` crawls' waiting URLs end at once with a row (`cancelled`, or `over_budget` for a spent
 time budget), and the robots.txt errands waiting on its desk are answered unreachable. It is
 plain Python, no I/O, no clock, like politeness.py, with the same event contract (offer,
-next_action, complete, expire_lease, and robots_message for ask_robots and robots_answered).
+next_action, complete, expire_lease, robots_message for ask_robots and robots_answered, and
+mark_seen).
 """
 
 from __future__ import annotations
@@ -163,6 +164,14 @@ class FleetHostState:
     ) -> tuple[list[FrontierEntry], list[Outcome], list[FrontierEntry]]:
         """URLs of one crawl for this host: HostState.offer on the crawl's own state."""
         return self.crawl(crawl_id).offer(urls, depth, policy, **options)
+
+    def mark_seen(self, crawl_id: str, urls: list[tuple[str, int, str | None]],
+                  policy: HostPolicy, *, issued: bool) -> None:
+        """A resumed crawl's URLs of this host that are already done: HostState.mark_seen on
+        the crawl's own state, so they go into its seen-set (not another crawl's) and, when
+        they cost a request (`issued`), count against its host budget. `policy` is the
+        crawl's, which sizes a seen-set made here."""
+        self.crawl(crawl_id).mark_seen(urls, policy, issued=issued)
 
     def robots_message(self, crawl_id: str, message: RobotsErrand | RobotsReply, now: float,
                        policy: HostPolicy) -> FleetDecision:
