@@ -24,8 +24,6 @@ from pipeline.io.bigtable import BigtableConfig
 from pipeline.io.events import event_of
 from pipeline.options import CrawlOptions
 from pipeline.transforms.bigtable import WritePagesToBigtable
-from pipeline.transforms.fleet import ROBOTS as FLEET_ROBOTS
-from pipeline.transforms.fleet import ROWS as FLEET_ROWS
 from pipeline.transforms.fleet import FleetConfig, ScheduleFleetFetches
 from pipeline.transforms.frontier import (
     PublishDeadLetters,
@@ -122,27 +120,35 @@ def build_fleet(
     clock: Callable[[], float] = time.time,
     events_topic: str | None = None,
     bigquery_table: str | None = None,
+    payloads: beam.PTransform | None = None,
 ) -> None:
     """Add the fleet to pipeline `p`: one graph for every crawl. It reads the fleet's frontier
     `subscription` (messages of any crawl), schedules every crawl's URLs in host state keyed by
     host, stores each page under its crawl's directory of `out` and its row in Bigtable (and
     the crawl's Parquet table), and publishes links, and robots.txt errands and answers
-    between hosts, back to `topic`. With `events_topic`, each fetched page's event (it names
-    its crawl) goes there once its row is durable; with `bigquery_table`, rows also go to
-    BigQuery."""
+    between hosts, back to `topic`. Dead letters `crawler redrive` sent back to the frontier
+    are parsed again from their stored responses by the same store, each into its new row.
+    With `events_topic`, each fetched page's event (it names its crawl) goes there once its
+    row is durable; with `bigquery_table`, rows also go to BigQuery. `payloads` replaces the
+    subscription with any PTransform PBegin -> bytes (a TestStream in tests), as
+    ReadFrontier's does."""
     if config.budget_block is None:
         # Each crawl's budget counted per process: refused where the fleet has many.
         check_budget_fits_runner(p, LocalPageBudget("fleet", None))
-    payloads = p | "ReadFleetFrontier" >> beam.io.ReadFromPubSub(subscription=subscription)
-    scheduled = payloads | "ScheduleFleetFetches" >> ScheduleFleetFetches(config, clock)
-    stored = scheduled.fetched | "StorePages" >> StorePages(
+    source = payloads or beam.io.ReadFromPubSub(subscription=subscription)
+    frontier = p | "ReadFleetFrontier" >> source
+    scheduled = frontier | "ScheduleFleetFetches" >> ScheduleFleetFetches(config, clock)
+    # Dead letters of any crawl, sent back by `crawler redrive`: the one-crawl graph's replay.
+    replayed = scheduled.redrive | "ReplayDeadLetters" >> ReplayDeadLetters()
+    fetched = (scheduled.fetched, replayed.fetched) | "AllFetched" >> beam.Flatten()
+    stored = fetched | "StorePages" >> StorePages(
         out, None, agent=config.policy.user_agent.split("/")[0], duplicates=duplicates,
         extractor=extractor_named(extractor),
     )
-    rows = (scheduled[FLEET_ROWS], stored.rows) | "AllRows" >> beam.Flatten()
+    rows = (scheduled.rows, replayed.rows, stored.rows) | "AllRows" >> beam.Flatten()
     _write_rows(rows, out, None, config.bigtable, events_topic, bigquery_table)
     (
-        (stored.links, scheduled[FLEET_ROBOTS])
+        (stored.links, scheduled.robots)
         | "AllFrontierBatches" >> beam.Flatten()
         | "PublishFrontier" >> PublishFrontier(topic)
     )

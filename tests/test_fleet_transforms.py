@@ -9,14 +9,19 @@ from pipeline.core.records import (
     DeadLetter,
     FrontierBatch,
     HostBatch,
+    HostSeenMarks,
     HostSignal,
+    RecordPointer,
     RobotsAnswer,
     RobotsRequest,
+    SeenMarks,
 )
 from pipeline.core.robots_relay import RobotsFetch, RobotsReply
+from pipeline.core.urls import url_hash
 from pipeline.io.bigtable import CrawlRecord
 from pipeline.io.crawls import FleetCrawl
 from pipeline.transforms.fleet import DecodeFleetFrontierFn, crawl_policy
+from pipeline.transforms.frontier import REDRIVE
 
 BASE = HostPolicy(user_agent="fleet/1.0", min_delay=1.0, max_crawl_delay=30.0, max_depth=None,
                   max_pages_per_host=None, bloom_capacity=400_000)
@@ -56,11 +61,40 @@ def test_every_crawl_s_messages_are_keyed_by_host_with_their_crawl():
     assert list(decode.process(signal.to_bytes())) == [("a.test", ("c2", signal))]
 
 
-def test_messages_the_fleet_does_not_take_are_dropped_not_raised():
+def test_malformed_messages_are_counted_and_dropped_not_raised():
     decode = DecodeFleetFrontierFn()
-    letter = DeadLetter("c1", "parse", "http://a.test/", 1, "boom", 3)
-    assert list(decode.process(letter.to_bytes())) == []
-    assert list(decode.process(b"not json")) == []
+    for payload in (b"not json", b'{"version":1,"kind":"dead_letter","crawl_id":"c1"}',
+                    b'{"version":1,"kind":"no-such-kind","crawl_id":"c1"}'):
+        assert list(decode.process(payload)) == []
+
+
+def test_a_redriven_dead_letter_leaves_for_the_store_whatever_its_crawl():
+    """A dead letter `crawler redrive` sent back goes out on 'redrive' whole (the store
+    parses its stored response again), not to a host's key and not dropped."""
+    decode = DecodeFleetFrontierFn()
+    letters = [DeadLetter(crawl_id, "parse", "http://a.test/x", 7, "boom", 3,
+                          warc=RecordPointer("c/warc/s.warc.gz", 10, 20), depth=2,
+                          fetched_at=1.5) for crawl_id in ("c1", "c2")]
+    out = [item for letter in letters for item in decode.process(letter.to_bytes())]
+    assert [(o.tag, o.value) for o in out] == [(REDRIVE, letter) for letter in letters]
+
+
+def test_a_resumed_crawl_s_seen_marks_are_keyed_by_host_with_their_crawl():
+    """As DecodeFrontierFn's split_by_host does for one crawl: normalised, grouped by host,
+    `issued` kept, an unreadable URL counted and left out."""
+    decode = DecodeFleetFrontierFn()
+    issued = SeenMarks("c1", ("http://A.test/x#top", "http://b.test/y", "http://a.test/z"),
+                       issued=True)
+    seen = SeenMarks("c2", ("http://a.test/x", "not a url"))
+    got = sorted((host, crawl_id, marks.issued, tuple(url for url, _, _ in marks.entries))
+                 for marks in (issued, seen)
+                 for host, (crawl_id, marks) in decode.process(marks.to_bytes()))
+    assert got == [("a.test", "c1", True, ("http://a.test/x", "http://a.test/z")),
+                   ("a.test", "c2", False, ("http://a.test/x",)),
+                   ("b.test", "c1", True, ("http://b.test/y",))]
+    ((_, (_, marks)),) = [item for item in decode.process(seen.to_bytes())]
+    assert isinstance(marks, HostSeenMarks)
+    assert marks.entries == (("http://a.test/x", url_hash("http://a.test/x"), None),)
 
 
 def test_robots_requests_and_answers_are_keyed_by_the_host_they_are_for_with_their_crawl():

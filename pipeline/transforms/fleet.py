@@ -2,7 +2,9 @@
 by host.
 
 DecodeFleetFrontier reads the fleet's frontier topic, whatever crawl a message belongs to, and
-keys each crawl's URLs by host. ScheduleFleetFetches is the stateful DoFn keyed by host that
+keys each crawl's URLs (and a resumed crawl's seen-marks) by host; dead letters `crawler
+redrive` sent back leave it apart, for the store to parse again from their stored responses.
+ScheduleFleetFetches is the stateful DoFn keyed by host that
 holds a pipeline.core.fleet_host.FleetHostState: every crawl's queue and seen-set on the host,
 one request in flight and one spacing across them. Each crawl's limits and state come from its
 record in Bigtable (pipeline.io.crawls), read at most every `state_ttl_s` per process, so a
@@ -22,10 +24,12 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import apache_beam as beam
 from apache_beam import TimeDomain
 from apache_beam.coders import PickleCoder
+from apache_beam.pvalue import PCollection
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.utils.shared import Shared
 from apache_beam.utils.timestamp import Timestamp
@@ -37,10 +41,12 @@ from pipeline.core.politeness import HostPolicy, LeaseKind
 from pipeline.core.records import (
     BatchKind,
     DeadLetter,
-    FrontierBatch,
+    FetchResult,
     HostBatch,
+    HostSeenMarks,
     HostSignal,
     HostSignalKind,
+    PageRow,
     RobotsAnswer,
     RobotsRequest,
     frontier_message,
@@ -53,7 +59,7 @@ from pipeline.io.fetch import FetchConfig, FetchResponse
 from pipeline.io.host_overflow import HostOverflow
 from pipeline.metrics import crawl_counter
 from pipeline.transforms.budget import shared_page_budget
-from pipeline.transforms.frontier import split_by_host
+from pipeline.transforms.frontier import REDRIVE, split_by_host
 from pipeline.transforms.resources import WorkerResources, worker_resources
 from pipeline.transforms.schedule import (
     _POLL_MAX,
@@ -69,7 +75,7 @@ log = logging.getLogger(__name__)
 
 ROWS = "rows"
 ROBOTS = "robots"
-FleetMessage = HostBatch | HostSignal | RobotsRequest | RobotsAnswer
+FleetMessage = HostBatch | HostSeenMarks | HostSignal | RobotsRequest | RobotsAnswer
 
 
 @dataclass(frozen=True)
@@ -152,19 +158,20 @@ def crawl_records() -> CrawlRecords:
 
 
 class DecodeFleetFrontierFn(beam.DoFn):
-    """Fleet frontier payload -> (host, (crawl id, FleetMessage)): a crawl's URLs grouped by
-    host, a host signal, or a robots.txt request or answer keyed by the host it is for (the
-    host that fetches, or the one that asked), as DecodeFrontierFn keys them. Messages the
-    fleet does not take (resume seen-marks, redriven dead letters, malformed ones) are
-    counted as malformed and logged."""
+    """Fleet frontier payload -> (host, (crawl id, FleetMessage)): a crawl's URLs or a resumed
+    crawl's seen-marks grouped by host, a host signal, or a robots.txt request or answer keyed
+    by the host it is for (the host that fetches, or the one that asked), as DecodeFrontierFn
+    keys them; or a redriven DeadLetter ('redrive'), whatever its crawl. Malformed messages
+    are counted and logged."""
 
     def __init__(self) -> None:
         self._received = crawl_counter(Counter.BATCHES_RECEIVED)
         self._decoded = crawl_counter(Counter.URLS_DECODED)
         self._invalid = crawl_counter(Counter.URLS_INVALID)
         self._malformed = crawl_counter(Counter.BATCHES_MALFORMED)
+        self._redriven = crawl_counter(Counter.URLS_REDRIVEN)
 
-    def process(self, payload: bytes) -> Iterator[tuple[str, tuple[str, FleetMessage]]]:
+    def process(self, payload: bytes) -> Iterator[object]:
         try:
             message = frontier_message(payload)
         except ValueError as exc:
@@ -182,10 +189,9 @@ class DecodeFleetFrontierFn(beam.DoFn):
             except InvalidURL as exc:
                 log.warning("dropping a host signal for %r: %s", message.url, exc)
             return
-        if isinstance(message, DeadLetter) or not isinstance(message, FrontierBatch):
-            self._malformed.inc()
-            log.warning("the fleet does not take %s messages (crawl %s): dropped",
-                        message.kind, message.crawl_id)
+        if isinstance(message, DeadLetter):
+            self._redriven.inc()
+            yield beam.pvalue.TaggedOutput(REDRIVE, message)
             return
         self._received.inc()
         by_host, invalid = split_by_host(message)
@@ -274,6 +280,7 @@ class FleetSchedulerFn(beam.DoFn):
         self._leases_expired = crawl_counter(Counter.LEASES_EXPIRED)
         self._overflowed = crawl_counter(Counter.URLS_OVERFLOWED)
         self._robots_messages = crawl_counter(Counter.ROBOTS_MESSAGES_EMITTED)
+        self._offered = crawl_counter(Counter.URLS_OFFERED)
         self._resources: WorkerResources | None = None
         self._records: CrawlRecords | None = None
         self._overrides: tuple = ()
@@ -344,7 +351,8 @@ class FleetSchedulerFn(beam.DoFn):
         host, (crawl_id, message) = element
         now = self._clock()
         cells = FleetCells(host_state, host_queues, host_seen)
-        offers = isinstance(message, HostBatch)
+        # Offers and seen-marks change a crawl's seen-set; nothing else reads it.
+        offers = isinstance(message, HostBatch | HostSeenMarks)
         state: FleetHostState = cells.read(with_seen=offers) or FleetHostState(host=host)
         # A crawl whose record cannot be read (yet) gets the fleet's defaults here, and its
         # work waits at the timer until the record is read (FleetHostState.next_action).
@@ -359,6 +367,13 @@ class FleetSchedulerFn(beam.DoFn):
                 state.crawls[crawl_id].set_duplicate_heavy(
                     message.signal is HostSignalKind.THROTTLE, policy)
                 cells.write(state)
+            return
+        self._offered.inc(len(message.entries))
+        if isinstance(message, HostSeenMarks):
+            # The crawl's policy sizes a seen-set made here; one whose record is not read yet
+            # gets the fleet's defaults, as its offers would.
+            state.mark_seen(crawl_id, list(message.entries), policy, issued=message.issued)
+            cells.write(state)
             return
         was_busy = state.busy
         accepted, outcomes, spilled = state.offer(
@@ -508,21 +523,36 @@ class FleetSchedulerFn(beam.DoFn):
             wake.set(Timestamp.of(max(state.wake_at, now)))
 
 
+class FleetOutputs(NamedTuple):
+    """ScheduleFleetFetches' outputs."""
+
+    fetched: PCollection[FetchResult]  # pages fetched, of any crawl
+    rows: PCollection[PageRow]  # terminal rows the schedulers decided (filtered, over budget...)
+    robots: PCollection[RobotsRequest | RobotsAnswer]  # bound for other hosts' keys
+    redrive: PCollection[DeadLetter]  # dead letters `crawler redrive` sent back, any crawl
+
+
 class ScheduleFleetFetches(beam.PTransform):
-    """Fleet frontier payloads -> fetched pages (main), terminal rows ('rows') and robots.txt
-    requests and answers bound for other hosts' keys through the frontier ('robots')."""
+    """Fleet frontier payloads -> FleetOutputs: fetched pages, terminal rows, robots.txt
+    requests and answers bound for other hosts' keys through the frontier, and the redriven
+    dead letters the frontier carried, for the store to parse again."""
 
     def __init__(self, config: FleetConfig, clock: Callable[[], float] = time.time) -> None:
         super().__init__()
         self._config = config
         self._clock = clock
 
-    def expand(self, payloads):
-        return (
+    def expand(self, payloads) -> FleetOutputs:
+        decoded = (
             payloads
             | "DecodeAndGroupByHost" >> beam.ParDo(DecodeFleetFrontierFn())
             .with_output_types(tuple[str, tuple[str, FleetMessage]])
+            .with_outputs(REDRIVE, main="batches")
+        )
+        scheduled = (
+            decoded.batches
             | "FleetHostScheduler" >> beam.ParDo(FleetSchedulerFn(self._config, self._clock))
             .with_outputs(ROWS, ROBOTS, main="fetched")
         )
-
+        return FleetOutputs(scheduled.fetched, scheduled[ROWS], scheduled[ROBOTS],
+                            decoded[REDRIVE])
