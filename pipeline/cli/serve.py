@@ -21,8 +21,6 @@ from pathlib import Path
 from pipeline.io.resources import RESOURCES
 from pipeline.options import DEFAULT_USER_AGENT, LOCAL_PROJECT
 
-LOCAL_FRONTIER_TOPIC = "frontier"
-
 log = logging.getLogger(__name__)
 
 
@@ -43,9 +41,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bigtable-instance", default="local",
                         help="Bigtable instance of the crawls and pages tables "
                              "(default: %(default)s)")
-    parser.add_argument("--frontier-topic", default=None,
-                        help="the fleet's frontier topic (default: frontier; with --cloud "
-                             f"{RESOURCES.frontier_topic}, the one terraform/ creates)")
+    parser.add_argument("--frontier-topic", default=RESOURCES.frontier_topic,
+                        help="the fleet's frontier topic (default: %(default)s, the one "
+                             "terraform/ creates; `crawler redrive` sends a fleet crawl's dead "
+                             "letters back to it)")
     parser.add_argument("--cloud", action="store_true",
                         help="serve the API only, against the fleet on Google Cloud (real "
                              "Pub/Sub and Bigtable of --project and --bigtable-instance, "
@@ -104,8 +103,6 @@ def run_serve(args: argparse.Namespace) -> int:
         return 3
     if args.cloud:
         return _run_cloud(args)
-    if args.frontier_topic is None:
-        args.frontier_topic = LOCAL_FRONTIER_TOPIC
     from pipeline.io.bigtable import BigtableConfig, open_tables
     from pipeline.io.dns import parse_resolve
     from pipeline.local.emulators import (

@@ -2,8 +2,11 @@
 
 A page the parser could not handle (stage "parse") is stored `dead_lettered` and published to
 the crawl's dead-letter topic, where the subscription `dead-letters-CRAWL_ID-redrive`, created
-when the crawl starts, keeps it. After a fix is deployed, `crawler redrive CRAWL_ID` moves
-every kept letter onto the running crawl's frontier topic; `crawler crawl --resume --redrive`
+when the crawl starts, keeps it. The fleet (`crawler serve`, the Dataflow job) publishes every
+crawl's letters to one topic, kept by one subscription (pipeline.io.resources: the fleet's
+`crawler-dead-letters-redrive`). After a fix is deployed, `crawler redrive CRAWL_ID` moves
+every kept letter of the crawl onto the frontier topic the crawl reads (its own, or the
+fleet's), leaving other crawls' letters on a shared subscription; `crawler crawl --resume --redrive`
 rebuilds the letters of a local crawl that has ended from its pages table (its emulators, and
 the letters they kept, ended with it) and publishes them before fetching resumes. The pipeline
 routes a letter to the store with the response rebuilt from its WARC record (replay_result):
@@ -11,8 +14,9 @@ the page is parsed again without a second request to its host, and its new termi
 replaces the `dead_lettered` one (same Bigtable row key; the Parquet view hides a
 `dead_lettered` row once its URL has another row).
 
-This module owns the topic and subscription names, rebuilding a fetch result from a letter,
-and moving letters; it does not parse pages or know about Beam.
+This module owns the one-shot crawls' topic and subscription names, which subscription and
+topic a crawl's letters move between, rebuilding a fetch result from a letter, and moving
+letters; it does not parse pages or know about Beam.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from pipeline.core.records import DeadLetter, FetchResult, RecordPointer
 from pipeline.core.urls import host_key
+from pipeline.io.resources import RESOURCES
 from pipeline.io.segments import read_response
 
 if TYPE_CHECKING:
@@ -84,30 +89,65 @@ def replay_result(letter: DeadLetter) -> FetchResult:
 
 
 @dataclass(frozen=True)
+class RedriveRoute:
+    """Where a crawl's dead letters wait and where they go back to (full paths)."""
+
+    subscription: str  # keeps the letters
+    topic: str  # the frontier the crawl reads
+    # The subscription keeps other crawls' letters too (the fleet's): those stay on it for
+    # their own redrive; on a crawl's own subscription they are strays, dropped and logged.
+    shared: bool = False
+
+
+def crawl_route(project: str, crawl_id: str) -> RedriveRoute:
+    """A one-shot crawl's route: its own subscription and frontier topic."""
+    return RedriveRoute(
+        subscription=f"projects/{project}/subscriptions/{redrive_subscription_name(crawl_id)}",
+        topic=f"projects/{project}/topics/{frontier_topic_name(crawl_id)}")
+
+
+def fleet_route(project: str, *, topic: str = RESOURCES.frontier_topic,
+                subscription: str = RESOURCES.dead_letter_subscription) -> RedriveRoute:
+    """A fleet crawl's route: the fleet's dead-letter subscription, shared by every crawl,
+    and the fleet's frontier topic (names, as `crawler serve` and terraform/ make them)."""
+    return RedriveRoute(subscription=f"projects/{project}/subscriptions/{subscription}",
+                        topic=f"projects/{project}/topics/{topic}", shared=True)
+
+
+@dataclass(frozen=True)
 class RedriveReport:
     moved: int  # letters published to the frontier and acknowledged on the subscription
     skipped: int  # messages that were not dead letters of this crawl (acknowledged, logged)
+    left: int = 0  # other crawls' letters on a shared subscription, left there for them
 
 
-def redrive(project: str, crawl_id: str, *, limit: int | None = None,
-            on_moved: Callable[[int], None] | None = None,
+# How long another crawl's letter is held while a redrive runs, so the pulls that follow do
+# not get it again; it is released at the end (or, after a crash, when this runs out).
+_HOLD_S = 600
+
+
+def redrive(project: str, crawl_id: str, *, route: RedriveRoute | None = None,
+            limit: int | None = None, on_moved: Callable[[int], None] | None = None,
             pull_timeout_s: float = 1.0) -> RedriveReport:
-    """Move the crawl's kept dead letters onto its frontier topic; returns how many.
+    """Move the crawl's kept dead letters onto the frontier topic of `route` (default: the
+    one-shot crawl's own, crawl_route); returns how many.
 
     A batch is acknowledged only after Pub/Sub has accepted every letter of it on the
     frontier, so a crash in between sends some letters twice (each is then parsed twice; the
     Bigtable row is the same, the crawl's counters count it twice), never loses one.
     `on_moved(n)` runs after each batch, before its acknowledgement (the crawl record's
-    counters are corrected there).
+    counters are corrected there). On a shared subscription, other crawls' letters are not
+    acknowledged: they are held while this runs and then handed back to the subscription.
     """
     from google.api_core.exceptions import DeadlineExceeded
     from google.cloud import pubsub_v1
 
-    subscription = f"projects/{project}/subscriptions/{redrive_subscription_name(crawl_id)}"
-    topic = f"projects/{project}/topics/{frontier_topic_name(crawl_id)}"
+    route = route or crawl_route(project, crawl_id)
+    subscription, topic = route.subscription, route.topic
     subscriber = pubsub_v1.SubscriberClient()
     publisher = pubsub_v1.PublisherClient()
     moved = skipped = 0
+    held: dict[str, str] = {}  # message id -> ack id of the other crawls' letters held
     try:
         while limit is None or moved < limit:
             want = 100 if limit is None else min(100, limit - moved)
@@ -116,33 +156,55 @@ def redrive(project: str, crawl_id: str, *, limit: int | None = None,
                                            timeout=pull_timeout_s)
             except DeadlineExceeded:
                 break
-            if not response.received_messages:
-                break
-            futures = []
+            received = []
             for message in response.received_messages:
+                if message.message.message_id in held:  # its hold ran out: held anew
+                    held[message.message.message_id] = message.ack_id
+                else:
+                    received.append(message)
+            if not received:
+                break  # nothing, or only letters already held (their hold ran out)
+            futures = []
+            done: list[str] = []  # ack ids: moved letters and messages nobody can use
+            keep: list[str] = []
+            for message in received:
                 try:
                     letter = DeadLetter.from_bytes(message.message.data)
                 except ValueError as exc:
                     log.warning("not a dead letter, dropped from %s: %s", subscription, exc)
                     skipped += 1
+                    done.append(message.ack_id)
                     continue
                 if letter.crawl_id != crawl_id:
+                    if route.shared:
+                        held[message.message.message_id] = message.ack_id
+                        keep.append(message.ack_id)
+                        continue
                     log.warning("dead letter of crawl %s in %s, dropped", letter.crawl_id,
                                 subscription)
                     skipped += 1
+                    done.append(message.ack_id)
                     continue
                 futures.append(publisher.publish(topic, letter.to_bytes()))
+                done.append(message.ack_id)
+            if keep:
+                subscriber.modify_ack_deadline(subscription=subscription, ack_ids=keep,
+                                               ack_deadline_seconds=_HOLD_S)
             for future in futures:
                 future.result(timeout=60)
             if on_moved is not None and futures:
                 on_moved(len(futures))
-            subscriber.acknowledge(subscription=subscription,
-                                   ack_ids=[m.ack_id for m in response.received_messages])
+            if done:
+                subscriber.acknowledge(subscription=subscription, ack_ids=done)
             moved += len(futures)
+        if held:
+            # Back to the subscription at once, for those crawls' own redrive.
+            subscriber.modify_ack_deadline(subscription=subscription,
+                                           ack_ids=list(held.values()), ack_deadline_seconds=0)
     finally:
         publisher.stop()
         subscriber.close()
-    return RedriveReport(moved=moved, skipped=skipped)
+    return RedriveReport(moved=moved, skipped=skipped, left=len(held))
 
 
 def uncount_dead_letters(tables: BigtableTables, crawl_id: str, n: int) -> None:
@@ -156,7 +218,10 @@ def uncount_dead_letters(tables: BigtableTables, crawl_id: str, n: int) -> None:
 
 
 def add_redrive_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("crawl_id", help="crawl whose dead letters to send back")
+    parser.add_argument("crawl_id", help="crawl whose dead letters to send back; its record "
+                                         "in Bigtable says whether it is a fleet crawl "
+                                         "(started through the control API) or a one-shot "
+                                         "`crawler crawl`")
     parser.add_argument("--project", default="local-crawler",
                         help="Pub/Sub and Bigtable project (default: %(default)s)")
     parser.add_argument("--bigtable-instance", default="local",
@@ -164,25 +229,70 @@ def add_redrive_arguments(parser: argparse.ArgumentParser) -> None:
                              "counter is lowered by the letters moved (default: %(default)s)")
     parser.add_argument("--max", type=int, default=None,
                         help="move at most this many letters (default: all)")
+    parser.add_argument("--frontier-topic", default=RESOURCES.frontier_topic,
+                        help="a fleet crawl's letters go back to this frontier topic, the "
+                             "fleet's (default: %(default)s, as `crawler serve` and terraform/ "
+                             "name it); a one-shot crawl's go to its own frontier-CRAWL_ID")
+    parser.add_argument("--dead-letter-subscription",
+                        default=RESOURCES.dead_letter_subscription,
+                        help="a fleet crawl's letters are taken from this subscription, which "
+                             "keeps every fleet crawl's (default: %(default)s); the other "
+                             "crawls' letters stay on it. A one-shot crawl's come from its own "
+                             "dead-letters-CRAWL_ID-redrive")
+
+
+def redrive_route(tables: BigtableTables, project: str, crawl_id: str, *,
+                  frontier_topic: str = RESOURCES.frontier_topic,
+                  dead_letter_subscription: str = RESOURCES.dead_letter_subscription,
+                  ) -> RedriveRoute:
+    """The route of the crawl's letters, from its record: the fleet's for a fleet crawl,
+    its own for a one-shot crawl. Raises CrawlNotFound when the crawl has no record, and
+    ValueError for an id no crawl can have."""
+    from pipeline.io.bigtable import CrawlNotFound, read_crawl
+    from pipeline.io.crawls import read_fleet_crawl
+
+    try:
+        read_fleet_crawl(tables, crawl_id)
+    except CrawlNotFound:
+        read_crawl(tables, crawl_id)  # a one-shot crawl's record, or CrawlNotFound
+        return crawl_route(project, crawl_id)
+    return fleet_route(project, topic=frontier_topic, subscription=dead_letter_subscription)
 
 
 def run_redrive(args: argparse.Namespace) -> int:
-    """`crawler redrive`: for a running crawl (on Dataflow, or a local crawl whose emulators
-    were started outside it). A local crawl that has ended continues with
-    `crawler crawl --resume --redrive`, which does the same before it starts fetching."""
-    from pipeline.io.bigtable import BigtableConfig, open_tables
+    """`crawler redrive`: for a running crawl (a fleet crawl, on Dataflow or `crawler serve`;
+    or a local one-shot crawl whose emulators were started outside it). A local one-shot
+    crawl that has ended continues with `crawler crawl --resume --redrive`, which does the
+    same before it starts fetching."""
+    from pipeline.io.bigtable import BigtableConfig, CrawlNotFound, open_tables
 
     if "PUBSUB_EMULATOR_HOST" not in os.environ and args.project == "local-crawler":
         print("crawler redrive: PUBSUB_EMULATOR_HOST is not set, and a local crawl's "
               "emulators stop with it; for a local crawl that has ended run "
               "`crawler crawl --resume --redrive --crawl-id ID --out DIR`", file=sys.stderr)
         return 2
+    if args.max is not None and args.max < 1:
+        print(f"crawler redrive: --max {args.max}: give at least 1", file=sys.stderr)
+        return 2
     tables = None
     try:
         tables = open_tables(BigtableConfig(project=args.project,
                                             instance=args.bigtable_instance), create=False)
-
-        report = redrive(args.project, args.crawl_id, limit=args.max,
+        try:
+            route = redrive_route(
+                tables, args.project, args.crawl_id,
+                frontier_topic=getattr(args, "frontier_topic", RESOURCES.frontier_topic),
+                dead_letter_subscription=getattr(args, "dead_letter_subscription",
+                                                 RESOURCES.dead_letter_subscription))
+        except CrawlNotFound:
+            print(f"crawler redrive: crawl {args.crawl_id!r} has no record in Bigtable "
+                  f"instance {args.bigtable_instance} of project {args.project}; check the "
+                  "crawl id, --project and --bigtable-instance", file=sys.stderr)
+            return 2
+        except ValueError as exc:  # an id that cannot be a row key
+            print(f"crawler redrive: {exc}", file=sys.stderr)
+            return 2
+        report = redrive(args.project, args.crawl_id, route=route, limit=args.max,
                          on_moved=lambda n: uncount_dead_letters(tables, args.crawl_id, n))
     except Exception as exc:  # a missing emulator or subscription: one line, not a trace
         print(f"crawler redrive: cannot redrive crawl {args.crawl_id}: "
@@ -192,6 +302,9 @@ def run_redrive(args: argparse.Namespace) -> int:
     finally:
         if tables is not None:
             tables.close()
-    print(f"{report.moved} dead letters sent back to the frontier of {args.crawl_id}"
-          + (f"; {report.skipped} other messages dropped" if report.skipped else ""))
+    where = route.topic.rsplit("/", 1)[-1]
+    print(f"{report.moved} dead letters of {args.crawl_id} sent back to the frontier ({where})"
+          + (f"; {report.skipped} other messages dropped" if report.skipped else "")
+          + (f"; {report.left} letters of other crawls left on "
+             f"{route.subscription.rsplit('/', 1)[-1]}" if report.left else ""))
     return 0

@@ -2,7 +2,8 @@
 control API starts, and the watcher that ends crawls.
 
 It owns the fleet's life on one machine: a fresh subscription to the fleet's frontier topic,
-the pipeline (pipeline.graph.build_fleet) running in the background, and a watcher thread that
+the dead-letter topic with the subscription that keeps its letters for `crawler redrive`, the
+pipeline (pipeline.graph.build_fleet) running in the background, and a watcher thread that
 runs a pass of pipeline.transforms.crawl_watch every `poll_s`, moving a crawl to `done`
 (drained, or its time budget spent) or from `cancelling` to `cancelled` once its rows add
 up. Starting and stopping crawls is the API's; deciding about URLs is the pipeline's.
@@ -26,6 +27,7 @@ from pipeline.core.politeness import HostPolicy
 from pipeline.graph import build_fleet
 from pipeline.io.bigtable import BigtableConfig, open_tables
 from pipeline.io.fetch import FetchConfig
+from pipeline.io.resources import RESOURCES
 from pipeline.local.direct_runner import direct_runner_speedups
 from pipeline.local.emulators import ensure_subscription, ensure_topic
 from pipeline.transforms.crawl_watch import CrawlEndings
@@ -33,9 +35,6 @@ from pipeline.transforms.fleet import FleetConfig, crawl_records
 from pipeline.transforms.resources import worker_resources
 
 log = logging.getLogger(__name__)
-
-DEAD_LETTER_TOPIC = "dead-letters-fleet"
-
 
 @dataclass(frozen=True)
 class FleetSettings:
@@ -52,6 +51,10 @@ class FleetSettings:
     state_ttl_s: float = 1.0
     poll_s: float = 0.5
     quiet_s: float = 3.0
+    # The cloud fleet's names (terraform/ creates them there), so `crawler redrive` finds a
+    # fleet crawl's letters the same way on both.
+    dead_letter_topic: str = RESOURCES.dead_letter_topic
+    dead_letter_subscription: str = RESOURCES.dead_letter_subscription
 
 
 class LocalFleet:
@@ -73,7 +76,10 @@ class LocalFleet:
         # hides some messages for ~60 s.
         subscription = ensure_subscription(s.project, s.frontier_topic,
                                            f"fleet-{uuid.uuid4().hex[:8]}")
-        dead_letters = ensure_topic(s.project, DEAD_LETTER_TOPIC)
+        dead_letters = ensure_topic(s.project, s.dead_letter_topic)
+        # Made before the pipeline can publish a letter: the topic keeps nothing by itself,
+        # and this subscription (not per run) keeps letters across restarts until redriven.
+        ensure_subscription(s.project, dead_letters, s.dead_letter_subscription)
         config = FleetConfig(policy=s.policy, fetch=s.fetch, bigtable=s.bigtable,
                              resolve=s.resolve, fetch_concurrency=s.fetch_concurrency,
                              state_ttl_s=s.state_ttl_s)
