@@ -22,6 +22,7 @@ letters; it does not parse pages or know about Beam.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -197,11 +198,14 @@ def redrive(project: str, crawl_id: str, *, route: RedriveRoute | None = None,
             if done:
                 subscriber.acknowledge(subscription=subscription, ack_ids=done)
             moved += len(futures)
-        if held:
-            # Back to the subscription at once, for those crawls' own redrive.
-            subscriber.modify_ack_deadline(subscription=subscription,
-                                           ack_ids=list(held.values()), ack_deadline_seconds=0)
     finally:
+        if held:
+            # Back to the subscription at once, for those crawls' own redrive; should this
+            # fail, their hold runs out and they come back then.
+            with contextlib.suppress(Exception):
+                subscriber.modify_ack_deadline(subscription=subscription,
+                                               ack_ids=list(held.values()),
+                                               ack_deadline_seconds=0)
         publisher.stop()
         subscriber.close()
     return RedriveReport(moved=moved, skipped=skipped, left=len(held))

@@ -1,0 +1,126 @@
+"""End to end, in the fleet: a parser bug dead-letters pages of a fleet crawl; after the fix,
+`crawler redrive CRAWL_ID` sends its letters back while the fleet runs, and each page gets
+its new row, parsed from its stored response, with no request to its host.
+
+The fleet is `crawler serve`'s pipeline (pipeline.local.fleet on Beam's DirectRunner, with
+the Pub/Sub and Bigtable emulators) under its own resource names (the cloud fleet's), and the
+crawl is started as the control API starts one (a record, then its seeds on the frontier).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import uuid
+from collections import Counter
+
+import pytest
+
+from pipeline.core import pages as store
+from pipeline.core.crawl_states import CrawlLimits, CrawlState
+from pipeline.core.politeness import HostPolicy
+from pipeline.io.bigtable import BigtableConfig, open_tables, read_crawl, read_page
+from pipeline.io.fetch import FetchConfig
+from pipeline.io.pages_table import query_pages
+from pipeline.io.redrive import run_redrive
+from pipeline.io.resources import RESOURCES
+from pipeline.local.emulators import ensure_topic
+from pipeline.local.fleet import FleetSettings, LocalFleet
+from pipeline.service.control import CrawlControl, FleetDefaults, PubSubFrontier
+from testweb.server import read_request_log, serve
+from testweb.web import WebSpec
+
+pytestmark = pytest.mark.slow
+
+AGENT = "fleet-redrive-test/1.0"
+
+
+def _wait(condition, what: str, timeout: float = 240.0):
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"{what} did not happen"
+        time.sleep(0.25)  # polling stored state for a condition; the deadline bounds it
+    return value
+
+
+def _adds_up(record) -> bool:
+    terminal = ("fetched", "failed", "disallowed", "duplicate", "filtered", "over_budget",
+                "dead_lettered", "redirected", "cancelled")
+    return sum(getattr(record, state) for state in terminal) == record.accepted
+
+
+def test_crawler_redrive_turns_a_fleet_crawl_s_dead_letters_into_pages_without_fetching(
+        emulators, tmp_path, monkeypatch, capsys):
+    project = f"fleet-redrive-e2e-{uuid.uuid4().hex[:6]}"
+    instance = f"i-{uuid.uuid4().hex[:10]}"
+    config = BigtableConfig(project, instance, timeout_s=10)
+    out, log_path = str(tmp_path / "out"), tmp_path / "requests.tsv"
+    real_parse = store.parse_page
+    broken: set[str] = set()
+
+    def buggy_parse(url, body, content_type, **kwargs):
+        if url.endswith(".html") and hash(url) % 4 == 0:
+            broken.add(url)
+            raise RuntimeError("parser bug: cannot handle this page")
+        return real_parse(url, body, content_type, **kwargs)
+
+    with serve(WebSpec(hosts=4, pages_per_host=20, seed_hosts=4), log_path) as web, \
+            open_tables(config, create=True) as tables:
+        topic = ensure_topic(project, RESOURCES.frontier_topic)
+        settings = FleetSettings(
+            project=project, bigtable=config, frontier_topic=topic, out=out,
+            policy=HostPolicy(user_agent=AGENT, min_delay=0.1, fetch_timeout=2.0,
+                              lease_grace=1.0, bloom_capacity=4000),
+            fetch=FetchConfig(user_agent=AGENT, timeout=2.0, connect_timeout=2.0),
+            resolve=(web.resolve_arg,), state_ttl_s=1.0, quiet_s=3.0)
+        monkeypatch.setattr(store, "parse_page", buggy_parse)
+        fleet = LocalFleet(settings).start()
+        frontier = PubSubFrontier(topic)
+        try:
+            control = CrawlControl(tables, frontier,
+                                   FleetDefaults(min_delay=0.1, user_agent=AGENT))
+            crawl_id = control.create(web.seeds, CrawlLimits(max_pages=10_000)).id
+            crawl = _wait(lambda: (c := control.get(crawl_id)).state is not CrawlState.RUNNING
+                          and c, "the crawl's end")
+            dead = {url for (url,) in query_pages(
+                out, crawl_id, "SELECT url FROM pages WHERE state = 'dead_lettered'")}
+            requests_before = len(read_request_log(log_path))
+            monkeypatch.setattr(store, "parse_page", real_parse)  # the fix is deployed
+
+            args = argparse.Namespace(
+                crawl_id=crawl_id, project=project, bigtable_instance=instance, max=None,
+                frontier_topic=RESOURCES.frontier_topic,
+                dead_letter_subscription=RESOURCES.dead_letter_subscription)
+            assert run_redrive(args) == 0
+            said = capsys.readouterr().out
+            _wait(lambda: not query_pages(
+                out, crawl_id, "SELECT url FROM pages WHERE state = 'dead_lettered'"),
+                "every dead letter's new row")
+            # The redrive took the letters out of dead_lettered; each new row counts again.
+            _wait(lambda: _adds_up(read_crawl(config, crawl_id)), "the new rows' counters")
+            stored = {url: read_page(tables, crawl_id, url) for url in dead}
+            counters = read_crawl(config, crawl_id)
+        finally:
+            frontier.close()
+            fleet.stop()
+        requests = read_request_log(log_path)
+        port = web.port
+    assert (crawl.state, crawl.reason) == (CrawlState.DONE, "drained"), crawl
+    assert dead and dead == broken
+    assert said.startswith(f"{len(dead)} dead letters of {crawl_id} sent back")
+    rows = query_pages(out, crawl_id, "SELECT url, state, reason, wet_file FROM pages")
+    per_url = Counter(url for url, _, _, _ in rows)
+    assert [url for url, n in per_url.items() if n > 1] == []
+    final = {url: (state, reason, wet) for url, state, reason, wet in rows}
+    for url in dead:  # parsed now: text stored, or the reason there is none
+        state, reason, wet = final[url]
+        assert state in ("fetched", "duplicate"), (url, state, reason)
+        assert wet or reason in ("no main text found", "meta robots noindex: text not stored")
+        assert str(stored[url].state) == state  # Bigtable's one row for it says the same
+    # Parsed again from storage: not one of them was requested again.
+    again = {f"http://{r.host}:{port}{r.path}" for r in requests[requests_before:]}
+    assert dead.isdisjoint(again)
+    by_state = Counter(state for _, state, _, _ in rows)
+    assert counters.dead_lettered == 0
+    assert {state: getattr(counters, state) for state in by_state} == dict(by_state)
+    assert counters.accepted == len(rows)
