@@ -4,9 +4,9 @@ by host.
 DecodeFleetFrontier reads the fleet's frontier topic, whatever crawl a message belongs to, and
 keys each crawl's URLs (and a resumed crawl's seen-marks) by host; dead letters `crawler
 redrive` sent back leave it apart, for the store to parse again from their stored responses.
-ScheduleFleetFetches is the stateful DoFn keyed by host that
-holds a pipeline.core.fleet_host.FleetHostState: every crawl's queue and seen-set on the host,
-one request in flight and one spacing across them. Each crawl's limits and state come from its
+ScheduleFleetFetches is the stateful DoFn keyed by host that holds a
+pipeline.core.fleet_host.FleetHostState: every crawl's queue and seen-set on the host, one
+request in flight and one spacing across them. Each crawl's limits and state come from its
 record in Bigtable (pipeline.io.crawls), read at most every `state_ttl_s` per process, so a
 pause, resume or cancel reaches the schedulers within seconds. Like ScheduleFetches, the DoFn
 only stores state, arms the timer and carries out decisions; fetches run on the process pool.
