@@ -201,3 +201,10 @@ def test_crawler_redrive_of_an_unknown_or_impossible_crawl_says_so(
         pass
     assert run_redrive(_args(project, instance, crawl_id)) == 2
     assert message in capsys.readouterr().err
+
+
+def test_crawler_redrive_refuses_a_max_below_one_before_touching_anything(capsys):
+    args = _args("some-project", "some-instance", "c1")
+    args.max = 0
+    assert run_redrive(args) == 2
+    assert "--max 0: give at least 1" in capsys.readouterr().err
