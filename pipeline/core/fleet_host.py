@@ -19,8 +19,19 @@ Crawls take turns round robin, so a crawl with a long queue does not starve a ne
 A crawl's state (pipeline.core.crawl_states) comes with each event, as the scheduler last read
 it: `paused` URLs wait and nothing of the crawl is requested; `cancelling`, `cancelled` and
 `done` crawls' waiting URLs end at once with a row (`cancelled`, or `over_budget` for a spent
-time budget), and the robots.txt errands waiting on its desk are answered unreachable. It is
-plain Python, no I/O, no clock, like politeness.py, with the same event contract (offer,
+time budget), and the robots.txt errands waiting on its desk are answered unreachable.
+
+A crawl that has ended (`cancelled` or `done`) and has nothing left on the host (every URL it
+accepted here has left with its terminal decision) is evicted at the host's next firing, so
+a host many crawls pass over keeps kilobytes (invariant 6): its queue, counts, robots desk and
+every other field go, and only a Tombstone stays, its seen-set until the tombstone's horizon
+(TOMBSTONE_S). A late link of the crawl meanwhile is checked against that seen-set as before
+eviction: a URL the host already gave a row is dropped as seen, a new one is accepted and ends
+in one row. The host's robots.txt rules and kept answers outlive the crawls that fetched
+them, for the crawls still to come. docs/architecture.md, "What a host keeps of an ended
+crawl", gives the reasoning and what a message later than the horizon gets.
+
+It is plain Python, no I/O, no clock, like politeness.py, with the same event contract (offer,
 next_action, complete, expire_lease, robots_message for ask_robots and robots_answered, and
 mark_seen).
 """
@@ -31,7 +42,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from pipeline.core.crawl_states import CrawlState, keeps_waiting
+from pipeline.core.crawl_states import FINAL_STATES, CrawlState, keeps_waiting
 from pipeline.core.politeness import (
     Decision,
     FetchOrder,
@@ -43,11 +54,19 @@ from pipeline.core.politeness import (
     Outcome,
 )
 from pipeline.core.records import FrontierEntry, PageState
+from pipeline.core.robots import RobotsPolicy
 from pipeline.core.robots_relay import RobotsDesk, RobotsErrand, RobotsReply
 
 # How soon a host with only paused work looks at its crawls' states again: the schedulers
 # learn of a resume within this many seconds.
 RECHECK_S = 2.0
+
+# How long a host keeps an evicted crawl's tombstone (its seen-set). A late link of a crawl is
+# a frontier message published before the crawl ended, or soon after by a request that was in
+# flight then; the fleet's frontier subscription keeps an undelivered message at most 7 days
+# (terraform/pubsub.tf, and Pub/Sub's default), so none arrives later than that. The eighth
+# day covers the links of requests still running at the end and their parse retries.
+TOMBSTONE_S = 8 * 24 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -78,6 +97,23 @@ class FleetDecision:
         return None
 
 
+@dataclass
+class Tombstone:
+    """What a host keeps of a crawl that ended and drained there, until `expires_at`: its
+    seen-set, so that a late link of the crawl for a URL the host already gave a row is
+    recognised as seen rather than given a second row (invariants 3 and 4)."""
+
+    expires_at: float
+    # BloomFilter bytes, stored apart with the live crawls' seen-sets (the scheduler's seen
+    # cell keeps it under the crawl id). None: not read from storage for this event.
+    seen: bytes | None = None
+
+
+# Fields added after FleetHostState was first stored: a state stored without them reads back
+# with these values.
+_NEWER_FIELDS: dict = {"robots": None, "robots_kept": None}
+
+
 def _earliest(*times: float | None) -> float | None:
     known = [t for t in times if t is not None]
     return min(known) if known else None
@@ -95,12 +131,22 @@ class FleetHostState:
     last_served: str | None = None  # round robin: the crawl that made the last request
     wake_at: float | None = None  # when the host's timer is set to fire (the scheduler's)
     busy_since: float | None = None  # when the host last got work after having none
+    # Crawls evicted from the host (ended and drained), by id.
+    tombstones: dict[str, Tombstone] = field(default_factory=dict)
+    # The host's robots.txt outlives the crawls that fetched it: the freshest rules and the
+    # answers kept for other hosts of evicted crawls serve the crawls still to come, rather
+    # than each new crawl asking the host again while they are fresh.
+    robots: RobotsPolicy | None = None
+    robots_kept: RobotsDesk | None = None
 
     # ------------------------------------------------------------------------- storage
     def stored(self) -> tuple[dict, dict[str, bytes]]:
         """The state as the scheduler stores it, in parts (HostState.stored for each crawl):
-        the fields, every crawl's included, and the queue data of the crawls whose queue
-        data changed. The crawls' seen-sets are the caller's to store apart."""
+        the fields, every crawl's and each tombstone's horizon included, and the queue data
+        of the crawls whose queue data changed. The seen-sets of the crawls and of the
+        tombstones are the caller's to store apart, by crawl id; the caller deletes the
+        queue data of a crawl no longer in `crawls` and the seen-set of one in neither
+        `crawls` nor `tombstones`."""
         fields = self.__dict__.copy()
         crawls: dict[str, dict] = {}
         changed: dict[str, bytes] = {}
@@ -109,6 +155,8 @@ class FleetHostState:
             if queue.data is not None:
                 changed[crawl_id] = queue.data
         fields["crawls"] = crawls
+        fields["tombstones"] = {crawl_id: tombstone.expires_at
+                                for crawl_id, tombstone in self.tombstones.items()}
         return fields, changed
 
     @classmethod
@@ -116,24 +164,43 @@ class FleetHostState:
                  seen: Mapping[str, bytes] | None = None) -> FleetHostState:
         """The state `stored` gave `fields` for: each crawl's queue data is read with
         `load_queue(crawl_id)` when an entry of it is needed; `seen` None: the seen-sets were
-        not read (HostState.restored)."""
+        not read (HostState.restored). Fields stored before tombstones existed read back
+        without any."""
         state = cls.__new__(cls)
         values = dict(fields)
         crawls = values.pop("crawls")
+        horizons = values.pop("tombstones", {})
+        state.__dict__.update(_NEWER_FIELDS)
         state.__dict__.update(values)
         state.crawls = {
             crawl_id: HostState.restored(
                 crawl_fields, lambda c=crawl_id: load_queue(c),
                 None if seen is None else seen.get(crawl_id, b""))
             for crawl_id, crawl_fields in crawls.items()}
+        state.tombstones = {
+            crawl_id: Tombstone(expires_at, None if seen is None else seen.get(crawl_id, b""))
+            for crawl_id, expires_at in horizons.items()}
         return state
+
+    def __setstate__(self, values: dict) -> None:
+        # A state pickled whole before tombstones existed (a streaming job updated to this
+        # code finds it in its cell) lacks the newer fields.
+        self.__dict__.update(_NEWER_FIELDS)
+        self.__dict__.update(values)
+        if "tombstones" not in values:
+            self.tombstones = {}
 
     # ------------------------------------------------------------------------- queries
     def crawl(self, crawl_id: str) -> HostState:
-        """The crawl's own state on this host, created with the rules the host already has."""
+        """The crawl's own state on this host, created with the rules the host already has.
+        A crawl evicted from the host comes back with its tombstone's seen-set: what the host
+        gave a row for stays seen."""
         state = self.crawls.get(crawl_id)
         if state is None:
             state = self.crawls[crawl_id] = HostState(host=self.host)
+            tombstone = self.tombstones.pop(crawl_id, None)
+            if tombstone is not None:
+                state.seen = tombstone.seen
             state.robots = self._shared_robots()
             state.next_allowed = self.next_allowed
         return state
@@ -149,8 +216,16 @@ class FleetHostState:
     def busy(self) -> bool:
         return any(state.busy for state in self.crawls.values())
 
+    @property
+    def tidy_at(self) -> float | None:
+        """When the oldest tombstone's horizon passes: an idle host needs a firing then to
+        forget it (None: no tombstone)."""
+        return min((t.expires_at for t in self.tombstones.values()), default=None)
+
     def _shared_robots(self):
         fetched = [s.robots for s in self.crawls.values() if s.robots is not None]
+        if self.robots is not None:
+            fetched.append(self.robots)
         return max(fetched, key=lambda r: r.expires_at) if fetched else None
 
     # -------------------------------------------------------------------------- events
@@ -205,9 +280,12 @@ class FleetHostState:
                 self._share_robots(state)
         return FleetDecision(((crawl_id, decision),), self._wake())
 
-    def next_action(self, now: float, terms: Mapping[str, CrawlTerms]) -> FleetDecision:
-        """The timer fired: end the waiting URLs of crawls that no longer wait, then start at
-        most one request, for the next running crawl in turn that is due.
+    def next_action(self, now: float, terms: Mapping[str, CrawlTerms], *,
+                    tombstone_s: float = TOMBSTONE_S) -> FleetDecision:
+        """The timer fired: end the waiting URLs of crawls that no longer wait, evict the
+        ended crawls that have nothing left here (a tombstone stays for `tombstone_s`), forget
+        tombstones past their horizon, then start at most one request, for the next running
+        crawl in turn that is due.
 
         A crawl without terms (its record could not be read) keeps its URLs and is asked
         again after RECHECK_S.
@@ -228,6 +306,9 @@ class FleetHostState:
                 decisions.append((crawl_id, ended))
             if state.has_overflow:
                 recheck = True  # its stored URLs come back and end at the next firing
+        if self._evict(now, terms, tombstone_s):
+            recheck = True  # an ended crawl's overflow rows go at a later firing, then it
+        self._forget(now)
         wake_at: float | None = None
         for crawl_id in self._turns():
             state = self.crawls[crawl_id]
@@ -290,6 +371,51 @@ class FleetHostState:
             self.next_allowed = max(self.next_allowed, state.next_allowed)
             self.holder = None
         return FleetDecision(((holder, decision),), decision.wake_at)
+
+    # ------------------------------------------------------------------------- eviction
+    def _evict(self, now: float, terms: Mapping[str, CrawlTerms], tombstone_s: float) -> bool:
+        """Replace each ended crawl that has nothing left on the host by a tombstone. Returns
+        whether an ended crawl stays only until its overflow rows read back are deleted (the
+        scheduler deletes them in a later bundle than the one that read them)."""
+        waiting = False
+        for crawl_id, state in list(self.crawls.items()):
+            crawl_terms = terms.get(crawl_id)
+            # Only a final state: a cancelling crawl is still settling, and one whose record
+            # cannot be read may be anything.
+            if crawl_terms is None or crawl_terms.state not in FINAL_STATES or state.busy:
+                continue
+            if state.overflow_deleted < state.overflow_read:
+                waiting = True
+                continue
+            del self.crawls[crawl_id]
+            self._keep_robots(state, now)
+            self.tombstones[crawl_id] = Tombstone(now + tombstone_s, state.seen)
+        return waiting
+
+    def _keep_robots(self, state: HostState, now: float) -> None:
+        """An evicted crawl's robots.txt knowledge that is still fresh stays with the host."""
+        robots = state.robots
+        if robots is not None and now < robots.expires_at and (
+                self.robots is None or self.robots.expires_at < robots.expires_at):
+            self.robots = robots
+        answers = state.robots_desk.answers if state.robots_desk is not None else {}
+        for url, fetch in answers.items():
+            kept = self.robots_kept.answers.get(url) if self.robots_kept else None
+            if now < fetch.expires_at and (kept is None or kept.expires_at < fetch.expires_at):
+                if self.robots_kept is None:
+                    self.robots_kept = RobotsDesk()
+                self.robots_kept.answered(fetch, now)  # capped at DESK_ANSWERS, fresh only
+
+    def _forget(self, now: float) -> None:
+        """Tombstones past their horizon, and robots.txt knowledge gone stale, go."""
+        for crawl_id in [c for c, t in self.tombstones.items() if now >= t.expires_at]:
+            del self.tombstones[crawl_id]
+        if self.robots is not None and now >= self.robots.expires_at:
+            self.robots = None
+        if self.robots_kept is not None:
+            fresh = {url: fetch for url, fetch in self.robots_kept.answers.items()
+                     if now < fetch.expires_at}
+            self.robots_kept = RobotsDesk(answers=fresh) if fresh else None
 
     # ------------------------------------------------------------------------- helpers
     def _turns(self) -> list[str]:
@@ -360,8 +486,9 @@ class FleetHostState:
         own = state.robots_desk.answers.get(url) if state.robots_desk else None
         if own is not None and now < own.expires_at:
             return ()
-        fresh = [desk.answers[url] for other in self.crawls.values()
-                 if (desk := other.robots_desk) is not None and url in desk.answers
+        desks = [other.robots_desk for other in self.crawls.values()] + [self.robots_kept]
+        fresh = [desk.answers[url] for desk in desks
+                 if desk is not None and url in desk.answers
                  and now < desk.answers[url].expires_at]
         if not fresh:
             return ()
