@@ -42,12 +42,12 @@ class Fleet:
     """Hosts of one FleetSchedulerFn, each with its cells and timer; messages between them
     cross the frontier as bytes."""
 
-    def __init__(self, config: BigtableConfig) -> None:
+    def __init__(self, config: BigtableConfig, **knobs) -> None:
         self.pool = FakePool()
         policy = HostPolicy(user_agent="testbot", min_delay=1.0, fetch_timeout=5.0,
                             lease_grace=1.0)
         fleet = FleetConfig(policy=policy, fetch=FetchConfig(user_agent="testbot"),
-                            bigtable=config, state_ttl_s=3600.0)
+                            bigtable=config, state_ttl_s=3600.0, **knobs)
         self.fn = FleetSchedulerFn(fleet, clock=lambda: self.pool.clock[0],
                                    submit=self.pool.submit)
         self.fn.setup()

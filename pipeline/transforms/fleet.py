@@ -36,7 +36,7 @@ from apache_beam.utils.timestamp import Timestamp
 
 from pipeline.core.budget import LocalPageBudget, PageBudget
 from pipeline.core.counters import Counter
-from pipeline.core.fleet_host import CrawlTerms, FleetDecision, FleetHostState
+from pipeline.core.fleet_host import TOMBSTONE_S, CrawlTerms, FleetDecision, FleetHostState
 from pipeline.core.politeness import HostPolicy, LeaseKind
 from pipeline.core.records import (
     BatchKind,
@@ -94,6 +94,9 @@ class FleetConfig:
     # one process (the local fleet). A number: pages are claimed in blocks of it from the
     # crawl's record in Bigtable, as every process of a many-worker fleet must.
     budget_block: int | None = None
+    # How long a host keeps the seen-set of a crawl that ended and drained there
+    # (pipeline.core.fleet_host.TOMBSTONE_S says why 8 days; tests shorten it).
+    tombstone_s: float = TOMBSTONE_S
 
 
 def crawl_policy(base: HostPolicy, crawl: FleetCrawl) -> HostPolicy:
@@ -205,17 +208,29 @@ class FleetCells:
     """One host's FleetHostState in three state cells (FleetHostState.stored), as HostCells
     keeps a HostState: the fields of the host and of every crawl on it (every event), the
     crawls' queue data by crawl id (read when an entry is needed, written when one changed)
-    and their seen-sets by crawl id (offers only)."""
+    and the seen-sets of its crawls and tombstones by crawl id (offers only).
+
+    A crawl evicted from the host (pipeline.core.fleet_host) takes its queue data with it,
+    and its seen-set once its tombstone is forgotten: the cells holding them are rewritten
+    without them at the event that evicted or forgot it."""
 
     def __init__(self, fields, queues, seen) -> None:
         self._fields, self._queues, self._seen = fields, queues, seen
         self._queues_read: dict[str, bytes] | None = None
         self._seen_read: dict[str, bytes] | None = None
+        # Crawl ids as last stored: whose queue data and seen-set the cells may hold.
+        self._queued: frozenset[str] = frozenset()
+        self._kept: frozenset[str] = frozenset()
 
     def _queue_data(self) -> dict[str, bytes]:
         if self._queues_read is None:
             self._queues_read = self._queues.read() or {}
         return self._queues_read
+
+    def _seen_data(self) -> dict[str, bytes]:
+        if self._seen_read is None:
+            self._seen_read = self._seen.read() or {}
+        return self._seen_read
 
     def read(self, *, with_seen: bool = False) -> FleetHostState | None:
         value = self._fields.read()
@@ -225,22 +240,30 @@ class FleetCells:
             # Stored whole, before the state was split into cells (a streaming job updated
             # to this code): write() stores its queues and seen-sets apart at this event.
             return value
-        if with_seen:
-            self._seen_read = self._seen.read() or {}
+        self._queued = frozenset(value["crawls"])
+        self._kept = self._queued | frozenset(value.get("tombstones", ()))
         return FleetHostState.restored(value, lambda crawl_id: self._queue_data().get(crawl_id),
-                                       self._seen_read)
+                                       self._seen_data() if with_seen else None)
 
     def write(self, state: FleetHostState) -> None:
         fields, queues = state.stored()
-        if queues:
-            self._queues.write({**self._queue_data(), **queues})
+        evicted = self._queued - state.crawls.keys()
+        if queues or evicted:
+            self._queues.write({crawl_id: data
+                                for crawl_id, data in {**self._queue_data(), **queues}.items()
+                                if crawl_id in state.crawls})
         before = self._seen_read or {}
         seen = {crawl_id: crawl.seen for crawl_id, crawl in state.crawls.items()
                 if crawl.seen is not None and crawl.seen is not before.get(crawl_id)}
-        if seen:
-            if self._seen_read is None:
-                self._seen_read = self._seen.read() or {}
-            self._seen.write({**self._seen_read, **seen})
+        seen.update({crawl_id: tombstone.seen
+                     for crawl_id, tombstone in state.tombstones.items()
+                     if tombstone.seen is not None
+                     and tombstone.seen is not before.get(crawl_id)})
+        forgotten = self._kept - state.crawls.keys() - state.tombstones.keys()
+        if seen or forgotten:
+            self._seen.write({crawl_id: data
+                              for crawl_id, data in {**self._seen_data(), **seen}.items()
+                              if crawl_id in state.crawls or crawl_id in state.tombstones})
         self._fields.write(fields)
 
 
@@ -462,7 +485,8 @@ class FleetSchedulerFn(beam.DoFn):
                 decision = state.complete(lease.lease_id, _report(response, lease), now, policy)
             yield from self._carry_out(host, decision, response)
         self._tend_overflow(host, state, now)
-        decision = state.next_action(now, self._terms(state, now))
+        decision = state.next_action(now, self._terms(state, now),
+                                     tombstone_s=self._config.tombstone_s)
         yield from self._carry_out(host, decision, None)
         started = decision.fetch
         if started is not None:
@@ -521,6 +545,11 @@ class FleetSchedulerFn(beam.DoFn):
             state.wake_at = lease.expires_at if lease else max(state.next_allowed, now)
         if state.wake_at is not None:
             wake.set(Timestamp.of(max(state.wake_at, now)))
+        elif state.tidy_at is not None:
+            # Idle with tombstones: one firing when the oldest one's horizon passes forgets
+            # it. Not kept as wake_at, which says when work is due: an offer meanwhile arms
+            # the timer for its URLs.
+            wake.set(Timestamp.of(max(state.tidy_at, now)))
 
 
 class FleetOutputs(NamedTuple):
