@@ -58,7 +58,8 @@ class Fleet:
     def _host(self, host: str) -> dict:
         if host not in self.cells:
             self.cells[host] = {name: FakeState()
-                                for name in ("host_state", "host_queues", "host_seen")}
+                                for name in ("host_state", "host_queues", "host_seen",
+                                             "host_tombstones")}
             self.timers[host] = FakeTimer()
         return {**self.cells[host], "wake": self.timers[host]}
 
@@ -79,7 +80,8 @@ class Fleet:
 
     def state(self, host: str) -> FleetHostState:
         cells = self.cells[host]
-        state = FleetCells(cells["host_state"], cells["host_queues"], cells["host_seen"]).read()
+        state = FleetCells(cells["host_state"], cells["host_queues"], cells["host_seen"],
+                           cells["host_tombstones"]).read()
         assert state is not None
         return state
 

@@ -146,7 +146,8 @@ class FleetHostState:
         of the crawls whose queue data changed. The seen-sets of the crawls and of the
         tombstones are the caller's to store apart, by crawl id; the caller deletes the
         queue data of a crawl no longer in `crawls` and the seen-set of one in neither
-        `crawls` nor `tombstones`."""
+        `crawls` nor `tombstones`. A tombstone's seen-set None, or a revived crawl's, is the
+        one stored for the crawl id."""
         fields = self.__dict__.copy()
         crawls: dict[str, dict] = {}
         changed: dict[str, bytes] = {}
@@ -164,8 +165,9 @@ class FleetHostState:
                  seen: Mapping[str, bytes] | None = None) -> FleetHostState:
         """The state `stored` gave `fields` for: each crawl's queue data is read with
         `load_queue(crawl_id)` when an entry of it is needed; `seen` None: the seen-sets were
-        not read (HostState.restored). Fields stored before tombstones existed read back
-        without any."""
+        not read (HostState.restored); a tombstone whose crawl id is not in `seen` keeps its
+        seen-set unread (None). Fields stored before tombstones existed read back without
+        any."""
         state = cls.__new__(cls)
         values = dict(fields)
         crawls = values.pop("crawls")
@@ -177,8 +179,10 @@ class FleetHostState:
                 crawl_fields, lambda c=crawl_id: load_queue(c),
                 None if seen is None else seen.get(crawl_id, b""))
             for crawl_id, crawl_fields in crawls.items()}
+        # A tombstone's seen-set is read only for an offer of its crawl (the caller passes
+        # it in `seen` then): others stay unread.
         state.tombstones = {
-            crawl_id: Tombstone(expires_at, None if seen is None else seen.get(crawl_id, b""))
+            crawl_id: Tombstone(expires_at, None if seen is None else seen.get(crawl_id))
             for crawl_id, expires_at in horizons.items()}
         return state
 

@@ -205,22 +205,25 @@ class DecodeFleetFrontierFn(beam.DoFn):
 
 
 class FleetCells:
-    """One host's FleetHostState in three state cells (FleetHostState.stored), as HostCells
+    """One host's FleetHostState in four state cells (FleetHostState.stored), as HostCells
     keeps a HostState: the fields of the host and of every crawl on it (every event), the
-    crawls' queue data by crawl id (read when an entry is needed, written when one changed)
-    and the seen-sets of its crawls and tombstones by crawl id (offers only).
+    crawls' queue data by crawl id (read when an entry is needed, written when one changed),
+    the live crawls' seen-sets by crawl id (offers only), and the seen-sets of the crawls
+    evicted from the host (pipeline.core.fleet_host.Tombstone) by crawl id.
 
-    A crawl evicted from the host (pipeline.core.fleet_host) takes its queue data with it,
-    and its seen-set once its tombstone is forgotten: the cells holding them are rewritten
-    without them at the event that evicted or forgot it."""
+    The tombstones' seen-sets have a cell of their own so that an offer, which reads the
+    seen-sets, reads the live crawls' only: the tombstones' are read for an offer of their
+    crawl, and moved between the two cells at the event that evicts or revives a crawl. An
+    evicted crawl's queue data goes at once, its seen-set when its tombstone is forgotten."""
 
-    def __init__(self, fields, queues, seen) -> None:
-        self._fields, self._queues, self._seen = fields, queues, seen
+    def __init__(self, fields, queues, seen, buried) -> None:
+        self._fields, self._queues, self._seen, self._buried = fields, queues, seen, buried
         self._queues_read: dict[str, bytes] | None = None
         self._seen_read: dict[str, bytes] | None = None
-        # Crawl ids as last stored: whose queue data and seen-set the cells may hold.
-        self._queued: frozenset[str] = frozenset()
-        self._kept: frozenset[str] = frozenset()
+        self._buried_read: dict[str, bytes] | None = None
+        # Crawl ids as last stored: whose entries each cell may hold.
+        self._live: frozenset[str] = frozenset()
+        self._dead: frozenset[str] = frozenset()
 
     def _queue_data(self) -> dict[str, bytes]:
         if self._queues_read is None:
@@ -232,7 +235,15 @@ class FleetCells:
             self._seen_read = self._seen.read() or {}
         return self._seen_read
 
-    def read(self, *, with_seen: bool = False) -> FleetHostState | None:
+    def _buried_data(self) -> dict[str, bytes]:
+        if self._buried_read is None:
+            self._buried_read = self._buried.read() or {}
+        return self._buried_read
+
+    def read(self, *, with_seen: bool = False,
+             crawl_id: str | None = None) -> FleetHostState | None:
+        """The host's state; `with_seen`: with the live crawls' seen-sets, and the
+        tombstone's of `crawl_id` if it was evicted here (an offer of that crawl)."""
         value = self._fields.read()
         if value is None:
             return None
@@ -240,35 +251,52 @@ class FleetCells:
             # Stored whole, before the state was split into cells (a streaming job updated
             # to this code): write() stores its queues and seen-sets apart at this event.
             return value
-        self._queued = frozenset(value["crawls"])
-        self._kept = self._queued | frozenset(value.get("tombstones", ()))
-        return FleetHostState.restored(value, lambda crawl_id: self._queue_data().get(crawl_id),
-                                       self._seen_data() if with_seen else None)
+        self._live = frozenset(value["crawls"])
+        self._dead = frozenset(value.get("tombstones", ()))
+        seen = None
+        if with_seen:
+            seen = dict(self._seen_data())
+            if crawl_id in self._dead and crawl_id in self._buried_data():
+                seen[crawl_id] = self._buried_data()[crawl_id]
+        return FleetHostState.restored(value, lambda c: self._queue_data().get(c), seen)
 
     def write(self, state: FleetHostState) -> None:
         fields, queues = state.stored()
-        evicted = self._queued - state.crawls.keys()
+        live, dead = state.crawls.keys(), state.tombstones.keys()
+        evicted = self._live - live
+        revived = self._dead & live
         if queues or evicted:
             self._queues.write({crawl_id: data
                                 for crawl_id, data in {**self._queue_data(), **queues}.items()
-                                if crawl_id in state.crawls})
+                                if crawl_id in live})
         before = self._seen_read or {}
-        seen = {crawl_id: crawl.seen for crawl_id, crawl in state.crawls.items()
-                if crawl.seen is not None and crawl.seen is not before.get(crawl_id)}
-        seen.update({crawl_id: tombstone.seen
-                     for crawl_id, tombstone in state.tombstones.items()
-                     if tombstone.seen is not None
-                     and tombstone.seen is not before.get(crawl_id)})
-        forgotten = self._kept - state.crawls.keys() - state.tombstones.keys()
-        if seen or forgotten:
+        seen: dict[str, bytes] = {}
+        for crawl_id, crawl in state.crawls.items():
+            value = crawl.seen
+            if value is None and crawl_id in revived:
+                value = self._buried_data().get(crawl_id)  # moves back with its crawl
+            if value is not None and value is not before.get(crawl_id):
+                seen[crawl_id] = value
+        buried: dict[str, bytes] = {}
+        for crawl_id, tombstone in state.tombstones.items():
+            value = tombstone.seen
+            if value is None and crawl_id in evicted:
+                value = self._seen_data().get(crawl_id)  # moves over with its eviction
+            if value is not None and value is not (self._buried_read or {}).get(crawl_id):
+                buried[crawl_id] = value
+        if buried or revived or self._dead - dead:
+            self._buried.write({crawl_id: data
+                                for crawl_id, data in {**self._buried_data(), **buried}.items()
+                                if crawl_id in dead})
+        if seen or evicted:
             self._seen.write({crawl_id: data
                               for crawl_id, data in {**self._seen_data(), **seen}.items()
-                              if crawl_id in state.crawls or crawl_id in state.tombstones})
+                              if crawl_id in live})
         self._fields.write(fields)
 
 
 class FleetSchedulerFn(beam.DoFn):
-    """Keyed by host. State: one FleetHostState in three cells (FleetCells). Timer: the
+    """Keyed by host. State: one FleetHostState in four cells (FleetCells). Timer: the
     host's next moment of interest.
 
     submit: how a fetch is started, (fetch function, url) -> Future of FetchResponse;
@@ -278,11 +306,12 @@ class FleetSchedulerFn(beam.DoFn):
     # The cell keeps its name and coder from when it held the whole FleetHostState, so a
     # streaming job updated to this code finds its hosts' states (FleetCells.read).
     # Compatibility matters: a host's state holds its lease and queue, and a job replaced
-    # rather than updated would lose them. That Dataflow accepts the two added cells in an
+    # rather than updated would lose them. That Dataflow accepts the three added cells in an
     # update is not verified here (no Dataflow in the tests).
     HOST_STATE = ReadModifyWriteStateSpec("fleet_host", PickleCoder())
     HOST_QUEUES = ReadModifyWriteStateSpec("fleet_host_queues", PickleCoder())
     HOST_SEEN = ReadModifyWriteStateSpec("fleet_host_seen", PickleCoder())
+    HOST_TOMBSTONES = ReadModifyWriteStateSpec("fleet_host_tombstones", PickleCoder())
     WAKE = TimerSpec("wake", TimeDomain.REAL_TIME)
 
     def __init__(
@@ -369,14 +398,16 @@ class FleetSchedulerFn(beam.DoFn):
         host_state=beam.DoFn.StateParam(HOST_STATE),
         host_queues=beam.DoFn.StateParam(HOST_QUEUES),
         host_seen=beam.DoFn.StateParam(HOST_SEEN),
+        host_tombstones=beam.DoFn.StateParam(HOST_TOMBSTONES),
         wake=beam.DoFn.TimerParam(WAKE),
     ) -> Iterator[object]:
         host, (crawl_id, message) = element
         now = self._clock()
-        cells = FleetCells(host_state, host_queues, host_seen)
+        cells = FleetCells(host_state, host_queues, host_seen, host_tombstones)
         # Offers and seen-marks change a crawl's seen-set; nothing else reads it.
         offers = isinstance(message, HostBatch | HostSeenMarks)
-        state: FleetHostState = cells.read(with_seen=offers) or FleetHostState(host=host)
+        state: FleetHostState = (cells.read(with_seen=offers, crawl_id=crawl_id)
+                                 or FleetHostState(host=host))
         # A crawl whose record cannot be read (yet) gets the fleet's defaults here, and its
         # work waits at the timer until the record is read (FleetHostState.next_action).
         crawl = self._crawl(crawl_id, now)
@@ -448,9 +479,10 @@ class FleetSchedulerFn(beam.DoFn):
         host_state=beam.DoFn.StateParam(HOST_STATE),
         host_queues=beam.DoFn.StateParam(HOST_QUEUES),
         host_seen=beam.DoFn.StateParam(HOST_SEEN),
+        host_tombstones=beam.DoFn.StateParam(HOST_TOMBSTONES),
         wake=beam.DoFn.TimerParam(WAKE),
     ) -> Iterator[object]:
-        cells = FleetCells(host_state, host_queues, host_seen)
+        cells = FleetCells(host_state, host_queues, host_seen, host_tombstones)
         state: FleetHostState | None = cells.read()
         if state is None:
             return
