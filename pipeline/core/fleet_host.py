@@ -104,8 +104,8 @@ class Tombstone:
     recognised as seen rather than given a second row (invariants 3 and 4)."""
 
     expires_at: float
-    # BloomFilter bytes, stored apart with the live crawls' seen-sets (the scheduler's seen
-    # cell keeps it under the crawl id). None: not read from storage for this event.
+    # BloomFilter bytes, stored apart by crawl id (the fleet's scheduler keeps tombstones'
+    # seen-sets in a cell of their own). None: not read from storage for this event.
     seen: bytes | None = None
 
 
