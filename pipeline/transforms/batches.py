@@ -4,8 +4,9 @@
 The crawl's row sinks (WritePagesTable, WritePagesToBigQuery) batch every row they write, so
 the batching's cost is paid per row. GroupIntoBatches (Beam 2.77) pays more than it needs there:
 - its bag state's coder is the registry's coder of the PCollection object, not of its element
-  type, so the bag pickles every buffered element (a PageRow: 400 bytes and ~21 us per round
-  trip, against 287 bytes and ~5 us with the row's own coder, docs/benchmarks.md);
+  type, so the bag pickles every buffered element: more bytes of runner state per row than
+  the row's own coder writes (docs/benchmarks.md), and state that depends on the pickled
+  class's module path;
 - it sets the window-end timer on every element and keeps its count in combining state (a
   read, a clear and an add per element).
 Here the bag holds the values alone, in the coder given (the rows' own), the count is one
