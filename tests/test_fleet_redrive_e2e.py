@@ -27,6 +27,7 @@ from pipeline.io.resources import RESOURCES
 from pipeline.local.emulators import ensure_topic
 from pipeline.local.fleet import FleetSettings, LocalFleet
 from pipeline.service.control import CrawlControl, FleetDefaults, PubSubFrontier
+from tests.test_redrive import parser_failing_on_some_pages  # the same bug
 from testweb.server import read_request_log, serve
 from testweb.web import WebSpec
 
@@ -57,12 +58,7 @@ def test_crawler_redrive_turns_a_fleet_crawl_s_dead_letters_into_pages_without_f
     out, log_path = str(tmp_path / "out"), tmp_path / "requests.tsv"
     real_parse = store.parse_page
     broken: set[str] = set()
-
-    def buggy_parse(url, body, content_type, **kwargs):
-        if url.endswith(".html") and hash(url) % 4 == 0:
-            broken.add(url)
-            raise RuntimeError("parser bug: cannot handle this page")
-        return real_parse(url, body, content_type, **kwargs)
+    buggy_parse = parser_failing_on_some_pages(real_parse, broken)
 
     with serve(WebSpec(hosts=4, pages_per_host=20, seed_hosts=4), log_path) as web, \
             open_tables(config, create=True) as tables:

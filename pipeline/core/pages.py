@@ -150,18 +150,18 @@ _ABSOLUTE = ("http://", "https://")
 @functools.lru_cache(maxsize=1 << 14)
 def _absolute_link(href: str) -> tuple[str, str] | RejectReason:
     """(request URL, dedup key) of an absolute http(s) link, or why it cannot be crawled."""
-    try:
-        url = normalize_url(href)
-    except InvalidURL as exc:
-        return exc.reason
-    return url, dedup_key(url)
+    return _link(normalize_url, href)
 
 
 @functools.lru_cache(maxsize=1 << 14)
 def _resolved_link(href: str) -> tuple[str, str] | RejectReason:
     """(request URL, dedup key) of a link resolve_url returned, or why it cannot be crawled."""
+    return _link(normalize_resolved, href)
+
+
+def _link(normalise: Callable[[str], str], href: str) -> tuple[str, str] | RejectReason:
     try:
-        url = normalize_resolved(href)
+        url = normalise(href)
     except InvalidURL as exc:
         return exc.reason
     return url, dedup_key(url)
