@@ -235,7 +235,7 @@ def check_length(url: str) -> None:
 # does not end in a dot (so no userinfo, IPv6 or trailing dot), an optional port, and a path of
 # wire-form characters without ';' (no session parameter), '%' (no escape to normalise), query
 # or fragment. Most links are such; they are returned as they are, one match instead of the
-# split below (a link's normalising cost 3.2 against 0.6 us on the real pages' links).
+# split below (docs/benchmarks.md, "Links normalised once").
 _IN_REQUEST_FORM = re.compile(
     r"https?://[a-z0-9\-._]*[a-z0-9\-_](?::[0-9]+)?/[A-Za-z0-9\-._~!$&'()*+,=:@/]*"
 ).fullmatch
