@@ -21,7 +21,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -266,9 +266,7 @@ class FleetCells:
         evicted = self._live - live
         revived = self._dead & live
         if queues or evicted:
-            self._queues.write({crawl_id: data
-                                for crawl_id, data in {**self._queue_data(), **queues}.items()
-                                if crawl_id in live})
+            self._queues.write(_changed(self._queue_data(), queues, live))
         before = self._seen_read or {}
         seen: dict[str, bytes] = {}
         for crawl_id, crawl in state.crawls.items():
@@ -285,14 +283,17 @@ class FleetCells:
             if value is not None and value is not (self._buried_read or {}).get(crawl_id):
                 buried[crawl_id] = value
         if buried or revived or self._dead - dead:
-            self._buried.write({crawl_id: data
-                                for crawl_id, data in {**self._buried_data(), **buried}.items()
-                                if crawl_id in dead})
+            self._buried.write(_changed(self._buried_data(), buried, dead))
         if seen or evicted:
-            self._seen.write({crawl_id: data
-                              for crawl_id, data in {**self._seen_data(), **seen}.items()
-                              if crawl_id in live})
+            self._seen.write(_changed(self._seen_data(), seen, live))
         self._fields.write(fields)
+
+
+def _changed(stored: dict[str, bytes], changes: dict[str, bytes],
+             crawl_ids: Collection[str]) -> dict[str, bytes]:
+    """A by-crawl cell's new value: what it held, with `changes`, for `crawl_ids` only."""
+    return {crawl_id: data for crawl_id, data in {**stored, **changes}.items()
+            if crawl_id in crawl_ids}
 
 
 class FleetSchedulerFn(beam.DoFn):
