@@ -27,7 +27,10 @@ from pipeline.io.resources import RESOURCES
 from pipeline.local.emulators import ensure_topic
 from pipeline.local.fleet import FleetSettings, LocalFleet
 from pipeline.service.control import CrawlControl, FleetDefaults, PubSubFrontier
-from tests.test_redrive import parser_failing_on_some_pages  # the same bug
+from tests.test_redrive import (  # the same bug, the same checks
+    assert_parsed_again_without_a_request,
+    parser_failing_on_some_pages,
+)
 from testweb.server import read_request_log, serve
 from testweb.web import WebSpec
 
@@ -104,19 +107,11 @@ def test_crawler_redrive_turns_a_fleet_crawl_s_dead_letters_into_pages_without_f
     assert (crawl.state, crawl.reason) == (CrawlState.DONE, "drained"), crawl
     assert dead and dead == broken
     assert said.startswith(f"{len(dead)} dead letters of {crawl_id} sent back")
-    rows = query_pages(out, crawl_id, "SELECT url, state, reason, wet_file FROM pages")
-    per_url = Counter(url for url, _, _, _ in rows)
-    assert [url for url, n in per_url.items() if n > 1] == []
-    final = {url: (state, reason, wet) for url, state, reason, wet in rows}
-    for url in dead:  # parsed now: text stored, or the reason there is none
-        state, reason, wet = final[url]
-        assert state in ("fetched", "duplicate"), (url, state, reason)
-        assert wet or reason in ("no main text found", "meta robots noindex: text not stored")
-        assert str(stored[url].state) == state  # Bigtable's one row for it says the same
-    # Parsed again from storage: not one of them was requested again.
-    again = {f"http://{r.host}:{port}{r.path}" for r in requests[requests_before:]}
-    assert dead.isdisjoint(again)
-    by_state = Counter(state for _, state, _, _ in rows)
+    final = assert_parsed_again_without_a_request(out, crawl_id, dead,
+                                                  requests[requests_before:], port)
+    for url in dead:  # Bigtable's one row for each says the same
+        assert str(stored[url].state) == final[url]
+    by_state = Counter(final.values())  # one row per URL
     assert counters.dead_lettered == 0
     assert {state: getattr(counters, state) for state in by_state} == dict(by_state)
-    assert counters.accepted == len(rows)
+    assert counters.accepted == len(final)

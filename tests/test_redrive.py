@@ -34,6 +34,24 @@ PROJECT = "local-crawler"
 
 
 
+def assert_parsed_again_without_a_request(out: str, crawl_id: str, dead: set[str],
+                                          requests_after, port: int) -> dict[str, str]:
+    """The redriven pages' checks: one row per URL in the Parquet table, each letter's page
+    parsed now (text stored, or the reason there is none), and none of them requested again
+    (`requests_after`: the web's log after the redrive). Returns each URL's final state."""
+    rows = query_pages(out, crawl_id, "SELECT url, state, reason, wet_file FROM pages")
+    per_url = Counter(url for url, _, _, _ in rows)
+    assert [url for url, n in per_url.items() if n > 1] == []
+    final = {url: (state, reason, wet) for url, state, reason, wet in rows}
+    for url in dead:
+        state, reason, wet = final[url]
+        assert state in ("fetched", "duplicate"), (url, state, reason)
+        assert wet or reason in ("no main text found", "meta robots noindex: text not stored")
+    again = {f"http://{r.host}:{port}{r.path}" for r in requests_after}
+    assert dead.isdisjoint(again)
+    return {url: state for url, (state, _, _) in final.items()}
+
+
 def parser_failing_on_some_pages(real_parse, broken: set[str]):
     """parse_page with a bug: it fails on about a quarter of the .html pages (which ones
     depends on the run's string hashing), each added to `broken`."""
@@ -141,18 +159,9 @@ def test_a_fixed_parser_turns_dead_letters_into_pages_without_fetching_them_agai
                                 now=0.0)["counters"]
     assert first.status == second.status == "drained"
     assert dead and dead == broken
-    rows = query_pages(out, crawl_id, "SELECT url, state, reason, wet_file FROM pages")
-    per_url = Counter(url for url, _, _, _ in rows)
-    assert [url for url, n in per_url.items() if n > 1] == []
-    final = {url: (state, reason, wet) for url, state, reason, wet in rows}
-    for url in dead:  # parsed now: text stored, or the reason there is none
-        state, reason, wet = final[url]
-        assert state in ("fetched", "duplicate"), (url, state, reason)
-        assert wet or reason in ("no main text found", "meta robots noindex: text not stored")
+    final = assert_parsed_again_without_a_request(out, crawl_id, dead,
+                                                  requests[requests_before:], port)
     assert second.by_state.get("dead_lettered", 0) == 0
-    # Parsed again from storage: not one of them was requested again.
-    again = {f"http://{r.host}:{port}{r.path}" for r in requests[requests_before:]}
-    assert dead.isdisjoint(again)
-    by_state = Counter(state for _, state, _, _ in rows)
+    by_state = Counter(final.values())  # one row per URL
     assert counters.get("dead_lettered", 0) == 0
     assert {state: counters.get(state, 0) for state in by_state} == dict(by_state)
