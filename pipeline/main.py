@@ -6,12 +6,12 @@ the crawler's options (pipeline.options), builds the job on the fleet's cloud re
 run() and returns. It never waits for the job: in a Flex Template the launch ends once the job
 is submitted, and the job runs on.
 
-The job is the fleet by default (`--mode fleet`, pipeline.graph.build_fleet): one long-running
-pipeline serving every crawl the control API (pipeline.service) starts, each crawl's limits and
-state read from its record in Bigtable, and a watch in the same job that ends crawls once they
-are over (pipeline.transforms.crawl_watch). `--mode crawl --crawl_id ID` is the one-crawl job
-(pipeline.graph.build_crawl) whose options are the crawl's limits and whose page budget is
-shared through Bigtable.
+The job is the crawler's one graph (pipeline.graph.build_crawler): one long-running pipeline
+serving every crawl the control API (pipeline.service) starts, each crawl's limits and state
+read from its record in Bigtable, and a watch in the same job that ends crawls once they are
+over (pipeline.transforms.crawl_watch). A crawl's own limits (its page, host, depth and time
+budgets) are the crawl's, set when it starts: the launcher refuses them, in one line, rather
+than let them apply to no crawl.
 
 On Dataflow it also asks for what the crawler needs there (docs/architecture.md, "Running on
 Dataflow"): a streaming job on Streaming Engine; one SDK process per worker, so the process
@@ -19,14 +19,13 @@ that started a host's fetch is the one whose timer collects it; workers on the i
 this package installed (`--sdk_container_image`); output on Cloud Storage.
 
 It does not create topics, tables or subscriptions (terraform/ does), start crawls (the
-control API does, or for a one-crawl job whoever publishes its seeds with the job's crawl id),
-or patch any runner. On a local runner the job lives only as long as this process: a crawl on
-one machine is `crawler crawl`, the fleet on one machine `crawler serve`.
+control API does), or patch any runner. On a local runner the job lives only as long as this
+process: a crawl on one machine is `crawler crawl`, the crawler's API on one machine `crawler
+serve`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import sys
 
@@ -42,12 +41,10 @@ from apache_beam.options.pipeline_options import (
 from apache_beam.runners.runner import PipelineResult
 
 from pipeline.core.crawl_states import CLOUD_STATE_TTL_S
-from pipeline.graph import build_crawl, build_fleet
+from pipeline.graph import CrawlWatch, build_crawler
 from pipeline.io.storage import is_gcs
-from pipeline.options import CrawlOptions, CrawlPipelineOptions
-from pipeline.transforms.budget import shared_page_budget
-from pipeline.transforms.crawl_watch import WatchFleetCrawls
-from pipeline.transforms.fleet import FleetConfig
+from pipeline.options import PER_CRAWL, CrawlOptions, CrawlPipelineOptions, option
+from pipeline.transforms.schedule import SchedulerConfig
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +52,11 @@ log = logging.getLogger(__name__)
 # the process whose timer started it, and the result waits there for the host's next timer
 # firing; with one process per worker, every firing of a key on that worker finds it.
 ONE_SDK_PROCESS_PER_WORKER = "no_use_multiple_sdk_containers"
-# The fleet's crawl watch: how often it reads the crawl records, and how long a crawl's counters
-# must stand still before it counts as drained. On Dataflow a link batch may wait in the
-# frontier subscription for a while (a bundle retried, a worker restarted) between a page's
-# row and its links' acceptance; a minute of stillness covers that with room to spare, and
-# costs a finished crawl a minute before it reads `done`.
+# The crawl watch: how often it reads the crawl records, and how long a crawl's counters must
+# stand still, settled, before it ends. The frontier's balance already says whether work is
+# between stages; the stillness covers counts not yet written (a process writes them every
+# half second) and a bundle retried after a worker restarted, with room to spare, at the
+# cost of a minute before a finished crawl reads `done`.
 WATCH_EVERY_S = 5.0
 WATCH_QUIET_S = 60.0
 
@@ -81,14 +78,17 @@ def job_options(argv: list[str] | None) -> tuple[PipelineOptions, CrawlOptions]:
     """
     options = PipelineOptions(argv)
     view = options.view_as(CrawlPipelineOptions)
-    if view.mode == "crawl" and view.crawl_id is None:
+    if view.crawl_id is not None:
         raise LaunchError(
-            "--crawl_id is required with --mode crawl: frontier messages name the crawl they "
-            "belong to, and whoever publishes the seeds must use the job's crawl id")
-    if view.mode == "fleet" and view.crawl_id is not None:
-        raise LaunchError(
-            f"--crawl_id {view.crawl_id!r} names one crawl, but the fleet serves every crawl "
-            "the control API starts (POST /crawls); drop it, or add --mode crawl")
+            f"--crawl_id {view.crawl_id!r} names one crawl, but the job serves every crawl "
+            "the control API starts (POST /crawls), each with its own id; drop it")
+    for dest in PER_CRAWL:
+        opt = option(dest)
+        given = getattr(view, opt.beam_name)
+        if given is not None and given != opt.default:
+            raise LaunchError(
+                f"{opt.beam_flag} is a crawl's own limit, set when the crawl starts (POST "
+                f"/crawls, or the API's default: `crawler serve {opt.flag}`), not the job's")
     crawl = CrawlOptions.from_pipeline_options(options)
     if crawl.resume or crawl.redrive or crawl.resolve:
         raise LaunchError("--resume, --redrive and --resolve belong to a crawl on one machine "
@@ -125,65 +125,34 @@ def _complete_for_dataflow(options: PipelineOptions, crawl: CrawlOptions) -> Non
     debug.add_experiment(ONE_SDK_PROCESS_PER_WORKER)
 
 
-def build_crawl_job(p: beam.Pipeline, crawl: CrawlOptions) -> None:
-    """One crawl's graph on the fleet's resources, with the page budget shared in Bigtable."""
-    bigtable = crawl.bigtable_config()
+def scheduler_config(crawl: CrawlOptions) -> SchedulerConfig:
+    """The host scheduler's settings: the machinery every crawl shares (timeouts, retries,
+    queue caps, concurrency); each crawl's own limits come from its record, read at most every
+    CLOUD_STATE_TTL_S by each process, and its pages are claimed from it in blocks."""
+    return crawl.scheduler_config(state_ttl_s=CLOUD_STATE_TTL_S)
+
+
+def build_job(p: beam.Pipeline, crawl: CrawlOptions) -> None:
+    """The crawler on its cloud resources, with the watch that ends its crawls."""
     project = crawl.project
-    build_crawl(
-        p, crawl,
-        subscription=f"projects/{project}/subscriptions/{crawl.frontier_subscription}",
-        topic=f"projects/{project}/topics/{crawl.frontier_topic}",
-        dead_letter_topic=f"projects/{project}/topics/{crawl.dead_letter_topic}",
-        budget=shared_page_budget(bigtable, crawl.crawl_id, crawl.max_pages,
-                                  block=crawl.budget_block),
-        bigtable=bigtable,
-        events_topic=f"projects/{project}/topics/{crawl.events_topic}",
-        bigquery_table=crawl.bigquery_table,
-    )
-
-
-def fleet_config(crawl: CrawlOptions) -> FleetConfig:
-    """The fleet's scheduler settings: the job's options are the defaults a crawl's record
-    overrides (min_delay, user_agent, max_depth, max_pages_per_host), and the machinery every
-    crawl shares (timeouts, retries, queue caps, concurrency)."""
-    # The job's own page limits are no crawl's: each crawl brings its own from its record.
-    defaults = dataclasses.replace(crawl, max_pages=None, max_pages_per_host=None,
-                                   max_depth=None)
-    return FleetConfig(
-        policy=defaults.host_policy(), fetch=defaults.fetch_config(),
-        bigtable=crawl.bigtable_config(), fetch_concurrency=crawl.fetch_concurrency,
-        state_ttl_s=CLOUD_STATE_TTL_S,
-        # Every worker process claims each crawl's pages from its record: a crawl's max_pages
-        # holds job-wide (pipeline.core.budget).
-        budget_block=crawl.budget_block,
-    )
-
-
-def build_fleet_job(p: beam.Pipeline, crawl: CrawlOptions) -> None:
-    """The fleet on its cloud resources, with the watch that ends its crawls."""
-    project = crawl.project
-    config = fleet_config(crawl)
-    build_fleet(
-        p, config, out=crawl.out,
+    build_crawler(
+        p, scheduler_config(crawl), out=crawl.out,
         subscription=f"projects/{project}/subscriptions/{crawl.frontier_subscription}",
         topic=f"projects/{project}/topics/{crawl.frontier_topic}",
         dead_letter_topic=f"projects/{project}/topics/{crawl.dead_letter_topic}",
         duplicates=crawl.duplicate_policy(), extractor=crawl.extractor,
+        parse_attempts=crawl.parse_attempts,
         events_topic=f"projects/{project}/topics/{crawl.events_topic}",
         bigquery_table=crawl.bigquery_table,
+        watch=CrawlWatch(every_s=WATCH_EVERY_S, quiet_s=WATCH_QUIET_S),
     )
-    _ = p | "WatchCrawls" >> WatchFleetCrawls(config.bigtable, every_s=WATCH_EVERY_S,
-                                              quiet_s=WATCH_QUIET_S)
 
 
 def run(argv: list[str] | None = None) -> PipelineResult:
     """Build the job from argv and submit it; returns at once with the runner's result."""
     options, crawl = job_options(argv)
     p = beam.Pipeline(options=options)
-    if crawl.mode == "fleet":
-        build_fleet_job(p, crawl)
-    else:
-        build_crawl_job(p, crawl)
+    build_job(p, crawl)
     return p.run()
 
 

@@ -30,6 +30,7 @@ from typing import Any
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
 from pipeline.core.addresses import parse_network
+from pipeline.core.crawl_states import CrawlLimits
 from pipeline.core.extractors import DEFAULT_EXTRACTOR, EXTRACTORS, extractor_help
 from pipeline.core.near_duplicates import DuplicatePolicy
 from pipeline.core.politeness import HostPolicy
@@ -37,12 +38,14 @@ from pipeline.io.bigtable import BigtableConfig
 from pipeline.io.dns import parse_resolve
 from pipeline.io.fetch import FetchConfig
 from pipeline.io.resources import RESOURCES
+from pipeline.transforms.schedule import SchedulerConfig
 
 DEFAULT_USER_AGENT = "beam-crawler/0.1 (+https://github.com/beam-crawler)"
 LOCAL_PROJECT = "local-crawler"  # the project the local emulators accept
+# A crawl's record always holds a page budget; "no limit" is this many pages.
+MAX_PAGES_UNBOUNDED = 10**12
 # Main-text extractors, their figures and the default's rule: pipeline.core.extractors. The
 # Rust port rs-trafilatura has no wheel on PyPI (its build needs crates.io).
-JOB_MODES = ("fleet", "crawl")
 # A crawl id names Pub/Sub topics, output directories and the last part of Bigtable row keys
 # (`reversed-host/url-hash/crawl-id`), so it may not hold '/' or anything a topic refuses.
 _CRAWL_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -151,8 +154,14 @@ class Option:
     regex: str | None = None  # the template's check, when stricter than the value type's
     param_type: str | None = None
     template_required: bool = False  # required in a template job despite a local default
+    # A crawl's own limit: set per crawl (`crawler crawl`, POST /crawls) and kept in its
+    # record; a job serving many crawls refuses it, and `crawler serve` takes it as the
+    # default of a crawl that sets none.
+    per_crawl: bool = False
 
     def __post_init__(self) -> None:
+        if self.per_crawl:  # a job serving many crawls has no such option
+            object.__setattr__(self, "template", False)
         if not self.flag:
             object.__setattr__(self, "flag", "--" + self.dest.replace("_", "-"))
         if not self.beam_name:
@@ -210,23 +219,19 @@ OPTIONS: tuple[Option, ...] = (
            default="crawl-out", label="Output root", template_required=True,
            regex=r"^gs://[a-z0-9][-_.a-z0-9]{1,220}[a-z0-9](?:/.*)?$",
            param_type="GCS_WRITE_FOLDER"),
-    Option("crawl_id", "name of this crawl; frontier messages carry it, so a one-crawl job "
-           "(--mode crawl) needs one; the fleet takes each crawl's id from its messages "
-           "(default: c<UTC date-time>-<random>)", label="Crawl id",
-           regex=r"^[A-Za-z0-9._-]{1,64}$"),
-    # The job's shape, not a crawl's: only the launcher reads it.
-    Option("mode", "what the job is: `fleet`, one long-running job serving every crawl the "
-           "control API starts (per-crawl limits come from each crawl's record; these "
-           "options give the fleet's defaults), or `crawl`, one crawl named by --crawl_id "
-           f"with these options as its limits {_D}", default="fleet",
-           choices=JOB_MODES, cli=False, param_type="ENUM", label="Job mode"),
+    Option("crawl_id", "name of this crawl: its directory under --out, its record and its "
+           "rows; with --resume, the crawl to continue (default: c<UTC date-time>-<random>)",
+           label="Crawl id", template=False),
     # --- Budgets and scope
     Option("max_pages", "global page budget: at most this many pages are requested; the rest "
-           f"end `over_budget` {_D}", default=10_000, value=POSITIVE_INT),
+           f"end `over_budget` {_D}", default=10_000, value=POSITIVE_INT,
+           per_crawl=True),
     Option("max_pages_per_host", "per-host page budget; also sizes each host's seen-set "
-           "(default: no limit beyond --max-pages)", value=POSITIVE_INT),
+           "(default: no limit beyond --max-pages)", value=POSITIVE_INT,
+           per_crawl=True),
     Option("max_depth", "links more than this many hops from a seed end `filtered` "
-           "(default: no limit)", value=NON_NEGATIVE_INT),
+           "(default: no limit)", value=NON_NEGATIVE_INT,
+           per_crawl=True),
     Option("max_calendar_pages", "calendar-like URLs (a year and month in the path or a date "
            "in the query) accepted per host before the rest end `filtered` as a trap "
            f"{_D}", default=100, value=POSITIVE_INT),
@@ -235,7 +240,8 @@ OPTIONS: tuple[Option, ...] = (
     # --- Politeness
     Option("min_delay", "seconds between two requests to one host, at least; robots.txt "
            f"Crawl-delay and backoff can only make it longer {_D}", default=1.0,
-           value=POSITIVE_FLOAT),
+           value=POSITIVE_FLOAT,
+           per_crawl=True),
     Option("max_crawl_delay", "cap on a robots.txt Crawl-delay, in seconds; a capped host is "
            f"logged {_D}", default=30.0, value=POSITIVE_FLOAT),
     Option("slow_factor", "a host waits at least this many times its last response time "
@@ -244,7 +250,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("user_agent", "User-Agent header, and the product token robots.txt groups are "
            f"matched against {_D}", default=DEFAULT_USER_AGENT,
            # Beam's SetupOptions has its own --user_agent (for Google API calls).
-           beam_name="crawler_user_agent", label="User agent"),
+           beam_name="crawler_user_agent", label="User agent",
+           per_crawl=True),
     Option("resolve", "like curl: connect to ADDRESS for HOST:PORT instead of asking DNS; "
            "HOST may be *.suffix and PORT may be *; repeatable. A mapped host may be reached "
            "at ADDRESS even when it is not public", default=[],
@@ -342,10 +349,6 @@ OPTIONS: tuple[Option, ...] = (
            f"process stay unused when the budget runs out {_D}", default=16,
            value=POSITIVE_INT),
     # --- Running on this machine
-    Option("shared_budget", "claim --max-pages from the crawl record in Bigtable in blocks "
-           "of --budget-block, as a job with many workers always does (overshoot 0); by "
-           "default a local crawl counts in its one process, exactly", default=False,
-           action="store_true", value=None, template=False),
     Option("resume", "continue crawl --crawl-id under --out from what it stored (after a "
            "crash or kill): done URLs are not fetched again, links of stored pages are "
            "crawled; seeds default to the crawl's own", default=False, action="store_true",
@@ -360,12 +363,14 @@ OPTIONS: tuple[Option, ...] = (
            "frontier) ends `over_budget` with reason `time budget`; requests under way get at "
            "most 5 s more, so the crawl ends with its summary within about 30 s of it "
            "(default: none, the crawl runs until drained or out of pages)",
-           value=POSITIVE_FLOAT, metavar="SECONDS", template=False),
+           value=POSITIVE_FLOAT, metavar="SECONDS", template=False,
+           per_crawl=True),
     Option("progress", "do not draw the progress line (for logs and CI)", default=True,
            flag="--no-progress", action="store_false", value=None, template=False),
 )
 
 _BY_DEST = {option.dest: option for option in OPTIONS}
+PER_CRAWL = tuple(option.dest for option in OPTIONS if option.per_crawl)
 
 
 def option(dest: str) -> Option:
@@ -408,7 +413,6 @@ class CrawlOptions:
     seeds: tuple[str, ...]
     out: str = "crawl-out"
     crawl_id: str = field(default_factory=new_crawl_id)
-    mode: str = "fleet"  # the launcher's: a fleet job or a one-crawl job
     max_pages: int | None = 10_000
     max_pages_per_host: int | None = None
     max_depth: int | None = None
@@ -448,7 +452,6 @@ class CrawlOptions:
     dead_letter_topic: str = RESOURCES.dead_letter_topic
     events_topic: str = RESOURCES.events_topic
     budget_block: int = 16
-    shared_budget: bool = False
     resume: bool = False
     redrive: bool = False
     progress: bool = True
@@ -485,8 +488,6 @@ class CrawlOptions:
                 "(it names topics, directories and Bigtable row keys)")
         if not 0 <= self.near_duplicate_bits <= 16:
             raise ValueError("--near-duplicate-bits must be between 0 and 16")
-        if self.mode not in JOB_MODES:
-            raise ValueError(f"--mode {self.mode!r}: use one of {', '.join(JOB_MODES)}")
         if self.extractor not in EXTRACTORS:
             raise ValueError(f"--extractor {self.extractor!r}: use one of {', '.join(EXTRACTORS)}")
         if self.duplicate_slowdown < 1:
@@ -504,9 +505,6 @@ class CrawlOptions:
             raise ValueError("--max-redirect-hops must be 0 or more")
         if self.max_duration is not None and self.max_duration <= 0:
             raise ValueError("--max-duration must be positive")
-        if self.shared_budget and self.resume:
-            raise ValueError("--shared-budget does not go with --resume: a resumed local crawl "
-                             "counts what it already requested in its own process")
 
     @classmethod
     def from_pipeline_options(cls, options: PipelineOptions,
@@ -533,10 +531,24 @@ class CrawlOptions:
             kwargs[opt.dest] = value
         return cls(seeds=tuple(seeds), **kwargs)
 
-    @property
-    def deadline(self) -> float | None:
-        """When the time budget runs out (epoch seconds), or None without one."""
-        return None if self.max_duration is None else self.started_at + self.max_duration
+    def limits(self) -> CrawlLimits:
+        """What this crawl may do, as its record keeps it."""
+        return CrawlLimits(
+            max_pages=self.max_pages or MAX_PAGES_UNBOUNDED,
+            max_pages_per_host=self.max_pages_per_host, max_depth=self.max_depth,
+            min_delay=self.min_delay, max_duration_s=self.max_duration,
+            user_agent=self.user_agent,
+        )
+
+    def scheduler_config(self, *, state_ttl_s: float = 1.0) -> SchedulerConfig:
+        """The host scheduler's settings: the politeness knobs every crawl shares, fetching,
+        the stores; each crawl's own limits come from its record."""
+        return SchedulerConfig(
+            policy=self.host_policy(), fetch=self.fetch_config(),
+            bigtable=self.bigtable_config(), resolve=self.resolve,
+            fetch_concurrency=self.fetch_concurrency, state_ttl_s=state_ttl_s,
+            budget_block=self.budget_block,
+        )
 
     def host_policy(self) -> HostPolicy:
         budget = self.max_pages_per_host or self.max_pages or 100_000
@@ -562,7 +574,6 @@ class CrawlOptions:
             bloom_capacity=min(4 * budget, 1_000_000),
             bloom_fp_rate=self.bloom_fp_rate,
             duplicate_slowdown=self.duplicate_slowdown,
-            deadline=self.deadline,
         )
 
     def duplicate_policy(self) -> DuplicatePolicy:
@@ -626,7 +637,7 @@ README_BEGIN = "<!-- options table: generated by `python -m pipeline.options --w
 README_END = "<!-- end of options table -->"
 # The options README.md shows; docs/options.md has all of them.
 README_OPTIONS = ("max_pages", "max_pages_per_host", "max_depth", "min_delay", "resolve",
-                  "allow_networks", "user_agent", "extractor", "host_queue_cap", "shared_budget",
+                  "allow_networks", "user_agent", "extractor", "host_queue_cap",
                   "max_duration")
 
 

@@ -30,5 +30,4 @@ def run_crawl(args: argparse.Namespace) -> int:
     if show is not None:
         print(file=sys.stderr)
     print_summary(summary)
-    finished = ("drained", "budget_spent", "time_budget_spent", "interrupted")
-    return 0 if summary.status in finished else 1
+    return 0 if summary.finished else 1

@@ -35,4 +35,4 @@ def run_demo(args: argparse.Namespace) -> int:
         summary = run_local_crawl(opts, on_progress=progress_printer())
     print()
     print_summary(summary)
-    return 0 if summary.status in ("drained", "budget_spent") else 1
+    return 0 if summary.state == "done" else 1

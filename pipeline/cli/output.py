@@ -27,7 +27,8 @@ def progress_printer() -> Callable[[str], None]:
 def print_summary(summary) -> None:
     """The crawl's summary: what was fetched, every terminal state, CPU, and queries to try."""
     states = ", ".join(f"{k} {v:,}" for k, v in sorted(summary.by_state.items()))
-    print(f"crawl {summary.crawl_id} {summary.status} after {summary.elapsed_s:,.1f}s")
+    print(f"crawl {summary.crawl_id} {summary.state} ({summary.reason}) after "
+          f"{summary.elapsed_s:,.1f}s")
     print(f"  pages fetched   {summary.pages_fetched:,} ({summary.pages_per_s:,.1f} pages/s, "
           f"{summary.requests:,} requests, {summary.bytes_fetched / 1e6:,.1f} MB)")
     print(f"  URLs accepted   {summary.accepted:,}: {states or 'none'}")
@@ -38,6 +39,11 @@ def print_summary(summary) -> None:
         when = "when the time ran out" if summary.urls_over_time else "at the end"
         print(f"  parked hosts    {summary.hosts_parked:,}, with "
               f"{summary.urls_on_parked_hosts:,} URLs waiting on them {when}")
+    if summary.urls_overflowed or summary.overflow_urls_lost or summary.leases_expired:
+        print(f"  host queues     {summary.urls_overflowed:,} URLs waited in overflow storage"
+              + (f", {summary.overflow_urls_lost:,} lost with it" if summary.overflow_urls_lost
+                 else "")
+              + f"; {summary.leases_expired:,} requests lost and made again")
     if summary.near_duplicates or summary.hosts_throttled or summary.redriven:
         print(f"  content         {summary.near_duplicates:,} near-duplicate pages, "
               f"{summary.hosts_throttled:,} hosts slowed for duplicates, "

@@ -67,20 +67,34 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                              "%(default)s)")
 
 
-def fleet_settings(args: argparse.Namespace, bigtable, topic: str):
+def fleet_settings(args: argparse.Namespace):
     """The local fleet's settings from the command line; the fleet's defaults come from
     CrawlOptions, the one place crawl defaults live."""
     from pipeline.local.fleet import FleetSettings
     from pipeline.options import CrawlOptions
 
-    defaults = CrawlOptions(seeds=(), out=args.out, min_delay=args.min_delay,
-                            user_agent=args.user_agent, resolve=tuple(args.resolve),
-                            fetch_timeout=args.fetch_timeout,
-                            max_crawl_delay=args.max_crawl_delay, max_pages=None,
-                            allow_networks=tuple(args.allow_networks))
-    return FleetSettings(project=args.project, bigtable=bigtable, frontier_topic=topic,
-                         out=args.out, policy=defaults.host_policy(),
-                         fetch=defaults.fetch_config(), resolve=tuple(args.resolve))
+    options = CrawlOptions(seeds=(), out=args.out, min_delay=args.min_delay,
+                           user_agent=args.user_agent, resolve=tuple(args.resolve),
+                           fetch_timeout=args.fetch_timeout,
+                           max_crawl_delay=args.max_crawl_delay, max_pages=None,
+                           allow_networks=tuple(args.allow_networks), project=args.project,
+                           bigtable_instance=args.bigtable_instance)
+    return FleetSettings(options=options, frontier_topic=args.frontier_topic,
+                         dead_letter_topic=RESOURCES.dead_letter_topic,
+                         dead_letter_subscription=RESOURCES.dead_letter_subscription)
+
+
+def manifest_writer(out: str):
+    """What the local fleet keeps of each crawl its API starts, under OUT/CRAWL_ID/: the
+    manifest that `crawler crawl --resume` continues the crawl from, should `crawler serve`
+    die with it unfinished (its emulators, and the crawl's record, die with it)."""
+    from pipeline.local.resume import crawl_manifest, write_manifest
+
+    def write(crawl) -> None:
+        write_manifest(out, crawl.id, crawl_manifest(crawl.id, crawl.seeds, crawl.limits,
+                                                     crawl.created_at))
+
+    return write
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -105,12 +119,7 @@ def run_serve(args: argparse.Namespace) -> int:
         return _run_cloud(args)
     from pipeline.io.bigtable import BigtableConfig, open_tables
     from pipeline.io.dns import parse_resolve
-    from pipeline.local.emulators import (
-        EmulatorMissing,
-        ensure_topic,
-        start_missing_emulators,
-        stop_emulators,
-    )
+    from pipeline.local.emulators import EmulatorMissing, start_missing_emulators, stop_emulators
     from pipeline.local.fleet import LocalFleet
     from pipeline.service.app import create_app
     from pipeline.service.control import CrawlControl, FleetDefaults, PubSubFrontier
@@ -133,15 +142,14 @@ def run_serve(args: argparse.Namespace) -> int:
     tables = frontier = server = fleet = None
     try:
         tables = open_tables(BigtableConfig(args.project, args.bigtable_instance), create=True)
-        topic = ensure_topic(args.project, args.frontier_topic)
-        frontier = PubSubFrontier(topic)
-        settings = fleet_settings(args, BigtableConfig(args.project, args.bigtable_instance),
-                                  topic)
+        settings = fleet_settings(args)
         fleet = LocalFleet(settings).start()
+        frontier = PubSubFrontier(fleet.topic)
         control = CrawlControl(tables, frontier,
                                FleetDefaults(min_delay=args.min_delay,
                                              user_agent=args.user_agent),
-                               propagation_s=settings.state_ttl_s)
+                               propagation_s=settings.state_ttl_s,
+                               on_created=manifest_writer(args.out))
         try:
             server = ApiServer(create_app(control, tokens), host=args.host,
                                port=args.port).start()

@@ -3,18 +3,15 @@
 A host scheduler claims one page from the budget before each first request for a URL. This
 module owns the claim; it does not know about hosts or Beam.
 
-`LocalPageBudget` counts in the memory of the one process that runs a local crawl (Beam's
-DirectRunner runs every DoFn instance in that process), so it is exact: a crawl with
-`--max-pages N` requests at most N pages.
-
-`BlockPageBudget` is for a job spread over many worker processes: they share one atomic counter
-(the crawl record in Bigtable, `pipeline.transforms.budget`), which each process advances by a
-block of `block` pages at a time and then spends from memory. A block that crosses the limit is
-cut at it, so the bounds are:
+`BlockPageBudget` is shared by every process that schedules the crawl's hosts: one atomic
+counter (the crawl record in Bigtable, `pipeline.transforms.budget`), which each process
+advances by a block of `block` pages at a time and then spends from memory. A block that
+crosses the limit is cut at it, so the bounds are:
   - overshoot: 0. Every page granted has a place below N in the counter's sequence.
   - undershoot: at most (block - 1) pages per worker process, claimed but not spent when the
     crawl ends (or lost with a process that died). A crawl whose budget is spent requests
-    between N - P x (block - 1) and N pages, for P processes.
+    between N - P x (block - 1) and N pages, for P processes: exactly N with one process (a
+    crawl on one machine), which spends every page it claims.
   - cost: one read-modify-write per `block` pages per process (16 by default: 1,450 calls/s at
     23,148 pages/s, well inside one Bigtable node).
 """
@@ -37,49 +34,10 @@ class PageBudget(Protocol):
         ...
 
 
-class LocalPageBudget:
-    """An exact in-process budget, shared by every copy of this object with the same crawl id.
-
-    Copies (Beam pickles DoFns) find the one counter through a process-wide table, so the
-    budget survives pickling without becoming one budget per copy.
-    """
-
-    _lock = threading.Lock()
-    _claimed: dict[str, int] = {}
-
-    def __init__(self, crawl_id: str, limit: int | None) -> None:
-        if limit is not None and limit < 0:
-            raise ValueError(f"page budget must be >= 0, got {limit}")
-        self.crawl_id = crawl_id
-        self.limit = limit
-
-    def preclaim(self, pages: int) -> None:
-        """Count pages a resumed crawl already requested against the budget."""
-        with self._lock:
-            self._claimed[self.crawl_id] = self._claimed.get(self.crawl_id, 0) + pages
-
-    def try_claim(self) -> bool:
-        with self._lock:
-            claimed = self._claimed.get(self.crawl_id, 0)
-            if self.limit is not None and claimed >= self.limit:
-                return False
-            self._claimed[self.crawl_id] = claimed + 1
-            return True
-
-    @property
-    def claimed(self) -> int:
-        with self._lock:
-            return self._claimed.get(self.crawl_id, 0)
-
-    @property
-    def spent(self) -> bool:
-        return self.limit is not None and self.claimed >= self.limit
-
-
 class BlockPageBudget:
     """A budget shared across processes through `advance(n) -> new total`, an atomic counter
-    (module docstring). Blocks are kept per process and crawl, like LocalPageBudget's count,
-    so the many copies Beam makes of a DoFn share one block instead of each wasting its own.
+    (module docstring). Blocks are kept per process and crawl, so the many copies Beam makes
+    of a DoFn share one block instead of each wasting its own.
 
     `advance` must be picklable (Beam pickles the DoFn holding the budget).
     """
@@ -114,6 +72,12 @@ class BlockPageBudget:
                 return False
             self._blocks[self.crawl_id] = (left - 1, spent)
             return True
+
+    @property
+    def left(self) -> int:
+        """Pages this process holds from the blocks it claimed and has not spent yet."""
+        with self._lock:
+            return self._blocks.get(self.crawl_id, (0, False))[0]
 
     @property
     def spent(self) -> bool:

@@ -32,6 +32,9 @@ class Counter(StrEnum):
     BATCHES_PUBLISHED_PAGE_CRAWLED = "batches_published_page_crawled"
     BATCHES_PUBLISHED_ROBOTS_REQUEST = "batches_published_robots_request"
     BATCHES_PUBLISHED_ROBOTS_ANSWER = "batches_published_robots_answer"
+    BATCHES_PUBLISHED_WAKE = "batches_published_wake"
+    # Every kind, per crawl: the far side of BATCHES_RECEIVED in the crawl's balance
+    BATCHES_PUBLISHED = "batches_published"
     # ScheduleFetches
     URLS_OFFERED = "urls_offered"
     URLS_ACCEPTED = "urls_accepted"
@@ -47,6 +50,7 @@ class Counter(StrEnum):
     ROBOTS_MESSAGES_EMITTED = "robots_messages_emitted"  # requests and answers between hosts
     HOSTS_PARKED = "hosts_parked"  # circuit opened, or a probe of a parked host failed
     URLS_OVER_TIME = "urls_over_time"  # ended `over_budget` when the time budget ran out
+    HOSTS_WOKEN = "hosts_woken"  # asleep with a crawl's URLs when it ended: woken to end them
     # Gauges: moved up and down as hosts' circuits open and close with URLs waiting
     HOSTS_PARKED_NOW = "hosts_parked_now"
     URLS_ON_PARKED_HOSTS = "urls_on_parked_hosts"
@@ -98,6 +102,33 @@ class Maximum(StrEnum):
     """Largest values observed (Beam distributions)."""
 
     DUE_LAG_MS = "due_lag_ms"
+
+
+# What a crawl's record counts, per crawl (pipeline.io.crawls), by the name its cell has:
+# the frontier balance (pipeline.core.crawl_states.FrontierBalance), the host schedulers'
+# counters and the rows in each state. The rest are counted for the whole job only.
+RECORD_COUNTERS: tuple[Counter, ...] = (
+    Counter.BATCHES_PUBLISHED, Counter.BATCHES_RECEIVED, Counter.URLS_DECODED,
+    Counter.URLS_INVALID, Counter.URLS_OFFERED, Counter.URLS_ACCEPTED, Counter.URLS_REDRIVEN,
+    Counter.REQUESTS, Counter.ROBOTS_REQUESTS, Counter.HOSTS_ACTIVATED, Counter.HOSTS_IDLED,
+    Counter.LEASES_EXPIRED, Counter.HOSTS_THROTTLED_FOR_DUPLICATES, Counter.URLS_OVERFLOWED,
+    Counter.OVERFLOW_URLS_LOST, Counter.URLS_BLOCKED_ADDRESS, Counter.ROBOTS_MESSAGES_EMITTED,
+    Counter.HOSTS_PARKED, Counter.URLS_OVER_TIME, Counter.HOSTS_PARKED_NOW,
+    Counter.URLS_ON_PARKED_HOSTS, Counter.HOSTS_WOKEN,
+    *(Counter(f"rows_{state}") for state in PageState), Counter.BYTES_FETCHED,
+)
+# Names the record has always had for these: the API and `crawler status` show them.
+_RECORD_NAMES: dict[Counter, str] = {
+    Counter.URLS_ACCEPTED: "accepted", Counter.BYTES_FETCHED: "bytes",
+    **{Counter(f"rows_{state}"): str(state) for state in PageState},
+}
+
+
+def record_name(counter: Counter) -> str:
+    """The name of `counter`'s cell in a crawl's record."""
+    if counter not in RECORD_COUNTERS:
+        raise ValueError(f"{counter} is counted for the whole job, not in a crawl's record")
+    return _RECORD_NAMES.get(counter, str(counter))
 
 
 def rows_in(state: PageState) -> Counter:

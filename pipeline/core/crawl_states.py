@@ -125,34 +125,75 @@ class CrawlLimits:
             raise ValueError("user_agent must not be blank")
 
 
+@dataclass(frozen=True, slots=True)
+class FrontierBalance:
+    """A crawl's work in the loop, from its counters: what the frontier topic was given and
+    what its readers took, what they routed to hosts and what the hosts took, what the hosts
+    accepted and what ended with a row.
+
+    Each pair is counted where the work leaves one stage and where it arrives at the next, and
+    a stage counts what it received before anything it made of it can be counted further on:
+    so while any of the crawl's work is between two stages, one pair is out of balance. A
+    pair's far side may run ahead of its near side (a message read before its publisher's
+    count is written, a bundle retried): the balance holds when each far side has caught up.
+    """
+
+    published: int = 0  # frontier messages of the crawl Pub/Sub took (seeds included)
+    received: int = 0  # ... the frontier's readers decoded
+    routed: int = 0  # URLs the readers sent on to their hosts' keys
+    offered: int = 0  # ... the hosts' schedulers took
+    accepted: int = 0  # URLs the hosts accepted (new to their seen-sets)
+    terminal: int = 0  # rows written, in any terminal state
+
+    @property
+    def settled(self) -> bool:
+        """Nothing of the crawl is in flight between stages or waiting in a host's state."""
+        return (self.received >= self.published and self.offered >= self.routed
+                and self.terminal >= self.accepted)
+
+
+def crawl_over(state: CrawlState, *, now: float, deadline: float | None,
+               budget_exhausted: bool) -> str | None:
+    """Why a live crawl can do no more work, or None: its time budget ran out, or every page
+    of its page budget has been claimed. Its waiting URLs then end with rows, and it is done
+    once they have."""
+    if state not in (CrawlState.RUNNING, CrawlState.PAUSED):
+        return None
+    if deadline is not None and now >= deadline:
+        return "time budget spent"
+    if budget_exhausted:
+        return "page budget spent"
+    return None
+
+
 def crawl_ending(
     state: CrawlState,
+    balance: FrontierBalance,
     *,
-    accepted: int,
-    terminal: int,
     quiet_s: float,
     quiet_needed_s: float,
     now: float,
-    created_at: float,
-    max_duration_s: float | None,
+    deadline: float | None = None,
+    budget_exhausted: bool = False,
 ) -> tuple[CrawlAction, str] | None:
     """The move that ends a crawl now, with its reason, or None.
 
-    A crawl is over when its time budget is spent; or, running or cancelling, when every URL
-    it accepted has a terminal row and its counters have not moved for `quiet_needed_s`
-    (`quiet_s` so far). The quiet period covers links on their way through the frontier topic:
-    between a page's row and its links' acceptance every accepted URL may be terminal for a
-    moment. A cancelled crawl that never accepted anything settles after the quiet period too.
+    A crawl ends once its work has settled (FrontierBalance.settled) and its counters have
+    stood still for `quiet_needed_s` (`quiet_s` so far): counters are written some time
+    after they are counted, so one settled look could be a stage whose count is not written
+    yet. Then a running crawl is `done` (drained, or its page or time budget spent), a
+    cancelling one `cancelled`, and a paused one only if its time budget ran out (its URLs
+    end then). A running crawl that accepted nothing yet is not drained: its seeds may still
+    be on their way.
     """
-    live = state in (CrawlState.RUNNING, CrawlState.PAUSED)
-    if live and max_duration_s is not None and now >= created_at + max_duration_s:
-        return CrawlAction.FINISH, "time budget spent"
-    if quiet_s < quiet_needed_s:
+    if quiet_s < quiet_needed_s or not balance.settled:
         return None
-    settled = terminal >= accepted
-    if state is CrawlState.CANCELLING and settled:
+    if state is CrawlState.CANCELLING:
         return CrawlAction.SETTLE, "cancelled on request"
-    if state is CrawlState.RUNNING and settled and accepted > 0:
+    over = crawl_over(state, now=now, deadline=deadline, budget_exhausted=budget_exhausted)
+    if over is not None and (state is CrawlState.RUNNING or over == "time budget spent"):
+        return CrawlAction.FINISH, over
+    if state is CrawlState.RUNNING and balance.accepted > 0:
         return CrawlAction.FINISH, "drained"
     return None
 

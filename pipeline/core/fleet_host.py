@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 
 from pipeline.core.crawl_states import FINAL_STATES, CrawlState, keeps_waiting
 from pipeline.core.politeness import (
+    TIME_BUDGET_REASON,
     Decision,
     FetchOrder,
     FetchReport,
@@ -110,8 +111,13 @@ class Tombstone:
 
 
 # Fields added after FleetHostState was first stored: a state stored without them reads back
-# with these values.
-_NEWER_FIELDS: dict = {"robots": None, "robots_kept": None}
+# with these values (copied: a default that is a dict must not be shared).
+_NEWER_FIELDS: dict = {"robots": None, "robots_kept": None, "asleep_noted": {}}
+
+
+def _newer_fields() -> dict:
+    return {name: (dict(value) if isinstance(value, dict) else value)
+            for name, value in _NEWER_FIELDS.items()}
 
 
 def _earliest(*times: float | None) -> float | None:
@@ -138,6 +144,9 @@ class FleetHostState:
     # than each new crawl asking the host again while they are fresh.
     robots: RobotsPolicy | None = None
     robots_kept: RobotsDesk | None = None
+    # Crawls whose URLs the host sleeps with, noted for a wake (pipeline.io.sleepers), and
+    # until when the sleep they were noted for lasts: a longer sleep is noted again.
+    asleep_noted: dict[str, float] = field(default_factory=dict)
 
     # ------------------------------------------------------------------------- storage
     def stored(self) -> tuple[dict, dict[str, bytes]]:
@@ -172,7 +181,7 @@ class FleetHostState:
         values = dict(fields)
         crawls = values.pop("crawls")
         horizons = values.pop("tombstones", {})
-        state.__dict__.update(_NEWER_FIELDS)
+        state.__dict__.update(_newer_fields())
         state.__dict__.update(values)
         state.crawls = {
             crawl_id: HostState.restored(
@@ -189,7 +198,7 @@ class FleetHostState:
     def __setstate__(self, values: dict) -> None:
         # A state pickled whole before tombstones existed (a streaming job updated to this
         # code finds it in its cell) lacks the newer fields.
-        self.__dict__.update(_NEWER_FIELDS)
+        self.__dict__.update(_newer_fields())
         self.__dict__.update(values)
         if "tombstones" not in values:
             self.tombstones = {}
@@ -392,6 +401,7 @@ class FleetHostState:
                 waiting = True
                 continue
             del self.crawls[crawl_id]
+            self.asleep_noted.pop(crawl_id, None)
             self._keep_robots(state, now)
             self.tombstones[crawl_id] = Tombstone(now + tombstone_s, state.seen)
         return waiting
@@ -450,7 +460,7 @@ class FleetHostState:
         if terms.state in (CrawlState.CANCELLING, CrawlState.CANCELLED):
             page_state, reason = PageState.CANCELLED, "crawl cancelled"
         elif terms.time_spent:
-            page_state, reason = PageState.OVER_BUDGET, "crawl time budget spent"
+            page_state, reason = PageState.OVER_BUDGET, TIME_BUDGET_REASON
         else:
             page_state, reason = PageState.OVER_BUDGET, "crawl ended"
         outcomes = tuple(Outcome(entry, page_state, reason) for entry in state.queue)

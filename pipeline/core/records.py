@@ -185,13 +185,42 @@ class HostSignal:
             raise ValueError(f"host signal lacks a field: {exc}") from exc
 
 
+@dataclass(frozen=True, slots=True)
+class HostWake:
+    """The crawl can do no more work (its page budget is spent, or it was cancelled) while
+    `host` (a host key) sleeps with its URLs, parked or backing off: the host looks at once,
+    so that they end with their rows now rather than at its next turn."""
+
+    crawl_id: str
+    host: str
+    version: int = WIRE_VERSION
+
+    KIND: ClassVar[str] = "wake"
+
+    @property
+    def kind(self) -> str:
+        return self.KIND
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({"crawl_id": self.crawl_id, "host": self.host, "kind": self.KIND,
+                           "version": self.version}, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_payload(cls, payload: dict) -> HostWake:
+        try:
+            return cls(crawl_id=str(payload["crawl_id"]), host=str(payload["host"]))
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"host wake lacks a field: {exc}") from exc
+
+
 def frontier_message(
     data: bytes,
-) -> FrontierBatch | SeenMarks | HostSignal | DeadLetter | RobotsRequest | RobotsAnswer:
+) -> (FrontierBatch | SeenMarks | HostSignal | HostWake | DeadLetter | RobotsRequest
+      | RobotsAnswer):
     """Decode what the frontier topic carries: a batch of URLs, a resumed crawl's seen-marks,
-    a host signal, a dead letter that `crawler redrive` sent back to be processed again, or a
-    robots.txt request or answer between two hosts. Raises ValueError saying what is wrong
-    (an unknown kind included)."""
+    a host signal or wake, a dead letter that `crawler redrive` sent back to be processed
+    again, or a robots.txt request or answer between two hosts. Raises ValueError saying
+    what is wrong (an unknown kind included)."""
     try:
         payload = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -204,6 +233,8 @@ def frontier_message(
     kind = payload.get("kind", BatchKind.LINKS)
     if kind == DeadLetter.KIND:
         return DeadLetter.from_payload(payload)
+    if kind == HostWake.KIND:
+        return HostWake.from_payload(payload)
     if kind in ("seen", "seen_issued"):
         return SeenMarks.from_payload(payload)
     if kind in HostSignalKind.__members__.values():
@@ -373,6 +404,9 @@ class FetchResult:
     truncated: bool = False
     ip: str | None = None
     redirect_hops: int = 0
+    # The product token of the crawl that fetched it: the name its page's
+    # `<meta name=...>` robots directives are read for (None: the store's default).
+    agent: str | None = None
 
     def header(self, name: str) -> str | None:
         return header_value(self.headers, name)

@@ -19,14 +19,13 @@ never called (the emulator does not implement it).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import struct
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -36,7 +35,6 @@ from google.api_core.exceptions import AlreadyExists, GoogleAPICallError, NotFou
 from google.auth.credentials import AnonymousCredentials
 from google.cloud.bigtable.data import (
     BigtableDataClient,
-    DeleteRangeFromColumn,
     MutationsExceptionGroup,
     ReadRowsQuery,
     RowMutationEntry,
@@ -56,7 +54,8 @@ from google.cloud.bigtable.data.row_filters import (
 from google.cloud.bigtable_v2.types import bigtable as bigtable_types
 from google.cloud.bigtable_v2.types import data as data_types
 
-from pipeline.core.records import PageRow, PageState
+from pipeline.core.counters import RECORD_COUNTERS, record_name
+from pipeline.core.records import PageRow
 from pipeline.core.urls import host_key, normalize_url, url_hash
 from pipeline.io.pages_table import PAGES_COLUMNS, Column, dict_to_row, row_to_dict
 
@@ -65,20 +64,16 @@ PAGES_FAMILY = "p"
 CRAWLS_FAMILY = "c"
 FRONTIER_FAMILY = "q"  # table `frontier`: URLs a full host queue keeps out of host state
 
-CRAWL_STATUSES: tuple[str, ...] = (
-    "created", "running", "drained", "budget_spent", "time_budget_spent", "interrupted",
-    "failed",
-)
-FINISHED_STATUSES: frozenset[str] = frozenset(
-    {"drained", "budget_spent", "time_budget_spent", "interrupted", "failed"})
-
-# Terminal page states, each counted under its own name (records.PageState values).
-TERMINAL_COUNTERS: tuple[str, ...] = tuple(state.value for state in PageState)
-COUNTERS: tuple[str, ...] = ("accepted", *TERMINAL_COUNTERS, "bytes")
+# What a crawl's record counts, by cell name (pipeline.core.counters.RECORD_COUNTERS): the
+# frontier balance, the host schedulers' counters, the rows in each terminal state and bytes.
+COUNTERS: tuple[str, ...] = tuple(record_name(counter) for counter in RECORD_COUNTERS)
+# The page budget's shared counter in a crawl's record (pipeline.transforms.budget).
+PAGES_CLAIMED = b"pages_claimed"
 
 # Rate samples: (time, fetched) pairs in a ring of slot columns, at most one per slot period.
 SAMPLE_EVERY_S = 5.0
 SAMPLE_SLOTS = 16  # 16 x 5 s = 80 s of history: enough for "pages/s over the last minute"
+SAMPLE_PREFIX = "sample_"
 
 # Rows per MutateRows request: the default host queue cap, so the rows of one host's queue
 # ended at once (a spent budget) go in one request. A page row is at most
@@ -104,7 +99,7 @@ class CrawlNotFound(LookupError):
 
 
 class CrawlExists(ValueError):
-    """create_crawl was asked for a crawl id that already has a record."""
+    """A new crawl was given an id that already has a record."""
 
 
 class PageWriteError(RuntimeError):
@@ -611,176 +606,17 @@ class CrawlCounterBatch:
 
 
 def _sample_column(slot: int) -> bytes:
-    return f"sample_{slot:02d}".encode()
+    return f"{SAMPLE_PREFIX}{slot:02d}".encode()
+
+
+def decode_sample(value: bytes) -> tuple[float, int]:
+    """A rate sample cell: (time in epoch seconds, fetched total then)."""
+    at, fetched = _SAMPLE.unpack(value)
+    return at / 1_000_000, fetched
 
 
 def _micros(epoch_seconds: float) -> int:
     return round(epoch_seconds * 1_000_000)
-
-
-# --- Crawl records -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CrawlRecord:
-    """A row of the crawls table. Times are epoch seconds; a budget of None means no limit.
-
-    samples: (time, fetched total) pairs, oldest first, from the last ~80 s of counter flushes.
-    """
-
-    crawl_id: str
-    status: str
-    seeds: tuple[str, ...]
-    max_pages: int | None
-    max_pages_per_host: int | None
-    max_depth: int | None
-    min_delay: float | None
-    created_at: float | None
-    started_at: float | None = None
-    finished_at: float | None = None
-    accepted: int = 0
-    fetched: int = 0
-    failed: int = 0
-    disallowed: int = 0
-    duplicate: int = 0
-    filtered: int = 0
-    over_budget: int = 0
-    dead_lettered: int = 0
-    redirected: int = 0
-    cancelled: int = 0
-    bytes: int = 0
-    samples: tuple[tuple[float, int], ...] = ()
-    max_duration: float | None = None  # the time budget in seconds (None: none)
-
-    def counters(self) -> dict[str, int]:
-        """Every counter by name, in COUNTERS order."""
-        return {name: getattr(self, name) for name in COUNTERS}
-
-    @property
-    def terminal(self) -> int:
-        """URLs that reached a terminal state."""
-        return sum(getattr(self, name) for name in TERMINAL_COUNTERS)
-
-    @property
-    def frontier(self) -> int:
-        """Accepted URLs not yet in a terminal state (queued or in flight)."""
-        return self.accepted - self.terminal
-
-
-_CRAWL_INTS = ("max_pages", "max_pages_per_host", "max_depth")
-_CRAWL_TIMES = ("created_at", "started_at", "finished_at")
-_RECORD_FIELDS = frozenset(f.name for f in fields(CrawlRecord))
-# A crawl has a record when its row has a status cell (counter cells may come first).
-_HAS_STATUS: RowFilter = RowFilterChain(
-    [ColumnQualifierRegexFilter(b"^status$"), CellsColumnLimitFilter(1)]
-)
-
-
-def create_crawl(
-    tables: BigtableTables,
-    crawl_id: str,
-    *,
-    seeds: Iterable[str],
-    max_pages: int | None,
-    max_pages_per_host: int | None,
-    max_depth: int | None,
-    min_delay: float | None,
-    at: float,
-    max_duration: float | None = None,
-) -> CrawlRecord:
-    """Record a new crawl with status 'created'. Raises CrawlExists if the id has a record
-    (checked and written in one atomic CheckAndMutateRow)."""
-    check_crawl_id(crawl_id)
-    seeds = tuple(seeds)
-    mutations = [
-        SetCell(CRAWLS_FAMILY, b"status", b"created", 0),
-        SetCell(CRAWLS_FAMILY, b"seeds", json.dumps(list(seeds)).encode(), 0),
-        SetCell(CRAWLS_FAMILY, b"created_at", _INT64.pack(_micros(at)), 0),
-    ]
-    budgets = {"max_pages": max_pages, "max_pages_per_host": max_pages_per_host,
-               "max_depth": max_depth}
-    for name, value in budgets.items():
-        if value is not None:
-            mutations.append(SetCell(CRAWLS_FAMILY, name.encode(), _INT64.pack(value), 0))
-    if min_delay is not None:
-        mutations.append(SetCell(CRAWLS_FAMILY, b"min_delay", _FLOAT64.pack(min_delay), 0))
-    if max_duration is not None:
-        mutations.append(
-            SetCell(CRAWLS_FAMILY, b"max_duration", _FLOAT64.pack(max_duration), 0))
-    existed = tables.crawls.check_and_mutate_row(
-        crawl_id.encode(), _HAS_STATUS, false_case_mutations=mutations
-    )
-    if existed:
-        current = read_crawl(tables, crawl_id)
-        raise CrawlExists(
-            f"crawl {crawl_id!r} already exists (status {current.status}, created "
-            f"{_iso(current.created_at)}): choose another crawl id"
-        )
-    return CrawlRecord(crawl_id, "created", seeds, max_pages, max_pages_per_host, max_depth,
-                       min_delay, at, max_duration=max_duration)
-
-
-def set_crawl_status(tables: BigtableTables, crawl_id: str, status: str, at: float) -> None:
-    """Set a crawl's status at time `at`. 'running' sets started_at (and clears finished_at:
-    a resumed crawl); a finished status sets finished_at. Raises CrawlNotFound if the crawl
-    has no record, ValueError for an unknown status."""
-    if status not in CRAWL_STATUSES:
-        raise ValueError(f"unknown crawl status {status!r}; known: {', '.join(CRAWL_STATUSES)}")
-    mutations: list[SetCell | DeleteRangeFromColumn] = [
-        SetCell(CRAWLS_FAMILY, b"status", status.encode(), 0)
-    ]
-    if status == "running":
-        mutations.append(SetCell(CRAWLS_FAMILY, b"started_at", _INT64.pack(_micros(at)), 0))
-        mutations.append(DeleteRangeFromColumn(CRAWLS_FAMILY, b"finished_at"))
-    elif status in FINISHED_STATUSES:
-        mutations.append(SetCell(CRAWLS_FAMILY, b"finished_at", _INT64.pack(_micros(at)), 0))
-    existed = tables.crawls.check_and_mutate_row(
-        check_crawl_id(crawl_id).encode(), _HAS_STATUS, true_case_mutations=mutations
-    )
-    if not existed:
-        raise CrawlNotFound(f"no crawl {crawl_id!r} in table {tables.config.crawls_table}")
-
-
-def read_crawl(config_or_tables: BigtableConfig | BigtableTables, crawl_id: str) -> CrawlRecord:
-    """The record of a crawl, counters included. Raises CrawlNotFound if it has none."""
-    with _opened(config_or_tables) as tables:
-        stored = tables.crawls.read_row(check_crawl_id(crawl_id).encode(), row_filter=_LATEST)
-        table_name = tables.config.crawls_table
-    if stored is None or not stored.get_cells(CRAWLS_FAMILY, b"status"):
-        raise CrawlNotFound(f"no crawl {crawl_id!r} in table {table_name}")
-    return _crawl_of(crawl_id, stored)
-
-
-def _crawl_of(crawl_id: str, stored: Row) -> CrawlRecord:
-    values: dict[str, Any] = {"crawl_id": crawl_id}
-    samples: list[tuple[float, int]] = []
-    for cell in stored.cells:
-        if cell.family != CRAWLS_FAMILY:
-            continue
-        name = cell.qualifier.decode()
-        if name.startswith("sample_"):
-            at, fetched = _SAMPLE.unpack(cell.value)
-            samples.append((at / 1_000_000, fetched))
-        elif name == "status":
-            values[name] = cell.value.decode()
-        elif name == "seeds":
-            values[name] = tuple(json.loads(cell.value))
-        elif name in ("min_delay", "max_duration"):
-            values[name] = _FLOAT64.unpack(cell.value)[0]
-        elif name in _CRAWL_TIMES:
-            values[name] = _INT64.unpack(cell.value)[0] / 1_000_000
-        elif name in _RECORD_FIELDS:  # budgets and counters; unknown columns are skipped
-            values[name] = _INT64.unpack(cell.value)[0]
-    for name in ("seeds", "max_pages", "max_pages_per_host", "max_depth", "min_delay",
-                 "created_at"):
-        values.setdefault(name, () if name == "seeds" else None)
-    return CrawlRecord(**values, samples=tuple(sorted(samples)))
-
-
-def _iso(epoch_seconds: float | None) -> str:
-    if epoch_seconds is None:
-        return "at an unknown time"
-    return datetime.fromtimestamp(epoch_seconds, tz=UTC).isoformat(timespec="seconds")
 
 
 # --- Page lookups --------------------------------------------------------------------------

@@ -1,18 +1,22 @@
-"""The fleet's crawl records in Bigtable: create one, read it, move its state, list them newest
-first.
+"""Crawl records in Bigtable: create one, read it, move its state, list them newest first, and
+start one again after its process died.
 
-This module owns how a crawl of the long-running fleet is stored: its row in the `crawls`
-table (the same row that holds its counters, see pipeline.io.bigtable) with its state, the
-reason for it and its limits, and an index row per crawl that lists crawls by creation time.
+This module owns how a crawl is stored: its row in the `crawls` table with its state, the
+reason for it, its seeds and limits, its counters and its claimed pages, and an index row per
+crawl that lists crawls by creation time. Every crawl has this one record, whoever runs it:
+`crawler crawl` (a fleet of one crawl on this machine), `crawler serve` and the Dataflow job.
 Which transitions are allowed is pipeline.core.crawl_states'; this module applies them
 atomically (a CheckAndMutateRow on the current state), so two callers pausing and cancelling
 at once cannot both win. It does not publish seeds or run anything.
 
-Row layout (family `c`, every cell at timestamp 0 so a rewrite replaces it):
-  {crawl id}                   status (the CrawlState), reason, fleet = "1", seeds (JSON),
-                               created_at, started_at, finished_at (int64 microseconds),
-                               max_pages, max_pages_per_host, max_depth (int64), min_delay,
-                               max_duration_s (float64), user_agent (UTF-8), and the counters
+Row layout (family `c`, every cell but the counters at timestamp 0 so a rewrite replaces it):
+  {crawl id}                   status (the CrawlState), reason, seeds (JSON), created_at,
+                               started_at, finished_at (int64 microseconds), max_pages,
+                               max_pages_per_host, max_depth (int64), min_delay,
+                               max_duration_s (float64), user_agent, frontier_topic,
+                               dead_letter_subscription (UTF-8); the counters
+                               (pipeline.io.bigtable.COUNTERS, int64 increments), pages_claimed
+                               (the shared page budget) and the rate samples
   ~created/{inverted micros}/{crawl id}
                                id: the index of crawls by creation, newest first. '~' sorts
                                after every character a crawl id may hold, so the index never
@@ -24,6 +28,7 @@ from __future__ import annotations
 import json
 import re
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from google.cloud.bigtable.data import (
@@ -33,6 +38,7 @@ from google.cloud.bigtable.data import (
     RowRange,
     SetCell,
 )
+from google.cloud.bigtable.data.row import Row
 from google.cloud.bigtable.data.row_filters import (
     CellsColumnLimitFilter,
     ColumnQualifierRegexFilter,
@@ -40,24 +46,28 @@ from google.cloud.bigtable.data.row_filters import (
     ValueRegexFilter,
 )
 
+from pipeline.core.counters import Counter, record_name
 from pipeline.core.crawl_states import (
     DEFAULT_REASONS,
     FINAL_STATES,
     CrawlAction,
     CrawlLimits,
     CrawlState,
+    FrontierBalance,
     transition,
 )
+from pipeline.core.records import PageState
 from pipeline.io.bigtable import (
-    _HAS_STATUS,
-    _LATEST,
+    COUNTERS,
     CRAWLS_FAMILY,
+    PAGES_CLAIMED,
+    SAMPLE_PREFIX,
     BigtableTables,
+    CrawlCounterBatch,
     CrawlExists,
     CrawlNotFound,
-    CrawlRecord,
-    _crawl_of,
     check_crawl_id,
+    decode_sample,
 )
 
 INDEX_PREFIX = b"~created/"
@@ -65,9 +75,21 @@ _INT64 = struct.Struct(">q")
 _FLOAT64 = struct.Struct(">d")
 _MAX_MICROS = 2**63 - 1
 _CURSOR = re.compile(r"~created/[0-9]{19}/[A-Za-z0-9._-]{1,100}")
+_LATEST = CellsColumnLimitFilter(1)  # GC is not enforced by the emulator: read one version
+# A crawl has a record when its row has a status cell (counter cells may come first).
+_HAS_STATUS = RowFilterChain([ColumnQualifierRegexFilter(b"^status$"), CellsColumnLimitFilter(1)])
 # A transition re-reads and retries when another caller changed the state in between; more
 # than a few rounds means something keeps rewriting it.
 _TRANSITION_ROUNDS = 5
+_INT_LIMITS = ("max_pages", "max_pages_per_host", "max_depth")
+_FLOAT_LIMITS = ("min_delay", "max_duration_s")
+_TIMES = ("created_at", "started_at", "finished_at")
+_TERMINAL = tuple(str(state) for state in PageState)
+# Records written before every crawl was a fleet crawl: one-shot statuses, read as the state
+# they ended in (`max_duration` was the time budget's column then).
+_OLD_STATES = {"created": CrawlState.RUNNING, "drained": CrawlState.DONE,
+               "budget_spent": CrawlState.DONE, "time_budget_spent": CrawlState.DONE,
+               "interrupted": CrawlState.PAUSED, "failed": CrawlState.CANCELLED}
 
 
 class TransitionRaced(RuntimeError):
@@ -75,9 +97,10 @@ class TransitionRaced(RuntimeError):
 
 
 @dataclass(frozen=True)
-class FleetCrawl:
-    """A crawl of the fleet as stored: state, reason, seeds, limits, times and its record
-    (counters and rate samples). Times are epoch seconds."""
+class Crawl:
+    """A crawl as stored: state, reason, seeds, limits, times (epoch seconds), counters (every
+    name of COUNTERS, 0 when never counted), pages claimed from its budget, and its rate
+    samples ((time, fetched) pairs of the last ~80 s, oldest first)."""
 
     id: str
     state: CrawlState
@@ -87,7 +110,50 @@ class FleetCrawl:
     created_at: float
     started_at: float | None
     ended_at: float | None
-    record: CrawlRecord
+    counters: Mapping[str, int]
+    pages_claimed: int = 0
+    samples: tuple[tuple[float, int], ...] = ()
+    # Where the engine running the crawl reads its frontier, and the subscription that keeps
+    # its dead letters (full paths; None: the fleet's, pipeline.io.resources).
+    frontier_topic: str | None = None
+    dead_letter_subscription: str | None = None
+
+    @property
+    def accepted(self) -> int:
+        return self.counters["accepted"]
+
+    @property
+    def fetched(self) -> int:
+        return self.counters["fetched"]
+
+    @property
+    def terminal(self) -> int:
+        """URLs that reached a terminal state."""
+        return sum(self.counters[name] for name in _TERMINAL)
+
+    @property
+    def frontier(self) -> int:
+        """Accepted URLs not yet in a terminal state (queued or in flight)."""
+        return max(0, self.accepted - self.terminal)
+
+    @property
+    def deadline(self) -> float | None:
+        """When the time budget runs out: max_duration_s after the crawl (last) started."""
+        if self.limits.max_duration_s is None:
+            return None
+        return (self.started_at or self.created_at) + self.limits.max_duration_s
+
+    @property
+    def budget_exhausted(self) -> bool:
+        """Every page of the page budget has been claimed by a scheduler."""
+        return self.pages_claimed >= self.limits.max_pages
+
+    def balance(self) -> FrontierBalance:
+        c = self.counters
+        return FrontierBalance(
+            published=c["batches_published"], received=c["batches_received"],
+            routed=c["urls_decoded"], offered=c["urls_offered"],
+            accepted=c["accepted"] + c["urls_redriven"], terminal=self.terminal)
 
 
 def _micros(epoch_seconds: float) -> int:
@@ -108,63 +174,106 @@ def check_cursor(cursor: str) -> str:
     return cursor
 
 
-def create_fleet_crawl(
-    tables: BigtableTables, crawl_id: str, *, seeds: tuple[str, ...], limits: CrawlLimits,
-    at: float,
-) -> FleetCrawl:
-    """Record a new crawl, `running` from `at`. Raises CrawlExists if the id has a record
-    (checked and written in one CheckAndMutateRow)."""
-    check_crawl_id(crawl_id)
-    reason = "created"
-    cells: dict[str, bytes] = {
-        "status": CrawlState.RUNNING.encode(),
-        "reason": reason.encode(),
-        "fleet": b"1",
-        "seeds": json.dumps(list(seeds)).encode(),
-        "created_at": _INT64.pack(_micros(at)),
-        "started_at": _INT64.pack(_micros(at)),
-        "max_pages": _INT64.pack(limits.max_pages),
-    }
-    for name in ("max_pages_per_host", "max_depth"):
+def _limit_cells(limits: CrawlLimits) -> dict[str, bytes]:
+    cells = {"max_pages": _INT64.pack(limits.max_pages)}
+    for name in _INT_LIMITS[1:]:
         value = getattr(limits, name)
         if value is not None:
             cells[name] = _INT64.pack(value)
-    for name in ("min_delay", "max_duration_s"):
+    for name in _FLOAT_LIMITS:
         value = getattr(limits, name)
         if value is not None:
             cells[name] = _FLOAT64.pack(value)
     if limits.user_agent is not None:
         cells["user_agent"] = limits.user_agent.encode()
+    return cells
+
+
+def create_crawl(
+    tables: BigtableTables, crawl_id: str, *, seeds: tuple[str, ...], limits: CrawlLimits,
+    at: float, pages_claimed: int = 0, frontier_topic: str | None = None,
+    dead_letter_subscription: str | None = None,
+) -> Crawl:
+    """Record a new crawl, `running` from `at`, with `pages_claimed` of its budget already
+    spent (a crawl resumed from its output), on the frontier topic and dead-letter
+    subscription of the engine that runs it (None: the fleet's). Raises CrawlExists if the id
+    has a record (checked and written in one CheckAndMutateRow)."""
+    check_crawl_id(crawl_id)
+    cells: dict[str, bytes] = {
+        "status": CrawlState.RUNNING.encode(),
+        "reason": b"created",
+        "seeds": json.dumps(list(seeds)).encode(),
+        "created_at": _INT64.pack(_micros(at)),
+        "started_at": _INT64.pack(_micros(at)),
+        **_limit_cells(limits),
+    }
+    if frontier_topic is not None:
+        cells["frontier_topic"] = frontier_topic.encode()
+    if dead_letter_subscription is not None:
+        cells["dead_letter_subscription"] = dead_letter_subscription.encode()
+    mutations = [SetCell(CRAWLS_FAMILY, name.encode(), value, 0) for name, value in cells.items()]
+    if pages_claimed:
+        # An increment's cell: the budget's claims add to it (pipeline.transforms.budget).
+        mutations.append(SetCell(CRAWLS_FAMILY, PAGES_CLAIMED, _INT64.pack(pages_claimed)))
     # The index row first: a listing skips an index row whose crawl has no record, whereas a
     # record without an index row would be a crawl nobody can list.
     tables.crawls.mutate_row(index_key(crawl_id, at),
                              SetCell(CRAWLS_FAMILY, b"id", crawl_id.encode(), 0))
-    existed = tables.crawls.check_and_mutate_row(
-        crawl_id.encode(), _HAS_STATUS,
-        false_case_mutations=[SetCell(CRAWLS_FAMILY, name.encode(), value, 0)
-                              for name, value in cells.items()],
-    )
+    existed = tables.crawls.check_and_mutate_row(crawl_id.encode(), _HAS_STATUS,
+                                                 false_case_mutations=mutations)
     if existed:
         # The index row just written would list the other crawl a second time.
         tables.crawls.mutate_row(index_key(crawl_id, at), DeleteAllFromRow())
-        raise CrawlExists(f"crawl {crawl_id!r} already exists: choose another crawl id")
-    return read_fleet_crawl(tables, crawl_id)
+        current = read_crawl(tables, crawl_id)
+        raise CrawlExists(f"crawl {crawl_id!r} already exists ({current.state}, "
+                          f"{current.reason}): choose another crawl id")
+    return read_crawl(tables, crawl_id)
 
 
-def read_fleet_crawl(tables: BigtableTables, crawl_id: str) -> FleetCrawl:
-    """A fleet crawl's record. Raises CrawlNotFound if the id has none, or only the record of
-    a one-shot `crawler crawl` run (which the fleet does not steer)."""
+def restart_crawl(tables: BigtableTables, crawl_id: str, *, limits: CrawlLimits, at: float,
+                  pages_claimed: int) -> Crawl:
+    """Start an existing crawl again from what its output holds (its process died, or it was
+    interrupted): `running` from `at` with `limits`, its counters and rate samples cleared
+    (work counted in flight when it stopped is redone and counted again), its budget's claims
+    set to `pages_claimed`. Raises CrawlNotFound."""
+    current = read_crawl(tables, crawl_id)
+    mutations: list[SetCell | DeleteRangeFromColumn] = [
+        DeleteRangeFromColumn(CRAWLS_FAMILY, name.encode())
+        for name in (*current.counters, *(f"{SAMPLE_PREFIX}{i:02d}" for i in range(100)),
+                     "finished_at", *_INT_LIMITS, *_FLOAT_LIMITS, "user_agent")]
+    mutations += [
+        SetCell(CRAWLS_FAMILY, b"status", CrawlState.RUNNING.encode(), 0),
+        SetCell(CRAWLS_FAMILY, b"reason", b"resumed", 0),
+        SetCell(CRAWLS_FAMILY, b"started_at", _INT64.pack(_micros(at)), 0),
+        DeleteRangeFromColumn(CRAWLS_FAMILY, PAGES_CLAIMED),
+        SetCell(CRAWLS_FAMILY, PAGES_CLAIMED, _INT64.pack(pages_claimed)),
+        *(SetCell(CRAWLS_FAMILY, name.encode(), value, 0)
+          for name, value in _limit_cells(limits).items()),
+    ]
+    tables.crawls.mutate_row(crawl_id.encode(), mutations)
+    return read_crawl(tables, crawl_id)
+
+
+def read_crawl(tables: BigtableTables, crawl_id: str) -> Crawl:
+    """A crawl's record. Raises CrawlNotFound if the id has none."""
+    return _read(tables, crawl_id)[0]
+
+
+def _read(tables: BigtableTables, crawl_id: str) -> tuple[Crawl, bytes]:
+    """The record and its status cell as stored (an old record's status is read as the state
+    it ended in, but a check-and-set must compare against what is there)."""
     stored = tables.crawls.read_row(check_crawl_id(crawl_id).encode(), row_filter=_LATEST)
-    crawl = None if stored is None else _fleet_crawl_of(crawl_id, stored)
+    crawl = None if stored is None else _crawl_of(crawl_id, stored)
     if crawl is None:
         raise CrawlNotFound(f"no crawl {crawl_id!r}")
-    return crawl
+    assert stored is not None
+    return crawl, stored.get_cells(CRAWLS_FAMILY, b"status")[0].value
 
 
 def apply_action(
     tables: BigtableTables, crawl_id: str, action: CrawlAction, *, at: float,
     reason: str | None = None,
-) -> FleetCrawl:
+) -> Crawl:
     """Move a crawl by `action` and return it as stored afterwards. The state is written only
     if it is still the one the transition was decided from.
 
@@ -172,30 +281,29 @@ def apply_action(
     crawl's state) or TransitionRaced.
     """
     for _ in range(_TRANSITION_ROUNDS):
-        current = read_fleet_crawl(tables, crawl_id)
+        current, status = _read(tables, crawl_id)
         target = transition(current.state, action)
-        mutations: list[SetCell | DeleteRangeFromColumn] = [
+        mutations: list[SetCell] = [
             SetCell(CRAWLS_FAMILY, b"status", target.encode(), 0),
-            SetCell(CRAWLS_FAMILY, b"reason",
-                    (reason or DEFAULT_REASONS[action]).encode(), 0),
+            SetCell(CRAWLS_FAMILY, b"reason", (reason or DEFAULT_REASONS[action]).encode(), 0),
         ]
         if target in FINAL_STATES:
             mutations.append(SetCell(CRAWLS_FAMILY, b"finished_at", _INT64.pack(_micros(at)), 0))
         still = RowFilterChain([
             ColumnQualifierRegexFilter(b"^status$"),
             CellsColumnLimitFilter(1),
-            ValueRegexFilter(b"^" + re.escape(current.state.value).encode() + b"$"),
+            ValueRegexFilter(b"^" + re.escape(status) + b"$"),
         ])
         if tables.crawls.check_and_mutate_row(crawl_id.encode(), still,
                                               true_case_mutations=mutations):
-            return read_fleet_crawl(tables, crawl_id)
+            return read_crawl(tables, crawl_id)
     raise TransitionRaced(f"crawl {crawl_id!r} changed state {_TRANSITION_ROUNDS} times while "
                           f"it was being moved by {action}; try again")
 
 
-def list_fleet_crawls(
+def list_crawls(
     tables: BigtableTables, *, limit: int, cursor: str | None = None
-) -> tuple[list[FleetCrawl], str | None]:
+) -> tuple[list[Crawl], str | None]:
     """Up to `limit` crawls, newest first, after `cursor` (from a previous page). Returns the
     crawls and the cursor of the next page (None on the last page)."""
     if limit < 1:
@@ -209,46 +317,61 @@ def list_fleet_crawls(
     index = [(row.row_key, row.cells[0].value.decode()) for row in tables.crawls.read_rows(query)
              if row.cells]
     page, more = index[:limit], len(index) > limit
-    crawls: list[FleetCrawl] = []
+    crawls: list[Crawl] = []
     if page:
         records = ReadRowsQuery(row_keys=[crawl_id.encode() for _, crawl_id in page],
                                 row_filter=_LATEST)
         stored = {row.row_key.decode(): row for row in tables.crawls.read_rows(records)}
         for _, crawl_id in page:
             row = stored.get(crawl_id)
-            crawl = None if row is None else _fleet_crawl_of(crawl_id, row)
+            crawl = None if row is None else _crawl_of(crawl_id, row)
             if crawl is not None:
                 crawls.append(crawl)
     next_cursor = page[-1][0].decode() if more else None
     return crawls, next_cursor
 
 
-def _fleet_crawl_of(crawl_id: str, stored) -> FleetCrawl | None:
+def _crawl_of(crawl_id: str, stored: Row) -> Crawl | None:
     cells = {cell.qualifier.decode(): cell.value for cell in stored.cells
              if cell.family == CRAWLS_FAMILY}
-    if cells.get("fleet") != b"1" or "status" not in cells:
+    status = cells.get("status", b"").decode()
+    state = _OLD_STATES.get(status) or CrawlState._value2member_map_.get(status)
+    if state is None:
         return None
-    record = _crawl_of(crawl_id, stored)
 
-    def floats(name: str) -> float | None:
-        return _FLOAT64.unpack(cells[name])[0] if name in cells else None
+    def number(name: str, kind: struct.Struct = _INT64):
+        return kind.unpack(cells[name])[0] if name in cells else None
 
+    def text(name: str) -> str | None:
+        return cells[name].decode() if name in cells else None
+
+    times = {name: number(name) / 1_000_000 if name in cells else None for name in _TIMES}
     limits = CrawlLimits(
-        max_pages=record.max_pages or 1,
-        max_pages_per_host=record.max_pages_per_host,
-        max_depth=record.max_depth,
-        min_delay=record.min_delay,
-        max_duration_s=floats("max_duration_s"),
-        user_agent=cells["user_agent"].decode() if "user_agent" in cells else None,
+        max_pages=number("max_pages") or 1,
+        max_pages_per_host=number("max_pages_per_host"),
+        max_depth=number("max_depth"),
+        min_delay=number("min_delay", _FLOAT64),
+        max_duration_s=number("max_duration_s", _FLOAT64) or number("max_duration", _FLOAT64),
+        user_agent=text("user_agent"),
     )
-    return FleetCrawl(
-        id=crawl_id,
-        state=CrawlState(record.status),
-        reason=cells.get("reason", b"").decode(),
-        seeds=record.seeds,
-        limits=limits,
-        created_at=record.created_at or 0.0,
-        started_at=record.started_at,
-        ended_at=record.finished_at,
-        record=record,
+    samples = sorted(decode_sample(value) for name, value in cells.items()
+                     if name.startswith(SAMPLE_PREFIX))
+    return Crawl(
+        id=crawl_id, state=state, reason=cells.get("reason", b"").decode() or status,
+        seeds=tuple(json.loads(cells["seeds"])) if "seeds" in cells else (),
+        limits=limits, created_at=times["created_at"] or 0.0,
+        started_at=times["started_at"], ended_at=times["finished_at"],
+        counters={name: number(name) or 0 for name in COUNTERS},
+        pages_claimed=number(PAGES_CLAIMED.decode()) or 0,
+        samples=tuple(samples),
+        frontier_topic=text("frontier_topic"),
+        dead_letter_subscription=text("dead_letter_subscription"),
     )
+
+
+def count_published(tables: BigtableTables, crawl_id: str, n: int) -> None:
+    """Count n messages of the crawl that Pub/Sub took on the frontier outside the pipeline
+    (seeds, a resume's messages, redriven letters, wakes): the near side of its balance."""
+    batch = CrawlCounterBatch(tables)
+    batch.add(crawl_id, record_name(Counter.BATCHES_PUBLISHED), n)
+    batch.flush()

@@ -23,10 +23,10 @@ from pipeline.io.bigtable import (
     BigtableConfig,
     BigtableTables,
     CrawlNotFound,
-    CrawlRecord,
-    read_crawl,
+    open_tables,
     read_page,
 )
+from pipeline.io.crawls import Crawl, read_crawl
 from pipeline.io.pages_table import row_to_dict
 from pipeline.io.segments import SegmentReadError, read_text
 
@@ -74,31 +74,37 @@ def crawl_status(
     8601 UTC), counters, elapsed seconds since it started (or was created) until it finished
     (or now), frontier size (accepted URLs not yet terminal) and pages fetched per second over
     the last minute (None until samples span 5 s). Raises CrawlNotFound."""
-    record = read_crawl(config, crawl_id)
-    start = record.started_at if record.started_at is not None else record.created_at
-    end = record.finished_at if record.finished_at is not None else now
+    if isinstance(config, BigtableTables):
+        crawl = read_crawl(config, crawl_id)
+    else:
+        with open_tables(config, create=False) as tables:
+            crawl = read_crawl(tables, crawl_id)
+    start = crawl.started_at if crawl.started_at is not None else crawl.created_at
+    end = crawl.ended_at if crawl.ended_at is not None else now
+    limits = crawl.limits
     return {
-        "crawl_id": record.crawl_id,
-        "status": record.status,
-        "seeds": list(record.seeds),
+        "crawl_id": crawl.id,
+        "status": str(crawl.state),
+        "reason": crawl.reason,
+        "seeds": list(crawl.seeds),
         "budgets": {
-            "max_pages": record.max_pages,
-            "max_pages_per_host": record.max_pages_per_host,
-            "max_depth": record.max_depth,
-            "min_delay": record.min_delay,
-            "max_duration": record.max_duration,
+            "max_pages": limits.max_pages,
+            "max_pages_per_host": limits.max_pages_per_host,
+            "max_depth": limits.max_depth,
+            "min_delay": limits.min_delay,
+            "max_duration": limits.max_duration_s,
         },
-        "created_at": _iso(record.created_at),
-        "started_at": _iso(record.started_at),
-        "finished_at": _iso(record.finished_at),
+        "created_at": _iso(crawl.created_at),
+        "started_at": _iso(crawl.started_at),
+        "finished_at": _iso(crawl.ended_at),
         "elapsed_s": max(0.0, end - start) if start is not None else None,
-        "counters": record.counters(),
-        "frontier": record.frontier,
-        "pages_per_s": fetch_rate(record, now),
+        "counters": dict(crawl.counters),
+        "frontier": crawl.frontier,
+        "pages_per_s": fetch_rate(crawl, now),
     }
 
 
-def fetch_rate(record: CrawlRecord, now: float, window_s: float = RATE_WINDOW_S) -> float | None:
+def fetch_rate(record: Crawl, now: float, window_s: float = RATE_WINDOW_S) -> float | None:
     """Pages fetched per second over the last `window_s` seconds, from the crawl's samples.
 
     The base is the newest sample at least window_s old (the oldest one while the crawl is
@@ -303,7 +309,7 @@ def _print_status(status: dict[str, Any]) -> None:
     console = Console(soft_wrap=True)
     elapsed = status["elapsed_s"]
     console.print(
-        f"crawl [bold]{status['crawl_id']}[/bold]: {status['status']}"
+        f"crawl [bold]{status['crawl_id']}[/bold]: {status['status']} ({status['reason']})"
         + (f", {_duration(elapsed)} elapsed" if elapsed is not None else ""),
         highlight=False,
     )

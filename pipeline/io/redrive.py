@@ -221,6 +221,15 @@ def uncount_dead_letters(tables: BigtableTables, crawl_id: str, n: int) -> None:
     counters.flush()
 
 
+def moved_back(tables: BigtableTables, crawl_id: str, n: int) -> None:
+    """The crawl record after n of its letters went back onto its frontier: not dead
+    lettered any more, and n more messages for its frontier's balance."""
+    from pipeline.io.crawls import count_published
+
+    uncount_dead_letters(tables, crawl_id, n)
+    count_published(tables, crawl_id, n)
+
+
 def add_redrive_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("crawl_id", help="crawl whose dead letters to send back; its record "
                                          "in Bigtable says whether it is a fleet crawl "
@@ -249,18 +258,19 @@ def redrive_route(tables: BigtableTables, project: str, crawl_id: str, *,
                   frontier_topic: str = RESOURCES.frontier_topic,
                   dead_letter_subscription: str = RESOURCES.dead_letter_subscription,
                   ) -> RedriveRoute:
-    """The route of the crawl's letters, from its record: the fleet's for a fleet crawl,
-    its own for a one-shot crawl. Raises CrawlNotFound when the crawl has no record, and
-    ValueError for an id no crawl can have."""
-    from pipeline.io.bigtable import CrawlNotFound, read_crawl
-    from pipeline.io.crawls import read_fleet_crawl
+    """The route of the crawl's letters, from its record: the frontier topic and dead-letter
+    subscription of the engine that runs it (`crawler crawl` names them after the crawl), or
+    the fleet's (given here) for a record that names none. Raises CrawlNotFound when the
+    crawl has no record, and ValueError for an id no crawl can have."""
+    from pipeline.io.crawls import read_crawl
 
-    try:
-        read_fleet_crawl(tables, crawl_id)
-    except CrawlNotFound:
-        read_crawl(tables, crawl_id)  # a one-shot crawl's record, or CrawlNotFound
-        return crawl_route(project, crawl_id)
-    return fleet_route(project, topic=frontier_topic, subscription=dead_letter_subscription)
+    crawl = read_crawl(tables, crawl_id)
+    if crawl.frontier_topic is None or crawl.dead_letter_subscription is None:
+        return fleet_route(project, topic=frontier_topic, subscription=dead_letter_subscription)
+    own = crawl_route(project, crawl_id)
+    return RedriveRoute(subscription=crawl.dead_letter_subscription,
+                        topic=crawl.frontier_topic,
+                        shared=crawl.dead_letter_subscription != own.subscription)
 
 
 def run_redrive(args: argparse.Namespace) -> int:
@@ -297,7 +307,7 @@ def run_redrive(args: argparse.Namespace) -> int:
             print(f"crawler redrive: {exc}", file=sys.stderr)
             return 2
         report = redrive(args.project, args.crawl_id, route=route, limit=args.max,
-                         on_moved=lambda n: uncount_dead_letters(tables, args.crawl_id, n))
+                         on_moved=lambda n: moved_back(tables, args.crawl_id, n))
     except Exception as exc:  # a missing emulator or subscription: one line, not a trace
         print(f"crawler redrive: cannot redrive crawl {args.crawl_id}: "
               f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",

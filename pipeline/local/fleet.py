@@ -1,12 +1,13 @@
-"""The local fleet: one long-running pipeline on Beam's DirectRunner that crawls every crawl the
-control API starts, and the watcher that ends crawls.
+"""The crawler on this machine: the one graph (pipeline.graph) on Beam's DirectRunner, reading a
+frontier topic of the Pub/Sub emulator, with the watch that ends its crawls.
 
-It owns the fleet's life on one machine: a fresh subscription to the fleet's frontier topic,
+It owns the engine's life on one machine, for `crawler crawl` (a fleet of one crawl) and
+`crawler serve` (the crawls its API starts) alike: a fresh subscription to the frontier topic,
 the dead-letter topic with the subscription that keeps its letters for `crawler redrive`, the
-pipeline (pipeline.graph.build_fleet) running in the background, and a watcher thread that
-runs a pass of pipeline.transforms.crawl_watch every `poll_s`, moving a crawl to `done`
-(drained, or its time budget spent) or from `cancelling` to `cancelled` once its rows add
-up. Starting and stopping crawls is the API's; deciding about URLs is the pipeline's.
+pipeline running in the background, a watcher thread that runs a pass of
+pipeline.transforms.crawl_watch every `poll_s` (Beam's local runner cannot run the graph's own
+watch) and sends the wakes it makes, and publishing a crawl's messages counted in its record.
+Starting and stopping crawls is the caller's; deciding about URLs is the pipeline's.
 """
 
 from __future__ import annotations
@@ -16,45 +17,43 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipeline.core.near_duplicates import DuplicatePolicy
-from pipeline.core.politeness import HostPolicy
-from pipeline.graph import build_fleet
-from pipeline.io.bigtable import BigtableConfig, open_tables
-from pipeline.io.fetch import FetchConfig
-from pipeline.io.resources import RESOURCES
+from pipeline.graph import build_crawler
+from pipeline.io.bigtable import open_tables
+from pipeline.io.crawls import count_published
 from pipeline.local.direct_runner import direct_runner_speedups
 from pipeline.local.emulators import ensure_subscription, ensure_topic
+from pipeline.options import CrawlOptions
 from pipeline.transforms.crawl_watch import CrawlEndings
-from pipeline.transforms.fleet import FleetConfig, crawl_records
 from pipeline.transforms.resources import worker_resources
+from pipeline.transforms.schedule import crawl_records
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class FleetSettings:
-    """The local fleet's knobs: where it reads and writes, and the defaults crawls override."""
+    """What the local engine runs with: the fleet's knobs (`options`; each crawl's own limits
+    come from its record) and the topics it reads and writes (names, in options.project)."""
 
-    project: str
-    bigtable: BigtableConfig
-    frontier_topic: str  # full path
-    out: str
-    policy: HostPolicy
-    fetch: FetchConfig
-    resolve: tuple[str, ...] = ()
-    fetch_concurrency: int = 128
-    state_ttl_s: float = 1.0
+    options: CrawlOptions
+    frontier_topic: str
+    dead_letter_topic: str
+    dead_letter_subscription: str
+    events_topic: str | None = None
+    # Keeps the events for a reader that starts later (`crawler events`).
+    events_subscription: str | None = None
     poll_s: float = 0.5
-    quiet_s: float = 3.0
-    # The cloud fleet's names (terraform/ creates them there), so `crawler redrive` finds a
-    # fleet crawl's letters the same way on both.
-    dead_letter_topic: str = RESOURCES.dead_letter_topic
-    dead_letter_subscription: str = RESOURCES.dead_letter_subscription
+    # How long a crawl's counters must stand still, settled, before it ends: well past the
+    # time a count takes to be written (pipeline.transforms.resources.COUNTS_FLUSH_S).
+    quiet_s: float = 2.5
+    state_ttl_s: float = 1.0
+    page_step: beam.PTransform | None = None
 
 
 class LocalFleet:
@@ -66,30 +65,57 @@ class LocalFleet:
         self._result = None
         self._speedups: contextlib.ExitStack | None = None
         self._stop = threading.Event()
-        self._watcher = threading.Thread(target=self._watch, name="fleet-watcher", daemon=True)
+        self._watcher = threading.Thread(target=self._watch, name="crawl-watcher", daemon=True)
+        self._publisher = None
+        self.topic = ""
 
     def start(self) -> LocalFleet:
         s = self.settings
+        project = s.options.project
         self._speedups = contextlib.ExitStack()
         self._speedups.enter_context(direct_runner_speedups())
+        self.topic = ensure_topic(project, s.frontier_topic)
         # A fresh subscription per run: after a streaming pull is cancelled the emulator
         # hides some messages for ~60 s.
-        subscription = ensure_subscription(s.project, s.frontier_topic,
-                                           f"fleet-{uuid.uuid4().hex[:8]}")
-        dead_letters = ensure_topic(s.project, s.dead_letter_topic)
+        subscription = ensure_subscription(project, self.topic,
+                                           f"{s.frontier_topic}-{uuid.uuid4().hex[:8]}")
+        dead_letters = ensure_topic(project, s.dead_letter_topic)
         # Made before the pipeline can publish a letter: the topic keeps nothing by itself,
-        # and this subscription (not per run) keeps letters across restarts until redriven.
-        ensure_subscription(s.project, dead_letters, s.dead_letter_subscription)
-        config = FleetConfig(policy=s.policy, fetch=s.fetch, bigtable=s.bigtable,
-                             resolve=s.resolve, fetch_concurrency=s.fetch_concurrency,
-                             state_ttl_s=s.state_ttl_s)
+        # and this subscription keeps letters across restarts until they are redriven.
+        ensure_subscription(project, dead_letters, s.dead_letter_subscription)
+        events = None
+        if s.events_topic is not None:
+            events = ensure_topic(project, s.events_topic)
+            if s.events_subscription is not None:
+                ensure_subscription(project, events, s.events_subscription)
+        opts = s.options
         p = beam.Pipeline(options=PipelineOptions(
             flags=[], runner="DirectRunner", streaming=True, save_main_session=False))
-        build_fleet(p, config, out=s.out, subscription=subscription, topic=s.frontier_topic,
-                    dead_letter_topic=dead_letters, duplicates=DuplicatePolicy())
+        build_crawler(p, opts.scheduler_config(state_ttl_s=s.state_ttl_s), out=opts.out,
+                      subscription=subscription, topic=self.topic,
+                      dead_letter_topic=dead_letters, duplicates=opts.duplicate_policy(),
+                      extractor=opts.extractor, parse_attempts=opts.parse_attempts,
+                      page_step=s.page_step, events_topic=events,
+                      bigquery_table=opts.bigquery_table)
         self._result = p.run()
         self._watcher.start()
         return self
+
+    def publish(self, crawl_id: str, messages: Sequence) -> int:
+        """Publish a crawl's messages (seeds, a resume's marks, dead letters to redrive) to
+        the frontier, and count them in its record; returns how many."""
+        if not messages:
+            return 0
+        if self._publisher is None:
+            from google.cloud import pubsub_v1
+
+            self._publisher = pubsub_v1.PublisherClient()
+        futures = [self._publisher.publish(self.topic, m.to_bytes()) for m in messages]
+        for future in futures:
+            future.result(timeout=60)
+        count_published(worker_resources().bigtable(self.settings.options.bigtable_config()),
+                        crawl_id, len(futures))
+        return len(futures)
 
     def stop(self) -> None:
         self._stop.set()
@@ -98,7 +124,9 @@ class LocalFleet:
         if self._result is not None:
             with contextlib.suppress(Exception):  # best effort: the process is stopping
                 self._result.cancel()
-        worker_resources().close()  # the emulators may stop: no client outlives the fleet
+        if self._publisher is not None:
+            self._publisher.stop()
+        worker_resources().close()  # counts written; no client outlives the fleet
         crawl_records().clear()  # a later fleet in this process reads afresh
         if self._speedups is not None:
             self._speedups.close()
@@ -106,9 +134,11 @@ class LocalFleet:
     # --------------------------------------------------------------------------- watcher
     def _watch(self) -> None:
         endings = CrawlEndings(self.settings.quiet_s)
-        with open_tables(self.settings.bigtable, create=False) as tables:
+        with open_tables(self.settings.options.bigtable_config(), create=False) as tables:
             while not self._stop.wait(self.settings.poll_s):
                 try:
-                    endings.run_pass(tables, self._clock())
+                    done = endings.run_pass(tables, self._clock())
+                    for wake in done.wakes:
+                        self.publish(wake.crawl_id, [wake])
                 except Exception:  # one bad poll must not end the watching
-                    log.exception("the fleet's watcher could not read the crawl records")
+                    log.exception("the crawl watcher could not read the crawl records")

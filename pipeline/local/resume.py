@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import logging
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from pipeline.core.crawl_states import CrawlLimits
 from pipeline.core.pages import page_links
 from pipeline.core.parse import is_html, parse_page
 from pipeline.core.records import RecordPointer
@@ -37,6 +39,19 @@ class ResumePlan:
     todo: list[tuple[str, int, int]] = field(default_factory=list)
     pages_claimed: int = 0
     unreadable: int = 0  # fetched pages whose record could not be read back
+
+
+# A crawl's own limits, as its manifest keeps them: option name -> CrawlLimits field.
+MANIFEST_LIMITS = {"max_pages": "max_pages", "max_pages_per_host": "max_pages_per_host",
+                   "max_depth": "max_depth", "min_delay": "min_delay",
+                   "user_agent": "user_agent", "max_duration": "max_duration_s"}
+
+
+def crawl_manifest(crawl_id: str, seeds: Sequence[str], limits: CrawlLimits,
+                   created_at: float) -> dict:
+    """What --resume needs of a crawl, whoever started it: its id, seeds and limits."""
+    return {"crawl_id": crawl_id, "seeds": list(seeds), "created_at": created_at,
+            **{name: getattr(limits, field) for name, field in MANIFEST_LIMITS.items()}}
 
 
 def crawl_manifest_path(out: str, crawl_id: str) -> str:

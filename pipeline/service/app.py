@@ -26,7 +26,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model
 from pipeline.core.crawl_states import CrawlAction, CrawlLimits, CrawlState, TransitionRefused
 from pipeline.core.urls import MAX_URL_LENGTH, InvalidURL, normalize_url
 from pipeline.io.bigtable import COUNTERS, CrawlNotFound, check_crawl_id
-from pipeline.io.crawls import FleetCrawl, TransitionRaced, check_cursor
+from pipeline.io.crawls import Crawl as CrawlRecord
+from pipeline.io.crawls import TransitionRaced, check_cursor
 from pipeline.io.lookup import PageNotFound, describe_failure
 from pipeline.io.pages_table import PAGES_COLUMNS
 from pipeline.io.segments import SegmentReadError
@@ -106,8 +107,9 @@ class Crawl(BaseModel):
     started_at: datetime | None
     ended_at: datetime | None
     counters: dict[str, int] = Field(
-        description="URLs accepted, in each terminal state, and bytes fetched: "
-                    + ", ".join(COUNTERS))
+        description="what the crawl's record counts: URLs accepted and in each terminal "
+                    "state, bytes fetched, requests, hosts active and parked, and the frontier's "
+                    "balance (docs/api.md lists each): " + ", ".join(COUNTERS))
     frontier: int = Field(description="accepted URLs not yet in a terminal state")
     pages_per_s: float | None = Field(description="pages fetched per second over the last "
                                                   "minute; null until known")
@@ -156,7 +158,7 @@ def _page_model() -> type[BaseModel]:
 Page = _page_model()
 
 
-def _crawl_json(crawl: FleetCrawl, pages_per_s: float | None) -> Crawl:
+def _crawl_json(crawl: CrawlRecord, pages_per_s: float | None) -> Crawl:
     limits = crawl.limits
     return Crawl(
         id=crawl.id, state=crawl.state, reason=crawl.reason, seeds=list(crawl.seeds),
@@ -164,8 +166,8 @@ def _crawl_json(crawl: FleetCrawl, pages_per_s: float | None) -> Crawl:
         max_depth=limits.max_depth, min_delay=limits.min_delay,
         max_duration_s=limits.max_duration_s, user_agent=limits.user_agent,
         created_at=_time(crawl.created_at), started_at=_time(crawl.started_at),
-        ended_at=_time(crawl.ended_at), counters=crawl.record.counters(),
-        frontier=crawl.record.frontier, pages_per_s=pages_per_s,
+        ended_at=_time(crawl.ended_at), counters=dict(crawl.counters),
+        frontier=crawl.frontier, pages_per_s=pages_per_s,
     )
 
 

@@ -21,11 +21,12 @@ from pipeline.core.crawl_states import CrawlAction, CrawlLimits
 from pipeline.core.records import FrontierBatch
 from pipeline.io.bigtable import BigtableTables
 from pipeline.io.crawls import (
-    FleetCrawl,
+    Crawl,
     apply_action,
-    create_fleet_crawl,
-    list_fleet_crawls,
-    read_fleet_crawl,
+    count_published,
+    create_crawl,
+    list_crawls,
+    read_crawl,
 )
 from pipeline.io.lookup import fetch_rate, page_lookup
 
@@ -92,10 +93,14 @@ class CrawlControl:
         *,
         propagation_s: float = 0.0,
         wait: Callable[[float], None] = time.sleep,
+        on_created: Callable[[Crawl], None] | None = None,
     ) -> None:
         """propagation_s: how stale the fleet's schedulers may hold a crawl's state (their
         cache time). A pause or cancel answers only once that long has passed since it was
-        written, so when it returns no scheduler starts a request of the crawl any more."""
+        written, so when it returns no scheduler starts a request of the crawl any more.
+        on_created: called with each crawl recorded, before its seeds are published (the
+        local fleet keeps its manifest)."""
+        self._on_created = on_created
         self.tables = tables
         self._frontier = frontier
         self._defaults = defaults
@@ -103,7 +108,7 @@ class CrawlControl:
         self._propagation_s = propagation_s
         self._wait = wait
 
-    def create(self, seeds: Sequence[str], limits: CrawlLimits) -> FleetCrawl:
+    def create(self, seeds: Sequence[str], limits: CrawlLimits) -> Crawl:
         """Record a crawl and put its (normalised) seeds on the frontier. Raises
         SeedsNotPublished after cancelling the crawl if the frontier refuses them."""
         if limits.min_delay is None or limits.user_agent is None:
@@ -114,12 +119,16 @@ class CrawlControl:
                 user_agent=limits.user_agent or self._defaults.user_agent,
             )
         crawl_id = new_fleet_crawl_id()
-        crawl = create_fleet_crawl(self.tables, crawl_id, seeds=tuple(seeds), limits=limits,
-                                   at=self._clock())
+        crawl = create_crawl(self.tables, crawl_id, seeds=tuple(seeds), limits=limits,
+                             at=self._clock())
         batches = [FrontierBatch(crawl_id, 0, tuple(seeds[i:i + SEED_BATCH]), kind="seeds")
                    for i in range(0, len(seeds), SEED_BATCH)]
         try:
+            if self._on_created is not None:
+                self._on_created(crawl)
             self._frontier(batches)
+            # The seeds are the crawl's first frontier messages: its watch waits for them.
+            count_published(self.tables, crawl_id, len(batches))
         except Exception as exc:  # any failure of the publisher: the crawl must not dangle
             reason = f"seeds could not be published to the frontier: {exc}"
             log.error("crawl %s: %s", crawl_id, reason)
@@ -131,13 +140,13 @@ class CrawlControl:
             raise SeedsNotPublished(f"crawl {crawl_id} was cancelled: {reason}") from exc
         return crawl
 
-    def get(self, crawl_id: str) -> FleetCrawl:
-        return read_fleet_crawl(self.tables, crawl_id)
+    def get(self, crawl_id: str) -> Crawl:
+        return read_crawl(self.tables, crawl_id)
 
-    def list(self, limit: int, cursor: str | None) -> tuple[list[FleetCrawl], str | None]:
-        return list_fleet_crawls(self.tables, limit=limit, cursor=cursor)
+    def list(self, limit: int, cursor: str | None) -> tuple[list[Crawl], str | None]:
+        return list_crawls(self.tables, limit=limit, cursor=cursor)
 
-    def act(self, crawl_id: str, action: CrawlAction) -> FleetCrawl:
+    def act(self, crawl_id: str, action: CrawlAction) -> Crawl:
         written = self._clock()
         crawl = apply_action(self.tables, crawl_id, action, at=written)
         if action in (CrawlAction.PAUSE, CrawlAction.CANCEL) and self._propagation_s > 0:
@@ -146,8 +155,8 @@ class CrawlControl:
             self._wait(max(0.0, written + self._propagation_s - self._clock()))
         return crawl
 
-    def pages_per_s(self, crawl: FleetCrawl) -> float | None:
-        return fetch_rate(crawl.record, crawl.ended_at or self._clock())
+    def pages_per_s(self, crawl: Crawl) -> float | None:
+        return fetch_rate(crawl, crawl.ended_at or self._clock())
 
     def page(self, url: str, crawl_id: str | None, with_text: bool) -> dict[str, Any]:
         return page_lookup(url, config=self.tables, crawl_id=crawl_id, with_text=with_text)

@@ -1,12 +1,12 @@
 """WritePagesToBigtable: terminal page rows -> the Bigtable `pages` table and crawl counters.
 
 Each bundle's rows are written with MutateRows (pipeline.io.bigtable.PageRowWriter); only
-then are its counter increments written, one ReadModifyWriteRow per crawl, and only then does
-each row leave downstream, so a step after this one (a page-crawled event) can rely on the row
-being durable. A failed write fails the bundle and the runner retries it: rows are keyed by URL
-hash, so the retry rewrites the same rows. Row contents and table creation are decided
-elsewhere (the runtime calls pipeline.io.bigtable.open_tables(config, create=True) before
-starting).
+then are they counted in their crawls' records (rows per state and bytes, written by the
+process's CrawlCounts), and only then does each row leave downstream, so a step after this one
+(a page-crawled event) can rely on the row being durable. A failed write fails the bundle and
+the runner retries it: rows are keyed by URL hash, so the retry rewrites the same rows. Row
+contents and table creation are decided elsewhere (the runtime calls
+pipeline.io.bigtable.open_tables(config, create=True) before starting).
 """
 
 from __future__ import annotations
@@ -18,11 +18,16 @@ from apache_beam.transforms.window import BoundedWindow
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
-from pipeline.core.counters import Counter
+from pipeline.core.counters import Counter, rows_in
 from pipeline.core.records import PageRow
 from pipeline.io.bigtable import BigtableConfig
 from pipeline.metrics import crawl_counter
-from pipeline.transforms.resources import BigtableThreadStore, WorkerResources, worker_resources
+from pipeline.transforms.resources import (
+    BigtableThreadStore,
+    CrawlCounts,
+    WorkerResources,
+    worker_resources,
+)
 
 
 class WritePagesToBigtableFn(beam.DoFn):
@@ -30,12 +35,14 @@ class WritePagesToBigtableFn(beam.DoFn):
         self._config = config
         self._store: BigtableThreadStore | None = None
         self._resources: WorkerResources | None = None
+        self._counts: CrawlCounts | None = None
         self._written_rows: list[tuple[PageRow, Timestamp, BoundedWindow]] = []
         self._rows_written = crawl_counter(Counter.BIGTABLE_ROWS_WRITTEN)
 
     def setup(self) -> None:
         self._resources = worker_resources()
         self._resources.bigtable_store(self._config)  # connect before the first element
+        self._counts = self._resources.crawl_counts(self._config)
 
     def start_bundle(self) -> None:
         # Per bundle, on the bundle's thread: writers are per thread.
@@ -43,7 +50,6 @@ class WritePagesToBigtableFn(beam.DoFn):
         self._store = self._resources.bigtable_store(self._config)
         # Leftovers of a bundle that failed belong to its retry, which adds them again.
         self._store.writer.clear()
-        self._store.counters.clear()
         self._written_rows = []
 
     def process(
@@ -54,17 +60,18 @@ class WritePagesToBigtableFn(beam.DoFn):
     ) -> None:
         assert self._store is not None
         self._store.writer.add(row)
-        self._store.counters.count_row(row, bytes_fetched=row.body_bytes or 0)
         self._written_rows.append((row, timestamp, window))
 
     def finish_bundle(self) -> Iterator[WindowedValue]:
         if not self._written_rows:
             return
-        assert self._store is not None
+        assert self._store is not None and self._counts is not None
         # Rows before counters before output: a counter never counts a row that is not
         # stored, and nothing downstream sees a row before it is stored.
         self._store.writer.flush()
-        self._store.counters.flush()
+        for row, _, _ in self._written_rows:
+            self._counts.add(row.crawl_id, rows_in(row.state))
+            self._counts.add(row.crawl_id, Counter.BYTES_FETCHED, row.body_bytes or 0)
         self._rows_written.inc(len(self._written_rows))
         for row, timestamp, window in self._written_rows:
             yield WindowedValue(row, timestamp, [window])

@@ -1,14 +1,17 @@
-"""Ending the fleet's crawls: the watch over the crawl records that moves a crawl to `done` or
-`cancelled` when it is over.
+"""Ending crawls: the watch over the crawl records that moves a crawl to `done` or `cancelled`
+when it is over, and wakes the hosts asleep with its URLs when it can do no more work.
 
-This module owns when a crawl of the fleet is declared over. A pass reads every crawl record
-and applies what pipeline.core.crawl_states.crawl_ending decides: a running crawl whose
-accepted URLs all have rows and whose counters have stood still for the quiet period is
-`done` (drained), a cancelling one is then `cancelled`, a crawl past its time budget is `done`.
-The local fleet runs passes from a thread (pipeline.local.fleet); a job on Dataflow runs them
-inside the fleet's own pipeline (WatchFleetCrawls, on a PeriodicImpulse), so the job the
-control API steers ends its crawls with no other process. It decides nothing about URLs (the
-schedulers do) and starts no crawl (the API does).
+This module owns when a crawl is declared over. A pass reads every crawl record and applies
+what pipeline.core.crawl_states.crawl_ending decides from the crawl's counters: a crawl whose
+work has settled (FrontierBalance: nothing between two stages, every accepted URL with its
+row) and whose counters have stood still for the quiet period is `done` (drained, its page
+budget spent or its time budget spent), a cancelling one `cancelled`. A crawl over its page
+budget, or cancelling, first has the hosts noted asleep with its URLs (pipeline.io.sleepers)
+woken, so that they end those URLs now. This is the one way a crawl ends, wherever it runs:
+the Dataflow job runs passes inside its own pipeline (WatchCrawls, on a PeriodicImpulse);
+Beam's local runner cannot expand a PeriodicImpulse, so `crawler crawl` and `crawler serve`
+run the same pass from their own loop. It decides nothing about URLs (the schedulers do) and
+starts no crawl.
 
 Two watchers at once (a local API next to a job, a pass retried) are harmless: every move is
 a check-and-set on the crawl's state (pipeline.io.crawls.apply_action), so one of them wins and
@@ -21,19 +24,38 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 import apache_beam as beam
 from apache_beam.transforms.periodicsequence import PeriodicImpulse
 from apache_beam.utils.shared import Shared
 
-from pipeline.core.crawl_states import FINAL_STATES, CrawlAction, TransitionRefused, crawl_ending
+from pipeline.core.crawl_states import (
+    FINAL_STATES,
+    CrawlAction,
+    CrawlState,
+    TransitionRefused,
+    crawl_ending,
+    crawl_over,
+)
+from pipeline.core.records import HostWake
 from pipeline.io.bigtable import BigtableConfig, BigtableTables
-from pipeline.io.crawls import TransitionRaced, apply_action, list_fleet_crawls
+from pipeline.io.crawls import Crawl, TransitionRaced, apply_action, list_crawls, read_crawl
+from pipeline.io.sleepers import take_asleep
 from pipeline.transforms.resources import WorkerResources, worker_resources
 
 log = logging.getLogger(__name__)
 
 _PAGE = 100  # crawl records read per call while listing
+
+
+@dataclass
+class WatchPass:
+    """What a pass did: the moves made, (crawl id, action, reason), and the wakes to send to
+    hosts asleep with URLs of crawls that can do no more work."""
+
+    moves: list[tuple[str, CrawlAction, str]] = field(default_factory=list)
+    wakes: list[HostWake] = field(default_factory=list)
 
 
 class CrawlEndings:
@@ -46,52 +68,68 @@ class CrawlEndings:
             raise ValueError(f"quiet_s must be positive, got {quiet_s}")
         self.quiet_s = quiet_s
         self._lock = threading.Lock()
-        self._quiet_since: dict[str, tuple[tuple[int, int], float]] = {}
+        self._quiet_since: dict[str, tuple[object, float]] = {}
 
-    def run_pass(self, tables: BigtableTables, now: float) -> list[tuple[str, CrawlAction, str]]:
-        """Read every crawl record once and end the crawls that are over. Returns the moves
-        made: (crawl id, action, reason). A move another caller made first is skipped; it is
-        decided again at the next pass."""
-        moved = []
+    def run_pass(self, tables: BigtableTables, now: float,
+                 only: str | None = None) -> WatchPass:
+        """Read every crawl record once (or only crawl `only`'s) and end the crawls that are
+        over. A move another caller made first is skipped; it is decided again at the next
+        pass."""
+        done = WatchPass()
         with self._lock:  # passes of one watcher do not overlap
-            cursor = None
-            while True:
-                crawls, cursor = list_fleet_crawls(tables, limit=_PAGE, cursor=cursor)
-                for crawl in crawls:
-                    if crawl.state in FINAL_STATES:
-                        self._quiet_since.pop(crawl.id, None)
-                        continue
-                    counts = (crawl.record.accepted, crawl.record.terminal)
-                    previous = self._quiet_since.get(crawl.id)
-                    if previous is None or previous[0] != counts:
-                        previous = self._quiet_since[crawl.id] = (counts, now)
-                    ending = crawl_ending(
-                        crawl.state, accepted=counts[0], terminal=counts[1],
-                        quiet_s=now - previous[1], quiet_needed_s=self.quiet_s, now=now,
-                        created_at=crawl.created_at, max_duration_s=crawl.limits.max_duration_s,
-                    )
-                    if ending is None:
-                        continue
-                    action, reason = ending
-                    try:
-                        apply_action(tables, crawl.id, action, at=now, reason=reason)
-                    except (TransitionRefused, TransitionRaced):
-                        continue  # moved meanwhile by the API or another watcher
-                    log.warning("crawl %s: %s (%s)", crawl.id, action, reason)
-                    moved.append((crawl.id, action, reason))
-                if cursor is None:
-                    return moved
+            for crawl in self._crawls(tables, only):
+                if crawl.state in FINAL_STATES:
+                    self._quiet_since.pop(crawl.id, None)
+                    continue
+                self._watch(tables, crawl, now, done)
+        return done
+
+    def _crawls(self, tables: BigtableTables, only: str | None) -> Iterator[Crawl]:
+        if only is not None:
+            yield read_crawl(tables, only)
+            return
+        cursor = None
+        while True:
+            crawls, cursor = list_crawls(tables, limit=_PAGE, cursor=cursor)
+            yield from crawls
+            if cursor is None:
+                return
+
+    def _watch(self, tables: BigtableTables, crawl: Crawl, now: float, done: WatchPass) -> None:
+        over = crawl_over(crawl.state, now=now, deadline=crawl.deadline,
+                          budget_exhausted=crawl.budget_exhausted)
+        if over is not None or crawl.state is CrawlState.CANCELLING:
+            done.wakes.extend(HostWake(crawl.id, host)
+                              for host in take_asleep(tables.frontier, crawl.id))
+        balance = crawl.balance()
+        stand = (balance, crawl.state)
+        previous = self._quiet_since.get(crawl.id)
+        if previous is None or previous[0] != stand:
+            previous = self._quiet_since[crawl.id] = (stand, now)
+        ending = crawl_ending(crawl.state, balance, quiet_s=now - previous[1],
+                              quiet_needed_s=self.quiet_s, now=now, deadline=crawl.deadline,
+                              budget_exhausted=crawl.budget_exhausted)
+        if ending is None:
+            return
+        action, reason = ending
+        try:
+            apply_action(tables, crawl.id, action, at=now, reason=reason)
+        except (TransitionRefused, TransitionRaced):
+            return  # moved meanwhile by the API or another watcher
+        log.info("crawl %s: %s (%s)", crawl.id, action, reason)
+        done.moves.append((crawl.id, action, reason))
 
 
 _ENDINGS = Shared()
 
 
 class WatchCrawlsFn(beam.DoFn):
-    """Each element (an impulse) -> one pass over the crawl records; emits the moves made.
+    """Each element (an impulse) -> one pass over the crawl records; emits the HostWake
+    messages of the pass, for the frontier.
 
     The watcher's memory is one per process (Beam's Shared), so passes that land on different
     DoFn instances of a worker share their quiet periods. A pass that cannot read Bigtable is
-    logged and counted by the next one: the crawls stay as they are until then."""
+    logged and tried again at the next impulse: the crawls stay as they are until then."""
 
     def __init__(self, bigtable: BigtableConfig, quiet_s: float,
                  clock: Callable[[], float] = time.time) -> None:
@@ -107,21 +145,20 @@ class WatchCrawlsFn(beam.DoFn):
         self._endings = _ENDINGS.acquire(lambda: CrawlEndings(self._quiet_s),
                                          tag=f"crawl-endings-{self._quiet_s}")
 
-    def process(self, _impulse: object) -> Iterator[tuple[str, str, str]]:
+    def process(self, _impulse: object) -> Iterator[HostWake]:
         assert self._resources is not None and self._endings is not None, "setup() not called"
         try:
-            moved = self._endings.run_pass(self._resources.bigtable(self._bigtable),
-                                           self._clock())
+            done = self._endings.run_pass(self._resources.bigtable(self._bigtable),
+                                          self._clock())
         except Exception:  # the client's errors: the next impulse tries again
             log.exception("the crawl watch could not read or move the crawl records")
             return
-        for crawl_id, action, reason in moved:
-            yield crawl_id, str(action), reason
+        yield from done.wakes
 
 
-class WatchFleetCrawls(beam.PTransform):
-    """`p | WatchFleetCrawls(bigtable, every_s=5, quiet_s=60)`: every `every_s` seconds, end
-    the fleet's crawls that are over. Outputs (crawl id, action, reason) of each move."""
+class WatchCrawls(beam.PTransform):
+    """`p | WatchCrawls(bigtable, every_s=5, quiet_s=60)`: every `every_s` seconds, end the
+    crawls that are over. Outputs the HostWake messages for the frontier."""
 
     def __init__(self, bigtable: BigtableConfig, *, every_s: float, quiet_s: float,
                  clock: Callable[[], float] = time.time) -> None:
@@ -145,4 +182,5 @@ class WatchFleetCrawls(beam.PTransform):
                                                    fire_interval=self._every_s)
             | "EndCrawlsThatAreOver" >> beam.ParDo(
                 WatchCrawlsFn(self._bigtable, self._quiet_s, self._clock))
+            .with_output_types(HostWake)
         )

@@ -1,9 +1,12 @@
-"""The frontier's two ends: ReadFrontier (Pub/Sub -> URLs grouped by host) and PublishFrontier.
+"""The frontier's two ends: ReadFrontier (Pub/Sub -> every crawl's URLs grouped by host) and
+PublishFrontier.
 
-ReadFrontier decodes frontier batches, normalises every URL once and groups a batch's URLs by
-host, so the host scheduler reads and writes its state once per batch rather than once per
-URL. PublishFrontier publishes batches and counts them only once Pub/Sub has them. Neither
-decides whether a URL is new (that is the host's seen-set) or when it is fetched.
+ReadFrontier decodes frontier messages of any crawl, normalises every URL once and groups a
+batch's URLs by host, so the host scheduler reads and writes its state once per batch rather
+than once per URL. PublishFrontier publishes and counts a message only once Pub/Sub has it.
+Both keep their side of each crawl's frontier balance in its record
+(pipeline.core.crawl_states.FrontierBalance). Neither decides whether a URL is new (that is
+the host's seen-set) or when it is fetched.
 """
 
 from __future__ import annotations
@@ -23,23 +26,25 @@ from pipeline.core.records import (
     HostBatch,
     HostSeenMarks,
     HostSignal,
+    HostWake,
     RobotsAnswer,
     RobotsRequest,
     SeenMarks,
     frontier_message,
 )
 from pipeline.core.urls import MAX_URL_LENGTH, InvalidURL, host_key, normalize_url, url_hash
+from pipeline.io.bigtable import BigtableConfig, check_crawl_id
 from pipeline.metrics import CrawlCounter, crawl_counter
-from pipeline.transforms.resources import worker_resources
+from pipeline.transforms.resources import CrawlCounts, worker_resources
 
 log = logging.getLogger(__name__)
 
 REDRIVE = "redrive"
 
 
-# What a host's scheduler is handed: URLs to offer, seen-marks, a signal about the host, or a
-# robots.txt request from another host or the answer to one of its own.
-HostMessage = HostBatch | HostSeenMarks | HostSignal | RobotsRequest | RobotsAnswer
+# What a host's scheduler is handed: URLs to offer, seen-marks, a signal about the host, a
+# wake, or a robots.txt request from another host or the answer to one of its own.
+HostMessage = HostBatch | HostSeenMarks | HostSignal | HostWake | RobotsRequest | RobotsAnswer
 
 
 def split_by_host(
@@ -79,72 +84,90 @@ def split_by_host(
 
 
 class DecodeFrontierFn(beam.DoFn):
-    """Pub/Sub payload -> (host, HostMessage), or a redriven DeadLetter ('redrive'). Malformed
-    messages are counted and logged."""
+    """Frontier payload -> (host, (crawl id, HostMessage)): a crawl's URLs or a resumed
+    crawl's seen-marks grouped by host, a host signal or wake, or a robots.txt request or
+    answer keyed by the host it is for (the host that fetches, or the one that asked); or a
+    redriven DeadLetter ('redrive'), whatever its crawl. Malformed messages are counted and
+    logged.
 
-    def __init__(self, crawl_id: str) -> None:
-        self._crawl_id = crawl_id
+    With `counts` (the Bigtable of the crawl records), what each crawl's messages bring is
+    counted in its record: the far side of the frontier's balance (messages received), and
+    the near side of the next hop (URLs routed to their hosts' keys)."""
+
+    def __init__(self, counts: BigtableConfig | None = None) -> None:
+        self._counts_config = counts
+        self._counts: CrawlCounts | None = None
         self._received = crawl_counter(Counter.BATCHES_RECEIVED)
         self._decoded = crawl_counter(Counter.URLS_DECODED)
         self._invalid = crawl_counter(Counter.URLS_INVALID)
         self._malformed = crawl_counter(Counter.BATCHES_MALFORMED)
         self._redriven = crawl_counter(Counter.URLS_REDRIVEN)
 
+    def setup(self) -> None:
+        if self._counts_config is not None:
+            self._counts = worker_resources().crawl_counts(self._counts_config)
+
+    def _count(self, crawl_id: str, metric: CrawlCounter, n: int = 1) -> None:
+        metric.inc(n)
+        if self._counts is not None:
+            self._counts.add(crawl_id, metric.name, n)
+
     def process(self, payload: bytes) -> Iterator[object]:
         try:
-            batch = frontier_message(payload)
+            message = frontier_message(payload)
+            crawl_id = check_crawl_id(message.crawl_id)
         except ValueError as exc:
             self._malformed.inc()
             log.warning("dropping a malformed frontier message (%s): %.200r", exc, payload)
             return
-        if batch.crawl_id != self._crawl_id:
-            self._malformed.inc()
-            log.warning("dropping a frontier batch of crawl %s (this is %s)",
-                        batch.crawl_id, self._crawl_id)
+        if isinstance(message, DeadLetter):
+            self._count(crawl_id, self._received)
+            self._count(crawl_id, self._redriven)
+            yield beam.pvalue.TaggedOutput(REDRIVE, message)
             return
-        if isinstance(batch, DeadLetter):
-            self._redriven.inc()
-            yield beam.pvalue.TaggedOutput(REDRIVE, batch)
+        self._count(crawl_id, self._received)
+        if isinstance(message, RobotsRequest | RobotsAnswer | HostWake):
+            # The key it is for: the host that fetches, the one that asked, the one asleep.
+            yield message.host, (crawl_id, message)
             return
-        self._received.inc()
-        if isinstance(batch, RobotsRequest | RobotsAnswer):
-            yield batch.host, batch  # the key it is for: the host that fetches, or that asked
-            return
-        if isinstance(batch, HostSignal):
+        if isinstance(message, HostSignal):
             try:
-                yield host_key(normalize_url(batch.url)), batch
+                yield host_key(normalize_url(message.url)), (crawl_id, message)
             except InvalidURL as exc:
-                log.warning("dropping a host signal for %r: %s", batch.url, exc)
+                log.warning("dropping a host signal for %r: %s", message.url, exc)
             return
-        by_host, invalid = split_by_host(batch)
-        self._invalid.inc(invalid)
+        by_host, invalid = split_by_host(message)
+        self._count(crawl_id, self._invalid, invalid)
         for host, host_batch in by_host.items():
-            self._decoded.inc(len(host_batch.entries))
-            yield host, host_batch
+            self._count(crawl_id, self._decoded, len(host_batch.entries))
+            yield host, (crawl_id, host_batch)
 
 
 class FrontierOutputs(NamedTuple):
     """ReadFrontier's outputs."""
 
-    batches: PCollection[tuple[str, HostMessage]]  # one message's URLs (or marks) by host
+    batches: PCollection[tuple[str, tuple[str, HostMessage]]]  # by host, with their crawl
     redrive: PCollection[DeadLetter]  # dead letters `crawler redrive` sent back
 
 
 class ReadFrontier(beam.PTransform):
-    """Pub/Sub frontier subscription -> FrontierOutputs (batches by host, redriven letters).
+    """The frontier subscription -> FrontierOutputs (every crawl's messages keyed by host,
+    redriven letters).
 
-    payloads: where the frontier's messages come from instead of the subscription, a
-    PTransform PBegin -> bytes (a TestStream in tests, another queue in your own pipeline).
+    counts: the Bigtable of the crawl records, whose counters the reader keeps (see
+    DecodeFrontierFn). payloads: where the frontier's messages come from instead of the
+    subscription, a PTransform PBegin -> bytes (a TestStream in tests, another queue in your
+    own pipeline).
     """
 
-    def __init__(self, subscription: str, crawl_id: str, *,
+    def __init__(self, subscription: str | None, *, counts: BigtableConfig | None = None,
                  payloads: beam.PTransform | None = None) -> None:
         super().__init__()
-        if payloads is None and not subscription.startswith("projects/"):
+        if payloads is None and not (subscription or "").startswith("projects/"):
             raise ValueError(f"subscription must be a full path projects/P/subscriptions/S, "
                              f"got {subscription!r}")
         self._subscription = subscription
-        self._crawl_id = crawl_id
+        self._counts = counts
         self._payloads = payloads
 
     def expand(self, pbegin: PBegin) -> FrontierOutputs:
@@ -152,60 +175,69 @@ class ReadFrontier(beam.PTransform):
         decoded = (
             pbegin
             | "ReadFromPubSub" >> source
-            | "DecodeAndGroupByHost" >> beam.ParDo(DecodeFrontierFn(self._crawl_id))
+            | "DecodeAndGroupByHost" >> beam.ParDo(DecodeFrontierFn(self._counts))
             # A str key gets a deterministic coder: the host scheduler's state is keyed by it.
             # (The hint applies to the main output.)
-            .with_output_types(tuple[str, HostMessage])
+            .with_output_types(tuple[str, tuple[str, HostMessage]])
             .with_outputs(REDRIVE, main="batches")
         )
         return FrontierOutputs(decoded.batches, decoded[REDRIVE])
 
 
 class PublishFn(beam.DoFn):
-    """Publishes records (anything with `to_bytes()` and a `kind`), counted per kind
-    (`batches_published_<kind>`) once Pub/Sub acknowledged them."""
+    """Publishes records (anything with `to_bytes()`, a `kind` and a `crawl_id`), counted per
+    kind (`batches_published_<kind>`) once Pub/Sub acknowledged them, and with `counts` in
+    their crawl's record (the near side of the frontier's balance)."""
 
-    def __init__(self, topic: str) -> None:
+    def __init__(self, topic: str, counts: BigtableConfig | None = None) -> None:
         self._topic = topic
+        self._counts_config = counts
+        self._counts: CrawlCounts | None = None
         self._publisher = None
         self._pending: list = []
-        self._kinds: list[str] = []
+        self._sent: list[tuple[str, str]] = []
         self._published: dict[str, CrawlCounter] = {}
 
     def setup(self) -> None:
         self._publisher = worker_resources().publisher()
+        if self._counts_config is not None:
+            self._counts = worker_resources().crawl_counts(self._counts_config)
 
     def start_bundle(self) -> None:
         self._pending = []
-        self._kinds = []
+        self._sent = []
 
     def process(self, batch: FrontierBatch | HostSignal | DeadLetter) -> None:
         assert self._publisher is not None
         self._pending.append(self._publisher.publish(self._topic, batch.to_bytes()))
-        self._kinds.append(batch.kind)
+        self._sent.append((batch.kind, batch.crawl_id))
 
     def finish_bundle(self) -> None:
-        for future, kind in zip(self._pending, self._kinds, strict=True):
+        for future, (kind, crawl_id) in zip(self._pending, self._sent, strict=True):
             future.result(timeout=120)
             counter = self._published.get(kind)
             if counter is None:
                 counter = self._published[kind] = crawl_counter(published(kind))
             counter.inc()
+            if self._counts is not None:
+                self._counts.add(crawl_id, Counter.BATCHES_PUBLISHED)
         self._pending = []
-        self._kinds = []
+        self._sent = []
 
 
 class PublishFrontier(beam.PTransform):
-    """FrontierBatch -> the frontier topic."""
+    """Frontier records -> the frontier topic. counts: the Bigtable of the crawl records, so
+    that each crawl's record counts what was published for it (see PublishFn)."""
 
-    def __init__(self, topic: str) -> None:
+    def __init__(self, topic: str, counts: BigtableConfig | None = None) -> None:
         super().__init__()
         if not topic.startswith("projects/"):
             raise ValueError(f"topic must be a full path projects/P/topics/T, got {topic!r}")
         self._topic = topic
+        self._counts = counts
 
     def expand(self, batches):
-        return batches | "Publish" >> beam.ParDo(PublishFn(self._topic))
+        return batches | "Publish" >> beam.ParDo(PublishFn(self._topic, self._counts))
 
 
 class PublishDeadLetters(PublishFrontier):

@@ -157,7 +157,9 @@ class ParsePagesFn(beam.DoFn):
 
     def process(self, stored: StoredResponse) -> Iterator[object]:
         try:
-            page = judge_response(stored, agent=self._agent, extractor=self._extractor,
+            # The crawl that fetched the page names the robots agent its meta robots are for.
+            agent = stored.result.agent or self._agent
+            page = judge_response(stored, agent=agent, extractor=self._extractor,
                                   raise_on_parse_failure=not self._dead_letters,
                                   parse_attempts=self._parse_attempts)
         except Exception as exc:
@@ -196,7 +198,8 @@ class ParsePages(beam.PTransform):
     """StoredResponse -> ParsedPages: each response's row, links and text (one parse a page).
 
     extractor: the main-text extractor, (tree, url) -> text (default: the crawler's
-    trafilatura settings). agent: the robots name `<meta name=AGENT>` directives are read for.
+    trafilatura settings). agent: the robots name `<meta name=AGENT>` directives are read for,
+    where a response does not name its crawl's own (FetchResult.agent).
     A page the parser fails on parse_attempts times (3) raises PageParseFailed, unless
     with_exception_handling() routes it to `dead_letters` (and gives it a dead_lettered row).
     """

@@ -1,39 +1,51 @@
-"""ScheduleFetches: the stateful, per-host DoFn that owns every request a host receives.
+"""ScheduleFetches: the host scheduler, the stateful DoFn keyed by host that owns every request a
+host receives, for every crawl at once.
 
-The DoFn is a thin shell over pipeline.core.politeness.HostState: it stores one HostState per host
-key, turns Beam events (an element, a timer firing) into state-machine events, and carries out
-the decisions: fetches start on a process-wide pool (so the runner's thread never blocks, the
-pattern of Beam's AsyncWrapper) and their results are collected on the key's next timer firing.
+The DoFn is a thin shell over pipeline.core.fleet_host.FleetHostState: it stores one state per
+host key (every crawl's queue and seen-set on the host, one request in flight and one spacing
+across them), turns Beam events (an element, a timer firing) into state-machine events, and
+carries out the decisions: fetches start on a process-wide pool (so the runner's thread never
+blocks, the pattern of Beam's AsyncWrapper) and their results are collected on the key's next
+timer firing. Each crawl's limits and state come from its record in Bigtable
+(pipeline.io.crawls), read at most every `state_ttl_s` per process, so a pause, resume or
+cancel reaches the schedulers within seconds; its page budget is claimed from the same record.
+What the DoFn does for a crawl is counted in the crawl's record (pipeline.core.counters
+.RECORD_COUNTERS) as well as in the job's metrics.
+
 It does not parse, store or publish anything: robots.txt errands for other hosts, and replies
 to hosts that asked this one, leave on the 'robots' output for the frontier to carry to the
-other host's key.
+other host's key. A host that goes to sleep for long with a crawl's URLs (parked, backing off)
+notes itself (pipeline.io.sleepers), so that the crawl watch can wake it when the crawl is over.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
+import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import apache_beam as beam
 from apache_beam import TimeDomain
-from apache_beam.coders import BytesCoder, PickleCoder
+from apache_beam.coders import PickleCoder
 from apache_beam.pvalue import PCollection
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
+from apache_beam.utils.shared import Shared
 from apache_beam.utils.timestamp import Timestamp
 
-from pipeline.core.budget import PageBudget
-from pipeline.core.counters import Counter, Maximum
+from pipeline.core.budget import BlockPageBudget
+from pipeline.core.counters import RECORD_COUNTERS, Counter, Maximum
+from pipeline.core.crawl_states import keeps_waiting
+from pipeline.core.fleet_host import TOMBSTONE_S, CrawlTerms, FleetDecision, FleetHostState
 from pipeline.core.politeness import (
     TIME_BUDGET_REASON,
-    Decision,
     FetchReport,
     HostPolicy,
-    HostState,
     Lease,
     LeaseKind,
     Outcome,
@@ -41,29 +53,33 @@ from pipeline.core.politeness import (
 from pipeline.core.records import (
     BatchKind,
     FetchResult,
-    FrontierBatch,
     FrontierEntry,
+    HostBatch,
     HostSeenMarks,
     HostSignal,
     HostSignalKind,
+    HostWake,
     PageRow,
     RobotsAnswer,
     RobotsRequest,
 )
 from pipeline.core.robots_relay import RobotsErrand, RobotsReply
-from pipeline.io.bigtable import BigtableConfig
+from pipeline.io.bigtable import BigtableConfig, CrawlNotFound
+from pipeline.io.crawls import Crawl, read_crawl
 from pipeline.io.dns import parse_resolve
-from pipeline.io.fetch import ERROR_BLOCKED_ADDRESS, FetchClient, FetchConfig, FetchResponse
+from pipeline.io.fetch import ERROR_BLOCKED_ADDRESS, FetchConfig, FetchResponse
 from pipeline.io.host_overflow import HostOverflow
-from pipeline.metrics import crawl_counter, crawl_maximum
-from pipeline.transforms.frontier import HostMessage
-from pipeline.transforms.resources import WorkerResources, worker_resources
+from pipeline.io.sleepers import SLEEP_NOTED_S, note_asleep
+from pipeline.metrics import CrawlCounter, crawl_counter, crawl_maximum
+from pipeline.transforms.budget import shared_page_budget
+from pipeline.transforms.resources import CrawlCounts, WorkerResources, worker_resources
 
 log = logging.getLogger(__name__)
 
 ROWS = "rows"
-SPILL = "spill"
 ROBOTS = "robots"
+# What a host's scheduler is handed, with the id of the crawl it belongs to.
+HostMessage = HostBatch | HostSeenMarks | HostSignal | HostWake | RobotsRequest | RobotsAnswer
 
 # How soon to look again when a fetch is still running at the time the host became due.
 _POLL_MIN = 0.02
@@ -71,16 +87,95 @@ _POLL_MAX = 0.5
 
 
 @dataclass(frozen=True)
-class ScheduleConfig:
-    """Everything the scheduler needs, as one small picklable value."""
+class SchedulerConfig:
+    """What the host scheduler needs, as one small picklable value. `policy` holds the
+    politeness knobs every crawl shares (timeouts, retries, queue cap, circuit breaker); each
+    crawl's record sets its own limits over it (crawl_policy)."""
 
-    crawl_id: str
     policy: HostPolicy
     fetch: FetchConfig
+    bigtable: BigtableConfig
     resolve: tuple[str, ...] = ()
     fetch_concurrency: int = 128
+    state_ttl_s: float = 1.0
+    # Pages each process claims at a time from a crawl's page budget in its record
+    # (pipeline.core.budget.BlockPageBudget).
+    budget_block: int = 16
+    # How long a host keeps the seen-set of a crawl that ended and drained there
+    # (pipeline.core.fleet_host.TOMBSTONE_S says why 8 days; tests shorten it).
+    tombstone_s: float = TOMBSTONE_S
 
 
+def crawl_policy(base: HostPolicy, crawl: Crawl) -> HostPolicy:
+    """The shared policy with one crawl's own limits: its user agent, delay, depth, host
+    budget and the moment its time budget runs out."""
+    limits = crawl.limits
+    per_host = limits.max_pages_per_host or limits.max_pages
+    min_delay = limits.min_delay or base.min_delay
+    return dataclasses.replace(
+        base,
+        user_agent=limits.user_agent or base.user_agent,
+        min_delay=min_delay,
+        max_crawl_delay=max(base.max_crawl_delay, min_delay),
+        max_depth=limits.max_depth,
+        max_pages_per_host=limits.max_pages_per_host,
+        # A host's seen-set holds every URL it is offered, about 4x the pages it may fetch on
+        # link-dense sites; sizing it from the crawl's host budget keeps state kilobytes.
+        bloom_capacity=min(4 * per_host, 1_000_000),
+        deadline=crawl.deadline,
+    )
+
+
+def agent_token(user_agent: str) -> str:
+    """The product token robots.txt groups and `<meta name=...>` are matched against."""
+    return user_agent.split("/")[0]
+
+
+class CrawlRecords:
+    """The crawls' records as this process last read them, each at most `ttl_s` old.
+
+    One per process, acquired in the scheduler's `setup` through Beam's Shared (as
+    WorkerResources is), because Beam's local runner sets a DoFn up again for every bundle. A
+    record that cannot be read is asked for again at the next event; its crawl's URLs wait.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._read: dict[tuple[BigtableConfig, str], tuple[float, Crawl | None]] = {}
+
+    def get(self, resources: WorkerResources, config: BigtableConfig, crawl_id: str,
+            now: float, ttl_s: float) -> Crawl | None:
+        key = (config, crawl_id)
+        with self._lock:
+            cached = self._read.get(key)
+        if cached is not None and now - cached[0] < ttl_s:
+            return cached[1]
+        try:
+            crawl: Crawl | None = read_crawl(resources.bigtable(config), crawl_id)
+        except CrawlNotFound:
+            log.warning("URLs of crawl %s, which has no record: they wait", crawl_id)
+            crawl = None
+        except Exception as exc:  # the client's errors: the URLs wait, asked again later
+            log.warning("cannot read the record of crawl %s (%s): its URLs wait", crawl_id, exc)
+            return cached[1] if cached is not None else None
+        with self._lock:
+            self._read[key] = (now, crawl)
+        return crawl
+
+    def clear(self) -> None:
+        with self._lock:
+            self._read.clear()
+
+
+_RECORDS = Shared()
+
+
+def crawl_records() -> CrawlRecords:
+    """This process's crawl-record cache (call from a DoFn's `setup`; keep the reference)."""
+    return _RECORDS.acquire(CrawlRecords)
+
+
+# ------------------------------------------------------------------------ what leaves
 def _report(response: FetchResponse, lease: Lease) -> FetchReport:
     return FetchReport(
         status=response.status,
@@ -109,9 +204,8 @@ def outcome_row(crawl_id: str, host: str, outcome: Outcome) -> PageRow:
     )
 
 
-def fetch_result(
-    crawl_id: str, host: str, entry: FrontierEntry, response: FetchResponse
-) -> FetchResult:
+def fetch_result(crawl_id: str, host: str, entry: FrontierEntry, response: FetchResponse,
+                 agent: str | None = None) -> FetchResult:
     assert response.status is not None
     return FetchResult(
         crawl_id=crawl_id,
@@ -128,6 +222,7 @@ def fetch_result(
         truncated=response.truncated,
         ip=response.ip,
         redirect_hops=entry.redirect_hops,
+        agent=agent,
     )
 
 
@@ -147,348 +242,469 @@ def sooner_wake(armed: float | None, needed: float | None) -> float | None:
     return min(wakes) if wakes else None
 
 
+# ------------------------------------------------------------------------- state cells
 class HostCells:
-    """One host's HostState in its three state cells (HostState.stored): the fields every
-    event reads and writes, the queue's encoded entries (read when an event needs an entry,
-    written when they changed) and the Bloom seen-set (read and written by offers only).
+    """One host's FleetHostState in four state cells (FleetHostState.stored): the fields of
+    the host and of every crawl on it (every event), the crawls' queue data by crawl id (read
+    when an entry is needed, written when one changed), the live crawls' seen-sets by crawl
+    id (offers only), and the seen-sets of the crawls evicted from the host
+    (pipeline.core.fleet_host.Tombstone) by crawl id.
 
-    A runner reads a ReadModifyWriteState when asked and writes it only when told, so a
-    timer firing that starts the next fetch reads the fields and the queue and writes the
-    fields alone, and one that finds nothing to do never touches the queue or the seen-set.
-    """
+    The tombstones' seen-sets have a cell of their own so that an offer, which reads the
+    seen-sets, reads the live crawls' only: the tombstones' are read for an offer of their
+    crawl, and moved between the two cells at the event that evicts or revives a crawl. An
+    evicted crawl's queue data goes at once, its seen-set when its tombstone is forgotten."""
 
-    def __init__(self, fields, queue, seen) -> None:
-        self._fields, self._queue, self._seen = fields, queue, seen
-        self._seen_read: bytes | None = None
+    def __init__(self, fields, queues, seen, buried) -> None:
+        self._fields, self._queues, self._seen, self._buried = fields, queues, seen, buried
+        self._queues_read: dict[str, bytes] | None = None
+        self._seen_read: dict[str, bytes] | None = None
+        self._buried_read: dict[str, bytes] | None = None
+        # Crawl ids as last stored: whose entries each cell may hold.
+        self._live: frozenset[str] = frozenset()
+        self._dead: frozenset[str] = frozenset()
 
-    def read(self, *, with_seen: bool = False) -> HostState | None:
+    def _queue_data(self) -> dict[str, bytes]:
+        if self._queues_read is None:
+            self._queues_read = self._queues.read() or {}
+        return self._queues_read
+
+    def _seen_data(self) -> dict[str, bytes]:
+        if self._seen_read is None:
+            self._seen_read = self._seen.read() or {}
+        return self._seen_read
+
+    def _buried_data(self) -> dict[str, bytes]:
+        if self._buried_read is None:
+            self._buried_read = self._buried.read() or {}
+        return self._buried_read
+
+    def read(self, *, with_seen: bool = False,
+             crawl_id: str | None = None) -> FleetHostState | None:
+        """The host's state; `with_seen`: with the live crawls' seen-sets, and the
+        tombstone's of `crawl_id` if it was evicted here (an offer of that crawl)."""
         value = self._fields.read()
         if value is None:
             return None
-        seen = self._read_seen() if with_seen else None
-        if isinstance(value, HostState):
-            # Stored whole, before the state was split into cells (a streaming job updated to
-            # this code keeps its host states): its queue was decoded into new entries and
-            # its seen-set is not the (empty) seen cell's, so write() stores both apart.
-            return value
-        return HostState.restored(value, self._queue.read, seen)
+        self._live = frozenset(value["crawls"])
+        self._dead = frozenset(value.get("tombstones", ()))
+        seen = None
+        if with_seen:
+            seen = dict(self._seen_data())
+            if crawl_id in self._dead and crawl_id in self._buried_data():
+                seen[crawl_id] = self._buried_data()[crawl_id]
+        return FleetHostState.restored(value, lambda c: self._queue_data().get(c), seen)
 
-    def _read_seen(self) -> bytes:
-        self._seen_read = self._seen.read() or b""
-        return self._seen_read
-
-    def write(self, state: HostState) -> None:
-        fields, queue = state.stored()
-        if queue.data is not None:
-            self._queue.write(queue.data)
-        if state.seen is not None and state.seen is not self._seen_read:
-            self._seen.write(state.seen)
+    def write(self, state: FleetHostState) -> None:
+        fields, queues = state.stored()
+        live, dead = state.crawls.keys(), state.tombstones.keys()
+        evicted = self._live - live
+        revived = self._dead & live
+        if queues or evicted:
+            self._queues.write(_changed(self._queue_data(), queues, live))
+        before = self._seen_read or {}
+        seen: dict[str, bytes] = {}
+        for crawl_id, crawl in state.crawls.items():
+            value = crawl.seen
+            if value is None and crawl_id in revived:
+                value = self._buried_data().get(crawl_id)  # moves back with its crawl
+            if value is not None and value is not before.get(crawl_id):
+                seen[crawl_id] = value
+        buried: dict[str, bytes] = {}
+        for crawl_id, tombstone in state.tombstones.items():
+            value = tombstone.seen
+            if value is None and crawl_id in evicted:
+                value = self._seen_data().get(crawl_id)  # moves over with its eviction
+            if value is not None and value is not (self._buried_read or {}).get(crawl_id):
+                buried[crawl_id] = value
+        if buried or revived or self._dead - dead:
+            self._buried.write(_changed(self._buried_data(), buried, dead))
+        if seen or evicted:
+            self._seen.write(_changed(self._seen_data(), seen, live))
         self._fields.write(fields)
 
 
-class HostSchedulerFn(beam.DoFn):
-    """Keyed by host. State: one HostState in three cells (HostCells). Timer: the host's next
-    moment of interest."""
+def _changed(stored: dict[str, bytes], changes: dict[str, bytes],
+             crawl_ids: Collection[str]) -> dict[str, bytes]:
+    """A by-crawl cell's new value: what it held, with `changes`, for `crawl_ids` only."""
+    return {crawl_id: data for crawl_id, data in {**stored, **changes}.items()
+            if crawl_id in crawl_ids}
 
-    # The cell keeps its name and coder from when it held the whole HostState, so a
-    # streaming job updated to this code finds its hosts' states (HostCells.read).
-    # Compatibility matters: a host's state holds its lease and queue, and a job replaced
-    # rather than updated would lose them. That Dataflow accepts the two added cells in an
-    # update is not verified here (no Dataflow in the tests).
-    HOST_STATE = ReadModifyWriteStateSpec("host", PickleCoder())
-    HOST_QUEUE = ReadModifyWriteStateSpec("host_queue", BytesCoder())
-    HOST_SEEN = ReadModifyWriteStateSpec("host_seen", BytesCoder())
+
+def _activity(state: FleetHostState) -> dict[str, tuple[bool, int | None, float | None]]:
+    """Per crawl on the host: whether it has work here, the URLs waiting while its circuit is
+    open (None: not parked) and when its parking ends: what the activity counters move by."""
+    return {crawl_id: (crawl.busy, crawl.parked_backlog(), crawl.parked_until)
+            for crawl_id, crawl in state.crawls.items()}
+
+
+# ------------------------------------------------------------------------------- DoFn
+class HostSchedulerFn(beam.DoFn):
+    """Keyed by host. State: one FleetHostState in four cells (HostCells). Timer: the host's
+    next moment of interest.
+
+    submit: how a fetch is started, (fetch function, url) -> Future of FetchResponse;
+    default: the process-wide fetch pool (tests complete the futures themselves).
+    """
+
+    HOST_STATE = ReadModifyWriteStateSpec("fleet_host", PickleCoder())
+    HOST_QUEUES = ReadModifyWriteStateSpec("fleet_host_queues", PickleCoder())
+    HOST_SEEN = ReadModifyWriteStateSpec("fleet_host_seen", PickleCoder())
+    HOST_TOMBSTONES = ReadModifyWriteStateSpec("fleet_host_tombstones", PickleCoder())
     WAKE = TimerSpec("wake", TimeDomain.REAL_TIME)
 
     def __init__(
         self,
-        config: ScheduleConfig,
-        budget: PageBudget,
+        config: SchedulerConfig,
         clock: Callable[[], float] = time.time,
         submit: Callable[[Callable[[str], FetchResponse], str], Future[FetchResponse]]
         | None = None,
-        counters: BigtableConfig | None = None,
     ) -> None:
         self._config = config
-        self._counters = counters  # the crawl record whose `accepted` counter this DoFn keeps
-        self._accepted_in_bundle = 0
-        self._budget = budget
         self._clock = clock
         self._submit = submit
-        self._client: FetchClient | None = None
-        self._resources: WorkerResources | None = None
-        self._offered = crawl_counter(Counter.URLS_OFFERED)
-        self._accepted = crawl_counter(Counter.URLS_ACCEPTED)
-        self._requests = crawl_counter(Counter.REQUESTS)
-        self._robots_requests = crawl_counter(Counter.ROBOTS_REQUESTS)
-        self._hosts_activated = crawl_counter(Counter.HOSTS_ACTIVATED)
-        self._hosts_idled = crawl_counter(Counter.HOSTS_IDLED)
-        self._leases_expired = crawl_counter(Counter.LEASES_EXPIRED)
-        self._hosts_throttled = crawl_counter(Counter.HOSTS_THROTTLED_FOR_DUPLICATES)
-        self._robots_messages = crawl_counter(Counter.ROBOTS_MESSAGES_EMITTED)
-        self._overflowed = crawl_counter(Counter.URLS_OVERFLOWED)
-        self._overflow_lost = crawl_counter(Counter.OVERFLOW_URLS_LOST)
-        self._blocked = crawl_counter(Counter.URLS_BLOCKED_ADDRESS)
-        # Circuit opened, or a probe of a parked host failed: the dashboard's "hosts parked".
-        self._hosts_parked = crawl_counter(Counter.HOSTS_PARKED)
-        self._over_time = crawl_counter(Counter.URLS_OVER_TIME)
-        # Gauges kept as counters moved by each host's change: hosts whose circuit is open
-        # while URLs wait on them, and those URLs.
-        self._hosts_parked_now = crawl_counter(Counter.HOSTS_PARKED_NOW)
-        self._urls_parked = crawl_counter(Counter.URLS_ON_PARKED_HOSTS)
-        self._refilled_in_bundle: set[str] = set()
+        self._refilled_in_bundle: set[tuple[str, str]] = set()
+        self._metrics: dict[Counter, CrawlCounter] = {}
         self._due_lag = crawl_maximum(Maximum.DUE_LAG_MS)
+        self._resources: WorkerResources | None = None
+        self._records: CrawlRecords | None = None
+        self._counts: CrawlCounts | None = None
+        self._overrides: tuple = ()
 
     def setup(self) -> None:
-        overrides = tuple(parse_resolve(spec) for spec in self._config.resolve)
+        self._overrides = tuple(parse_resolve(spec) for spec in self._config.resolve)
         self._resources = worker_resources()
-        self._client = self._resources.fetch_client(self._config.fetch, overrides)
-        if self._submit is None:
-            self._submit = self._resources.fetch_pool(self._config.fetch_concurrency).submit
+        self._records = crawl_records()
+        self._counts = self._resources.crawl_counts(self._config.bigtable)
 
-    # -------------------------------------------------------------------------- elements
+    def _shared(self) -> WorkerResources:
+        # A method, not a property: Beam inspects every attribute of a DoFn when applied.
+        assert self._resources is not None, "setup() not called"
+        return self._resources
+
+    def start_bundle(self) -> None:
+        self._refilled_in_bundle = set()
+
+    def _count(self, crawl_id: str, counter: Counter, n: int = 1) -> None:
+        """Count for the job's metrics and, for a record counter, in the crawl's record."""
+        if not n:
+            return
+        metric = self._metrics.get(counter)
+        if metric is None:
+            metric = self._metrics[counter] = crawl_counter(counter)
+        metric.inc(n)
+        if counter in RECORD_COUNTERS:
+            assert self._counts is not None, "setup() not called"
+            self._counts.add(crawl_id, counter, n)
+
+    # ----------------------------------------------------------------------- crawls
+    def _crawl(self, crawl_id: str, now: float) -> Crawl | None:
+        assert self._records is not None, "setup() not called"
+        return self._records.get(self._shared(), self._config.bigtable, crawl_id, now,
+                                 self._config.state_ttl_s)
+
+    def _policy(self, crawl: Crawl | None) -> HostPolicy:
+        return self._config.policy if crawl is None else crawl_policy(self._config.policy, crawl)
+
+    def _terms(self, state: FleetHostState, now: float) -> dict[str, CrawlTerms]:
+        terms = {}
+        for crawl_id in state.crawls:
+            crawl = self._crawl(crawl_id, now)
+            if crawl is None:
+                continue
+            policy = self._policy(crawl)
+            budget = shared_page_budget(self._config.bigtable, crawl_id,
+                                        crawl.limits.max_pages, block=self._config.budget_block)
+            terms[crawl_id] = CrawlTerms(
+                policy=policy, state=crawl.state, claim_page=budget.try_claim,
+                budget_spent=functools.partial(_spent, budget, crawl),
+                time_spent=policy.deadline is not None and now >= policy.deadline,
+            )
+        return terms
+
+    # ---------------------------------------------------------------------- elements
     def process(
         self,
-        element: tuple[str, HostMessage],
+        element: tuple[str, tuple[str, HostMessage]],
         host_state=beam.DoFn.StateParam(HOST_STATE),
-        host_queue=beam.DoFn.StateParam(HOST_QUEUE),
+        host_queues=beam.DoFn.StateParam(HOST_QUEUES),
         host_seen=beam.DoFn.StateParam(HOST_SEEN),
+        host_tombstones=beam.DoFn.StateParam(HOST_TOMBSTONES),
         wake=beam.DoFn.TimerParam(WAKE),
     ) -> Iterator[object]:
-        host, batch = element
-        policy = self._config.policy
-        cells = HostCells(host_state, host_queue, host_seen)
-        offers = not isinstance(batch, RobotsRequest | RobotsAnswer | HostSignal)
-        state: HostState = cells.read(with_seen=offers) or HostState(host=host)
+        host, (crawl_id, message) = element
+        now = self._clock()
+        cells = HostCells(host_state, host_queues, host_seen, host_tombstones)
+        # Offers and seen-marks change a crawl's seen-set; nothing else reads it.
+        offers = isinstance(message, HostBatch | HostSeenMarks)
+        state: FleetHostState = (cells.read(with_seen=offers, crawl_id=crawl_id)
+                                 or FleetHostState(host=host))
+        before = _activity(state)
+        # A crawl whose record cannot be read (yet) gets the shared policy here, and its
+        # work waits at the timer until the record is read (FleetHostState.next_action).
+        policy = self._policy(self._crawl(crawl_id, now))
+        if isinstance(message, HostWake):
+            if crawl_id in state.crawls:
+                self._count(crawl_id, Counter.HOSTS_WOKEN)
+                state.wake_at = now
+        elif isinstance(message, RobotsRequest | RobotsAnswer):
+            yield from self._robots_message(host, crawl_id, message, state, now, policy)
+        elif isinstance(message, HostSignal):
+            if crawl_id in state.crawls:
+                throttle = message.signal is HostSignalKind.THROTTLE
+                crawl = state.crawls[crawl_id]
+                if throttle and not crawl.duplicate_heavy:
+                    self._count(crawl_id, Counter.HOSTS_THROTTLED_FOR_DUPLICATES)
+                crawl.set_duplicate_heavy(throttle, policy)
+        elif isinstance(message, HostSeenMarks):
+            self._count(crawl_id, Counter.URLS_OFFERED, len(message.entries))
+            # The crawl's policy sizes a seen-set made here; one whose record is not read
+            # yet gets the shared defaults, as its offers would.
+            state.mark_seen(crawl_id, list(message.entries), policy, issued=message.issued)
+        else:
+            yield from self._offer(host, crawl_id, message, state, now, policy)
+        self._arm(state, wake, now)
+        self._count_activity(before, state)
+        cells.write(state)
+
+    def _offer(self, host: str, crawl_id: str, batch: HostBatch, state: FleetHostState,
+               now: float, policy: HostPolicy) -> Iterator[object]:
+        self._count(crawl_id, Counter.URLS_OFFERED, len(batch.entries))
         was_busy = state.busy
-        parked = state.parked_backlog()
-        if isinstance(batch, RobotsRequest | RobotsAnswer):
-            yield from self._robots_message(host, batch, state, cells, wake, was_busy,
-                                            parked)
-            return
-        if isinstance(batch, HostSignal):
-            throttle = batch.signal is HostSignalKind.THROTTLE
-            if throttle and not state.duplicate_heavy:
-                self._hosts_throttled.inc()  # times a host was slowed, not hosts slowed now
-            state.set_duplicate_heavy(throttle, policy)
-            cells.write(state)
-            return
-        self._offered.inc(len(batch.entries))
-        if isinstance(batch, HostSeenMarks):
-            state.mark_seen(list(batch.entries), policy, issued=batch.issued)
-            cells.write(state)
-            return
         accepted, outcomes, spilled = state.offer(
-            list(batch.entries), batch.depth, policy,
+            crawl_id, list(batch.entries), batch.depth, policy,
             already_accepted=batch.kind is BatchKind.SPILL,
             redirect_hops=batch.redirect_hops,
         )
-        self._accepted.inc(len(accepted))
-        self._accepted_in_bundle += len(accepted)
-        yield from self._rows(host, outcomes)
+        self._count(crawl_id, Counter.URLS_ACCEPTED, len(accepted))
+        yield from self._rows(host, crawl_id, outcomes)
         if spilled:
-            overflow = self._host_overflow()
-            if overflow is not None:
-                # Stored before the state that counts them: a retry rewrites the same rows.
-                overflow.write(host, state.overflow(spilled, policy))
-                self._overflowed.inc(len(spilled))
-            else:  # no Bigtable (tests of the DoFn alone): round the frontier again
-                yield beam.pvalue.TaggedOutput(SPILL, FrontierBatch(
-                    crawl_id=self._config.crawl_id, depth=batch.depth,
-                    urls=tuple(e.url for e in spilled), kind=BatchKind.SPILL,
-                ))
-        now = self._clock()
+            # Stored before the state that counts them: a retry rewrites the same rows.
+            overflow = HostOverflow(self._shared().bigtable(self._config.bigtable).frontier,
+                                    crawl_id)
+            overflow.write(host, state.crawls[crawl_id].overflow(spilled, policy))
+            self._count(crawl_id, Counter.URLS_OVERFLOWED, len(spilled))
         if state.busy and not was_busy:
             state.busy_since = now
-        self._arm(state, wake, now)
-        self._count_activity(was_busy, state, parked)
-        cells.write(state)
 
-    def _robots_message(self, host: str, message: RobotsRequest | RobotsAnswer,
-                        state: HostState, cells: HostCells, wake, was_busy: bool,
-                        parked: int | None) -> Iterator[object]:
-        """Another host asks this one for a robots.txt answer, or answers this one's errand."""
-        policy = self._config.policy
-        now = self._clock()
-        if isinstance(message, RobotsRequest):
-            decision = state.ask_robots(message.errand(), now, policy)
-        else:
-            decision = state.robots_answered(message.reply(), now, policy)
+    def _robots_message(self, host: str, crawl_id: str, message: RobotsRequest | RobotsAnswer,
+                        state: FleetHostState, now: float,
+                        policy: HostPolicy) -> Iterator[object]:
+        """Another host asks this one for a robots.txt answer for crawl `crawl_id`, or answers
+        this host's errand of that crawl. A crawl that has ended, or is unknown, is treated as
+        for a batch of URLs: the message is taken, and the timer's next_action ends the
+        crawl's waiting work or keeps it until the crawl's record is read."""
+        was_busy = state.busy
+        decision = state.robots_message(
+            crawl_id,
+            message.errand() if isinstance(message, RobotsRequest) else message.reply(),
+            now, policy)
         yield from self._carry_out(host, decision, None)
         if state.busy and not was_busy:
             state.busy_since = now
         state.wake_at = sooner_wake(state.wake_at, decision.wake_at)
-        self._arm(state, wake, now)
-        self._count_activity(was_busy, state, parked)
-        cells.write(state)
 
-    def start_bundle(self) -> None:
-        self._accepted_in_bundle = 0
-        self._refilled_in_bundle = set()
-
-    def _host_overflow(self) -> HostOverflow | None:
-        if self._counters is None:
-            return None
-        # Not kept on the DoFn, which Beam pickles: the table handle is per process.
-        assert self._resources is not None
-        return HostOverflow(self._resources.bigtable(self._counters).frontier,
-                            self._config.crawl_id)
-
-    def _tend_overflow(self, host: str, state: HostState) -> None:
-        """Delete the host's overflow chunks read back in an earlier bundle, then read back
-        as many as its queue has room for."""
-        if not (state.has_overflow or state.overflow_deleted < state.overflow_read):
-            return  # the common case, on every timer firing: nothing stored for this host
-        overflow = self._host_overflow()
-        if overflow is None:
-            return
-        done = state.deletable()
-        if done and host not in self._refilled_in_bundle:
-            overflow.delete(host, done)
-            state.overflow_deleted = done.stop
-        wanted = state.refill_wanted(self._config.policy)
-        if wanted:
-            lost = state.refilled(wanted, overflow.read(host, wanted))
-            self._refilled_in_bundle.add(host)
-            if lost:
-                log.error("host %s: %d URLs lost with missing overflow chunks", host, lost)
-                self._overflow_lost.inc(lost)
-
-    def finish_bundle(self) -> None:
-        if self._counters is not None and self._accepted_in_bundle:
-            # One read-modify-write per bundle for the crawl's `accepted` counter; the
-            # terminal counters are kept where rows are written.
-            assert self._resources is not None
-            store = self._resources.bigtable_store(self._counters)
-            store.counters.add(self._config.crawl_id, "accepted", self._accepted_in_bundle)
-            store.counters.flush()
-        self._accepted_in_bundle = 0
-
-    # ---------------------------------------------------------------------------- timer
+    # ------------------------------------------------------------------------- timer
     @on_timer(WAKE)
     def on_wake(
         self,
         key=beam.DoFn.KeyParam,
         host_state=beam.DoFn.StateParam(HOST_STATE),
-        host_queue=beam.DoFn.StateParam(HOST_QUEUE),
+        host_queues=beam.DoFn.StateParam(HOST_QUEUES),
         host_seen=beam.DoFn.StateParam(HOST_SEEN),
+        host_tombstones=beam.DoFn.StateParam(HOST_TOMBSTONES),
         wake=beam.DoFn.TimerParam(WAKE),
     ) -> Iterator[object]:
-        cells = HostCells(host_state, host_queue, host_seen)
-        state: HostState | None = cells.read()
+        cells = HostCells(host_state, host_queues, host_seen, host_tombstones)
+        state: FleetHostState | None = cells.read()
         if state is None:
             return
-        was_busy = state.busy
-        parked_until = state.parked_until
-        parked = state.parked_backlog()
         now = self._clock()
+        before = _activity(state)
         state.wake_at = None
         yield from self._step(key, state, now)
-        if state.parked_until is not None and state.parked_until != parked_until:
-            self._hosts_parked.inc()
         self._arm(state, wake, now)
-        self._count_activity(was_busy, state, parked)
+        self._count_activity(before, state)
         cells.write(state)
 
-    def _step(self, host: str, state: HostState, now: float) -> Iterator[object]:
+    def _step(self, host: str, state: FleetHostState, now: float) -> Iterator[object]:
         """Collect a finished fetch if there is one, then start the next if the host is due."""
-        policy = self._config.policy
         lease = state.lease
         if lease is not None:
-            assert self._resources is not None
-            future = self._resources.running_fetch(lease.lease_id)
+            holder = state.holder
+            assert holder is not None
+            policy = self._policy(self._crawl(holder, now))
+            future = self._shared().running_fetch(lease.lease_id)
             if future is not None and not future.done():
                 running = now - lease.started_at
                 state.wake_at = now + min(_POLL_MAX, max(_POLL_MIN, running / 4))
                 return
             if future is None:
                 decision = state.expire_lease(now, policy)
-                if state.lease is None:
-                    self._leases_expired.inc()
-                    log.warning("lease on %s for %s expired; fetching it again", host, lease.url)
-                else:
+                if state.lease is not None:
                     state.wake_at = decision.wake_at
                     return
+                self._count(holder, Counter.LEASES_EXPIRED)
+                log.warning("lease on %s for %s expired; fetching it again", host, lease.url)
+                response = None
             else:
-                self._resources.forget_fetch(lease.lease_id)
+                self._shared().forget_fetch(lease.lease_id)
                 response = future.result()
                 decision = state.complete(lease.lease_id, _report(response, lease), now, policy)
-                yield from self._carry_out(host, decision, response)
-        self._tend_overflow(host, state)
+            yield from self._carry_out(host, decision, response, agent_token(policy.user_agent))
+        self._tend_overflow(host, state, now)
         # The host is due once it has work and its delay has passed.
         due = max(state.next_allowed, state.busy_since or 0.0)
-        decision = state.next_action(now, policy, claim_page=self._budget.try_claim,
-                                     budget_spent=lambda: self._budget.spent)
+        decision = state.next_action(now, self._terms(state, now),
+                                     tombstone_s=self._config.tombstone_s)
         yield from self._carry_out(host, decision, None)
-        if decision.fetch is not None:
+        started = decision.fetch
+        if started is not None:
+            crawl_id, order = started
             # How long the host waited past the moment it became due (runner latency).
             self._due_lag.observe(max(0.0, now - due) * 1000)
-            self._start_fetch(decision.fetch.lease)
+            self._start_fetch(crawl_id, order.lease, now)
         state.wake_at = decision.wake_at
 
-    def _carry_out(
-        self, host: str, decision: Decision, response: FetchResponse | None
-    ) -> Iterator[object]:
-        yield from self._rows(host, decision.outcomes)
-        for message in decision.robots_messages:
-            self._robots_messages.inc()
-            yield beam.pvalue.TaggedOutput(ROBOTS, robots_record(self._config.crawl_id, message))
-        if decision.page_done is not None and response is not None:
-            yield fetch_result(self._config.crawl_id, host, decision.page_done, response)
+    def _tend_overflow(self, host: str, state: FleetHostState, now: float) -> None:
+        """Each crawl's overflow chunks: delete what an earlier bundle read back, read back
+        what its queue has room for."""
+        for crawl_id, crawl_state in state.crawls.items():
+            if not (crawl_state.has_overflow
+                    or crawl_state.overflow_deleted < crawl_state.overflow_read):
+                continue
+            overflow = HostOverflow(self._shared().bigtable(self._config.bigtable).frontier,
+                                    crawl_id)
+            done = crawl_state.deletable()
+            # Only chunks an earlier bundle read back: a retry of this bundle must find the
+            # ones it read itself still stored.
+            if done and (crawl_id, host) not in self._refilled_in_bundle:
+                overflow.delete(host, done)
+                crawl_state.overflow_deleted = done.stop
+            wanted = crawl_state.refill_wanted(self._policy(self._crawl(crawl_id, now)))
+            if wanted:
+                lost = crawl_state.refilled(wanted, overflow.read(host, wanted))
+                self._refilled_in_bundle.add((crawl_id, host))
+                if lost:
+                    log.error("host %s, crawl %s: %d URLs lost with missing overflow chunks",
+                              host, crawl_id, lost)
+                    self._count(crawl_id, Counter.OVERFLOW_URLS_LOST, lost)
 
-    def _rows(self, host: str, outcomes: Iterable[Outcome]) -> Iterator[object]:
+    def _carry_out(self, host: str, decision: FleetDecision, response: FetchResponse | None,
+                   agent: str | None = None) -> Iterator[object]:
+        for crawl_id, one in decision.decisions:
+            for message in one.robots_messages:
+                self._count(crawl_id, Counter.ROBOTS_MESSAGES_EMITTED)
+                yield beam.pvalue.TaggedOutput(ROBOTS, robots_record(crawl_id, message))
+            yield from self._rows(host, crawl_id, one.outcomes)
+            if one.page_done is not None and response is not None:
+                yield fetch_result(crawl_id, host, one.page_done, response, agent)
+
+    def _rows(self, host: str, crawl_id: str, outcomes: Iterable[Outcome]) -> Iterator[object]:
         for outcome in outcomes:
             if outcome.blocked:
-                self._blocked.inc()
+                self._count(crawl_id, Counter.URLS_BLOCKED_ADDRESS)
             if outcome.reason == TIME_BUDGET_REASON:
-                self._over_time.inc()
-            yield beam.pvalue.TaggedOutput(ROWS, outcome_row(self._config.crawl_id, host, outcome))
+                self._count(crawl_id, Counter.URLS_OVER_TIME)
+            yield beam.pvalue.TaggedOutput(ROWS, outcome_row(crawl_id, host, outcome))
 
-    def _start_fetch(self, lease: Lease) -> None:
-        assert self._client is not None and self._submit is not None
-        assert self._resources is not None
-        self._requests.inc()
+    def _start_fetch(self, crawl_id: str, lease: Lease, now: float) -> None:
+        policy = self._policy(self._crawl(crawl_id, now))
+        # Each crawl's requests carry its own User-Agent (robots.txt included).
+        client = self._shared().fetch_client(
+            dataclasses.replace(self._config.fetch, user_agent=policy.user_agent),
+            self._overrides)
+        self._count(crawl_id, Counter.REQUESTS)
         if lease.kind is LeaseKind.ROBOTS:
-            self._robots_requests.inc()
-        fetch = self._client.fetch
+            self._count(crawl_id, Counter.ROBOTS_REQUESTS)
+        fetch = client.fetch
         if lease.timeout is not None:
             fetch = functools.partial(fetch, timeout=lease.timeout)
-        self._resources.track_fetch(lease.lease_id, self._submit(fetch, lease.url))
+        submit = self._submit or self._shared().fetch_pool(self._config.fetch_concurrency).submit
+        self._shared().track_fetch(lease.lease_id, submit(fetch, lease.url))
 
-    def _arm(self, state: HostState, wake, now: float) -> None:
-        """Set the timer for the state's next moment of interest, if it has one."""
+    def _arm(self, state: FleetHostState, wake, now: float) -> None:
+        """Set the timer for the state's next moment of interest, if it has one: never past
+        the time budget of a crawl with work on the host (its URLs end then), and noted
+        (pipeline.io.sleepers) when it is far enough off that a crawl that can do no more
+        meanwhile should wake the host rather than wait for it."""
         if state.wake_at is None and state.busy:
-            state.wake_at = state.due_at(self._config.policy)
-        if state.wake_at is None and state.overflow_deleted < state.overflow_read:
-            # Chunks read back in this bundle are deleted in a later one: a host that ended
-            # its queue meanwhile (a spent budget) needs one more firing for that.
-            state.wake_at = now
-        if state.wake_at is not None:
-            wake.set(Timestamp.of(max(state.wake_at, now)))
+            lease = state.lease
+            state.wake_at = lease.expires_at if lease else max(state.next_allowed, now)
+        if state.wake_at is None:
+            if state.tidy_at is not None:
+                # Idle with tombstones: one firing when the oldest one's horizon passes
+                # forgets it. Not kept as wake_at, which says when work is due: an offer
+                # meanwhile arms the timer for its URLs.
+                wake.set(Timestamp.of(max(state.tidy_at, now)))
+            return
+        waiting = [crawl_id for crawl_id, crawl in state.crawls.items() if crawl.busy]
+        for crawl_id in waiting:
+            crawl = self._crawl(crawl_id, now)
+            deadline = None if crawl is None else crawl.deadline
+            if deadline is not None and state.lease is None:
+                state.wake_at = min(state.wake_at, max(deadline, now))
+        wake.set(Timestamp.of(max(state.wake_at, now)))
+        if state.wake_at - now > SLEEP_NOTED_S:
+            self._note_asleep(state, waiting, now)
 
-    def _count_activity(self, was_busy: bool, state: HostState,
-                        parked_before: int | None) -> None:
-        if state.busy and not was_busy:
-            self._hosts_activated.inc()
-        elif was_busy and not state.busy:
-            self._hosts_idled.inc()
-        parked = state.parked_backlog()
-        self._hosts_parked_now.inc((parked is not None) - (parked_before is not None))
-        self._urls_parked.inc((parked or 0) - (parked_before or 0))
+    def _note_asleep(self, state: FleetHostState, waiting: list[str], now: float) -> None:
+        assert state.wake_at is not None
+        frontier = None
+        for crawl_id in waiting:
+            crawl = self._crawl(crawl_id, now)
+            if crawl is None or not keeps_waiting(crawl.state):
+                continue
+            if state.asleep_noted.get(crawl_id, 0.0) >= state.wake_at:
+                continue  # noted for this sleep (or a longer one) already
+            if frontier is None:
+                frontier = self._shared().bigtable(self._config.bigtable).frontier
+            try:
+                note_asleep(frontier, crawl_id, state.host, state.wake_at)
+            except Exception as exc:  # the host still wakes at its own time
+                log.warning("cannot note host %s asleep for crawl %s: %s", state.host,
+                            crawl_id, exc)
+                continue
+            state.asleep_noted[crawl_id] = state.wake_at
+
+    def _count_activity(self, before: dict[str, tuple[bool, int | None, float | None]],
+                        state: FleetHostState) -> None:
+        after = _activity(state)
+        for crawl_id in before.keys() | after.keys():
+            was_busy, parked_before, parked_until_before = before.get(crawl_id,
+                                                                       (False, None, None))
+            busy, parked, parked_until = after.get(crawl_id, (False, None, None))
+            if busy and not was_busy:
+                self._count(crawl_id, Counter.HOSTS_ACTIVATED)
+            elif was_busy and not busy:
+                self._count(crawl_id, Counter.HOSTS_IDLED)
+            if parked_until is not None and parked_until != parked_until_before:
+                # The circuit opened, or a probe of a parked host failed.
+                self._count(crawl_id, Counter.HOSTS_PARKED)
+            self._count(crawl_id, Counter.HOSTS_PARKED_NOW,
+                        (parked is not None) - (parked_before is not None))
+            self._count(crawl_id, Counter.URLS_ON_PARKED_HOSTS,
+                        (parked or 0) - (parked_before or 0))
+
+
+def _spent(budget: BlockPageBudget, crawl: Crawl) -> bool:
+    """The crawl's page budget has nothing left for this process: its own block is used up
+    and either it was told so, or the crawl's record says every page was claimed (by this
+    process or another), so a host here need not claim to learn it."""
+    return budget.spent or (crawl.budget_exhausted and budget.left == 0)
 
 
 class ScheduleOutputs(NamedTuple):
     """ScheduleFetches' outputs."""
 
-    fetched: PCollection[FetchResult]  # every answered request for a page
+    fetched: PCollection[FetchResult]  # pages fetched, of any crawl
     rows: PCollection[PageRow]  # URLs that ended here: disallowed, failed, over budget, ...
-    spill: PCollection[FrontierBatch]  # URLs a full host queue handed back to the frontier
     # robots.txt requests and answers bound for other hosts' keys, through the frontier
     robots: PCollection[RobotsRequest | RobotsAnswer]
 
 
 class ScheduleFetches(beam.PTransform):
-    """(host, HostMessage) -> ScheduleOutputs (fetched, rows, spill, robots).
+    """(host, (crawl id, HostMessage)) -> ScheduleOutputs (fetched, rows, robots).
 
     clock: the scheduler's time source (tests drive it). submit: how a fetch is started,
     (fetch function, url) -> Future of FetchResponse; default: the process-wide fetch pool.
@@ -496,24 +712,19 @@ class ScheduleFetches(beam.PTransform):
 
     def __init__(
         self,
-        config: ScheduleConfig,
-        budget: PageBudget,
+        config: SchedulerConfig,
         clock: Callable[[], float] = time.time,
-        counters: BigtableConfig | None = None,
         submit: Callable[[Callable[[str], FetchResponse], str], Future[FetchResponse]]
         | None = None,
     ) -> None:
         super().__init__()
         self._config = config
-        self._budget = budget
         self._clock = clock
-        self._counters = counters
         self._submit = submit
 
-    def expand(self, host_batches: PCollection[tuple[str, HostMessage]]) -> ScheduleOutputs:
-        scheduled = host_batches | "HostScheduler" >> beam.ParDo(
-            HostSchedulerFn(self._config, self._budget, self._clock, submit=self._submit,
-                            counters=self._counters)
-        ).with_output_types(FetchResult).with_outputs(ROWS, SPILL, ROBOTS, main="fetched")
-        return ScheduleOutputs(scheduled.fetched, scheduled[ROWS], scheduled[SPILL],
-                               scheduled[ROBOTS])
+    def expand(self, host_messages: PCollection[tuple[str, tuple[str, HostMessage]]]
+               ) -> ScheduleOutputs:
+        scheduled = host_messages | "HostScheduler" >> beam.ParDo(
+            HostSchedulerFn(self._config, self._clock, submit=self._submit)
+        ).with_output_types(FetchResult).with_outputs(ROWS, ROBOTS, main="fetched")
+        return ScheduleOutputs(scheduled.fetched, scheduled[ROWS], scheduled[ROBOTS])
