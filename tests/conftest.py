@@ -5,9 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
+import uuid
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from pipeline.io.bigtable import BigtableConfig, BigtableTables
 
 GCS_BUCKET = "crawl-output"
 
@@ -35,11 +40,14 @@ server.stop()
 """
 
 
-@pytest.fixture(scope="module")
-def emulators(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Pub/Sub and Bigtable emulators for the whole module, named in the environment
-    (PUBSUB_EMULATOR_HOST, BIGTABLE_EMULATOR_HOST), so that run_local_crawl and the local
-    fleet use them instead of starting their own. Skips, saying why, where one is missing."""
+@pytest.fixture(scope="session")
+def emulators(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """Pub/Sub and Bigtable emulators, started once for the whole session and named in the
+    environment (PUBSUB_EMULATOR_HOST, BIGTABLE_EMULATOR_HOST), so that the local runtime,
+    the local fleet, `crawler` subprocesses and every client use them instead of starting
+    their own. Tests keep apart by names: a fresh Bigtable instance (bigtable_config), fresh
+    topics and subscriptions (fresh_name), crawl ids of their own. Skips, saying why, where
+    one is missing. Yields the environment it set."""
     from pipeline.local.emulators import (
         EmulatorFailed,
         EmulatorMissing,
@@ -58,9 +66,34 @@ def emulators(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         except (EmulatorMissing, EmulatorFailed) as exc:
             pytest.skip(f"no Bigtable emulator: {exc}")
         with bigtable, pytest.MonkeyPatch.context() as patch:
-            patch.setenv("PUBSUB_EMULATOR_HOST", pubsub.host_port)
-            patch.setenv("BIGTABLE_EMULATOR_HOST", bigtable.host_port)
-            yield
+            env = {**pubsub.env, **bigtable.env}
+            for variable, value in env.items():
+                patch.setenv(variable, value)
+            yield env
+
+
+def fresh_name(prefix: str) -> str:
+    """A name no other test of the session uses (topics, subscriptions, instances, crawls)."""
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def bigtable_config(emulators: dict[str, str]) -> BigtableConfig:
+    """A Bigtable instance of this test's own on the session's emulator, its tables made."""
+    from pipeline.io.bigtable import BigtableConfig, open_tables
+
+    config = BigtableConfig("local-crawler", fresh_name("i"), timeout_s=10)
+    open_tables(config, create=True).close()
+    return config
+
+
+@pytest.fixture
+def bigtable_tables(bigtable_config: BigtableConfig) -> Iterator[BigtableTables]:
+    """Open handles on bigtable_config's tables, closed after the test."""
+    from pipeline.io.bigtable import open_tables
+
+    with open_tables(bigtable_config, create=False) as tables:
+        yield tables
 
 
 @pytest.fixture(scope="module")

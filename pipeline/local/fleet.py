@@ -54,6 +54,9 @@ class FleetSettings:
     quiet_s: float = 2.5
     state_ttl_s: float = 1.0
     page_step: beam.PTransform | None = None
+    # Watch this crawl only (`crawler crawl`): a crawl on one machine ends no other crawl
+    # whose record shares its tables. None: every crawl (`crawler serve`).
+    watch_only: str | None = None
 
 
 class LocalFleet:
@@ -137,7 +140,8 @@ class LocalFleet:
         with open_tables(self.settings.options.bigtable_config(), create=False) as tables:
             while not self._stop.wait(self.settings.poll_s):
                 try:
-                    done = endings.run_pass(tables, self._clock())
+                    done = endings.run_pass(tables, self._clock(),
+                                            only=self.settings.watch_only)
                     for wake in done.wakes:
                         self.publish(wake.crawl_id, [wake])
                 except Exception:  # one bad poll must not end the watching

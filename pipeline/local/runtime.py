@@ -229,7 +229,8 @@ def _fleet_settings(opts: CrawlOptions, page_step: beam.PTransform | None) -> Fl
         dead_letter_topic=dead_letter_topic_name(opts.crawl_id),
         dead_letter_subscription=redrive_subscription_name(opts.crawl_id),
         events_topic=events_topic_name(opts.crawl_id),
-        events_subscription=events_subscription_name(opts.crawl_id), page_step=page_step)
+        events_subscription=events_subscription_name(opts.crawl_id), page_step=page_step,
+        watch_only=opts.crawl_id)
 
 
 def _record(tables: BigtableTables, opts: CrawlOptions, seeds: list[str],
