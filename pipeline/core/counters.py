@@ -90,6 +90,14 @@ class Counter(StrEnum):
     MINHASH_DOCUMENTS_WITHOUT_WORDS = "minhash_documents_without_words"
     MINHASH_CANDIDATE_PAIRS = "minhash_candidate_pairs"
     MINHASH_VERIFIED_PAIRS = "minhash_verified_pairs"
+    # FindNearCopies (documents are counted as MinHashDedup's, by the shared sketch step)
+    NEAR_COPIES_FOUND = "near_copies_found"
+    NEAR_COPY_ORIGINALS = "near_copy_originals"
+    NEAR_COPY_REDELIVERIES = "near_copy_redeliveries"  # a document seen again in a bucket
+    NEAR_COPY_CONFLICTING_IDS = "near_copy_conflicting_ids"  # one id, another text: ignored
+    NEAR_COPY_LATE_MATCHES = "near_copy_late_matches"  # would have changed a decided verdict
+    NEAR_COPY_BUCKET_EVICTIONS = "near_copy_bucket_evictions"  # forgotten over the cap
+    NEAR_COPY_BUCKET_EXPIRIES = "near_copy_bucket_expiries"  # forgotten after the ttl
     # Sinks
     ROWS_WRITTEN = "rows_written"
     BIGTABLE_ROWS_WRITTEN = "bigtable_rows_written"
@@ -110,6 +118,8 @@ class Maximum(StrEnum):
     """Largest values observed (Beam distributions)."""
 
     DUE_LAG_MS = "due_lag_ms"
+    NEAR_COPY_BUCKET_ENTRIES = "near_copy_bucket_entries"  # documents one band bucket holds
+    NEAR_COPY_BUCKET_BYTES = "near_copy_bucket_bytes"  # bytes of one band bucket's state
 
 
 def rows_in(state: PageState) -> Counter:
