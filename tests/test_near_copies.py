@@ -30,16 +30,9 @@ from pipeline.core.minhash import (
 from pipeline.core.near_copies import BandBucket, BucketEntry, Verdict, fingerprint
 from pipeline.metrics import LocalTally
 from pipeline.transforms.near_copies import FindNearCopies
+from tests.test_minhash import text
 
-WORDS = ["tide", "harbour", "master", "noon", "tuesday", "boat", "crew", "storm", "lamp",
-         "keeper", "winter", "sea", "gull", "rope", "anchor", "pier", "sail", "mast", "deck",
-         "cargo", "port", "light", "wave", "fog", "bell", "chart", "compass"]
 PARAMS = MinHashParams()
-
-
-def text(seed: int, n: int = 200) -> str:
-    rng = random.Random(seed)
-    return " ".join(rng.choice(WORDS) for _ in range(n))
 
 
 def near(original: str, seed: int) -> str:
