@@ -87,6 +87,14 @@ def build_corpus(texts: dict[str, str], seed: int = 7) -> dict[str, str]:
         for step in range(1, 4):
             words = edit(words, 0.03, rng, vocabulary)
             corpus[f"{doc}~chain{step}"] = " ".join(words)
+    for doc in ids[60:90]:
+        # Reordered: the same sentences, two blocks of them swapped (a page whose sidebar
+        # or paragraphs moved), and then 1 % of words edited.
+        sentences = texts[doc].replace(". ", ".\n").splitlines()
+        cut = len(sentences) // 3
+        moved = sentences[cut:2 * cut] + sentences[:cut] + sentences[2 * cut:]
+        corpus[f"{doc}~reordered"] = " ".join(edit(" ".join(moved).split(), 0.01, rng,
+                                                   vocabulary))
     for doc in ids[30:60]:
         words = texts[doc].split()
         for share in (0.1, 0.3):
@@ -127,7 +135,7 @@ def _jaccard(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def run_minhash(corpus: dict[str, str], work: Path, **kwargs) -> tuple[list, list, float]:
-    out = work / f"minhash-{kwargs.get('verify', 'exact')}"
+    out = work / f"minhash-{kwargs.get('verify', 'exact')}-{kwargs.get('clustering', 'star')}"
     # Read from a file, not beam.Create: Create pickles and bz2-compresses the whole corpus
     # into the pipeline, which costs more than deduplicating it.
     source = work / "corpus.jsonl"
@@ -199,7 +207,8 @@ def reference_lsh(ids: list[str], sets: dict[str, np.ndarray], threshold: float,
     return pairs, (lsh.b, lsh.r)
 
 
-def cluster_quality(members: list, sets: dict[str, np.ndarray], threshold: float) -> dict:
+def cluster_quality(members: list, sets: dict[str, np.ndarray], threshold: float,
+                    truth: dict[tuple[str, str], float] | None = None) -> dict:
     clusters: dict[str, list[str]] = {}
     rep_of: dict[str, str] = {}
     flagged: dict[str, bool] = {}
@@ -226,8 +235,11 @@ def cluster_quality(members: list, sets: dict[str, np.ndarray], threshold: float
             flag_right += ok == flagged[doc]
         for doc in docs[1:]:
             first_ok += _jaccard(sets[doc], sets[docs[0]]) >= threshold
+    cluster_of = {doc: cluster for doc, cluster, *_ in members}
+    together = sum(1 for a, b in (truth or {}) if cluster_of.get(a) == cluster_of.get(b))
     return {
         "clusters": len(multi), "largest": max((len(d) for d in multi), default=0),
+        "verified_pairs_in_one_cluster": together / len(truth) if truth else 1.0,
         "pair_precision": similar / within if within else 1.0,
         "members_similar_to_representative": rep_ok / rep_n if rep_n else 1.0,
         "members_similar_to_smallest_id": first_ok / rep_n if rep_n else 1.0,
@@ -262,8 +274,8 @@ def bench_minhash(threshold: float, work: Path) -> None:
               f"recall {recall:.4f}; by exact Jaccard {near}; "
               f"|estimate - exact| mean {statistics.fmean(errors):.4f} max {max(errors):.4f}; "
               f"{len(corpus) / elapsed:.0f} documents/s wall ({elapsed:.1f} s, DirectRunner)")
-        quality = cluster_quality(members, sets, threshold)
-        print(f"  clusters: {quality}")
+        quality = cluster_quality(members, sets, threshold, truth)
+        print(f"  clusters (star): {quality}")
     for label, banding in (("same banding", (params.lsh_bands, params.lsh_rows)),
                            ("datasketch's own banding", None)):
         candidates, (b, r) = reference_lsh(ids, sets, threshold, banding)
@@ -271,6 +283,24 @@ def bench_minhash(threshold: float, work: Path) -> None:
         print(f"datasketch MinHashLSH, {label} ({b} x {r}): {len(candidates)} candidates, "
               f"precision {precision:.4f}, recall {recall:.4f}; "
               f"{recall_near_threshold(candidates, truth, threshold)}")
+
+
+def bench_clusters(threshold: float, work: Path) -> None:
+    """Star against connected components on the same verified pairs: the precision of
+    member -> representative (exact Jaccard at or above the threshold) and the recall of the
+    verified pairs (both documents in one cluster)."""
+    pages = load_benchmark(shared_data_dir())
+    corpus = build_corpus({p.page_id: p.truth for p in pages if p.truth.strip()})
+    ids, sets, truth = exact_pairs(corpus, threshold)
+    print(f"corpus: {len(corpus)} documents, {len(truth)} pairs at Jaccard >= {threshold}")
+    for how in ("star", "components"):
+        _, members, _ = run_minhash(corpus, work, threshold=threshold, clustering=how)
+        q = cluster_quality(members, sets, threshold, truth)
+        print(f"clustering={how}: {q['clusters']} clusters (largest {q['largest']}); "
+              f"member-representative precision {q['members_similar_to_representative']:.4f}; "
+              f"verified pairs in one cluster (recall) "
+              f"{q['verified_pairs_in_one_cluster']:.4f}; "
+              f"pairs inside clusters at the threshold {q['pair_precision']:.4f}")
 
 
 def bench_reparse(work: Path) -> None:
@@ -348,11 +378,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threshold", type=float, default=0.8)
     parser.add_argument("--work", type=Path, default=None)
-    parser.add_argument("--only", choices=("minhash", "reparse"), default=None)
+    parser.add_argument("--only", choices=("minhash", "clusters", "reparse"), default=None)
     args = parser.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-minhash-"))
+    work.mkdir(parents=True, exist_ok=True)
     if args.only in (None, "minhash"):
         bench_minhash(args.threshold, work)
+    if args.only in (None, "clusters"):
+        bench_clusters(args.threshold, work)
     if args.only in (None, "reparse"):
         bench_reparse(work)
 

@@ -4,16 +4,19 @@
         [--threshold 0.8] [--bigquery-table PROJECT:DATASET.TABLE -- --temp_location gs://...]
 
 Writes clusters-*.parquet (one row per page: its cluster and the page to keep) and
-pairs-*.parquet (each verified near-duplicate pair with its similarity) under --out.
+pairs-*.parquet (each verified near-duplicate pair with its similarity) under --out, and
+prints what it wrote.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import glob
 
 import apache_beam as beam
 import pyarrow as pa
+import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.transforms.minhash import MinHashDedup
@@ -57,6 +60,14 @@ def run(argv: list[str] | None = None) -> None:
                 args.bigquery_table, schema=BIGQUERY_SCHEMA,
                 method=beam.io.WriteToBigQuery.Method.FILE_LOADS,
                 write_disposition=beam.io.BigQueryDisposition.WRITE_TRUNCATE)
+    clusters_written = pq.read_table(glob.glob(f"{args.out}/clusters*.parquet")).to_pylist()
+    pairs_written = pq.read_table(glob.glob(f"{args.out}/pairs*.parquet")).to_pylist()
+    kept = sum(c["doc_id"] == c["representative"] for c in clusters_written)
+    print(f"wrote {len(clusters_written)} cluster rows ({kept} pages to keep) to "
+          f"{args.out}/clusters-*.parquet and {len(pairs_written)} pairs to "
+          f"{args.out}/pairs-*.parquet")
+    for pair in pairs_written:
+        print(f"  {pair['a']} ~ {pair['b']} (Jaccard {pair['jaccard']:.3f})")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.core.pages import Trafilatura
+from pipeline.io.pages_table import query_pages
 from pipeline.transforms.pages import DedupContent, ParsePages
 from pipeline.transforms.readers import ReadWarcResponses
 from pipeline.transforms.table import WritePagesTable
@@ -42,12 +43,16 @@ def run(argv: list[str] | None = None) -> None:
     args, beam_args = parser.parse_known_args(argv)
 
     with beam.Pipeline(options=PipelineOptions(beam_args)) as p:
-        parsed = (
+        read = (
             p
             | "ReadWarc" >> ReadWarcResponses(args.warc, crawl_id=args.crawl_id)
-            | "Parse" >> ParsePages(extractor=EXTRACTORS[args.extractor])
-            .with_exception_handling()
+            .with_dead_letters()
         )
+        # Records cut short, damaged or undecodable, and files that are not WARC.
+        read.dead_letters | "ListUnreadable" >> beam.Map(
+            lambda d: print(f"not read: {d.describe()}"))
+        parsed = read.records | "Parse" >> ParsePages(
+            extractor=EXTRACTORS[args.extractor]).with_exception_handling()
         (
             parsed.pages
             | "StoreText" >> DedupContent(args.out, args.crawl_id)
@@ -57,6 +62,11 @@ def run(argv: list[str] | None = None) -> None:
         # Pages the parser failed on have a dead_lettered row above; list them too.
         parsed.dead_letters | "LogFailures" >> beam.Map(
             lambda d: print(f"could not parse {d.url}: {d.error}"))
+    states = query_pages(args.out, args.crawl_id,
+                         "SELECT state, count(*) FROM pages GROUP BY state ORDER BY state")
+    print(f"wrote {sum(n for _, n in states)} rows to {args.out}/{args.crawl_id}/pages/ ("
+          + ", ".join(f"{n} {state}" for state, n in states)
+          + f") and their text under {args.out}/{args.crawl_id}/wet/")
 
 
 if __name__ == "__main__":

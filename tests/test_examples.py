@@ -9,7 +9,7 @@ import random
 import pyarrow.parquet as pq
 import pytest
 
-from examples import crawl_with_filter, minhash_dedup, reparse_warc
+from examples import crawl_with_filter, minhash_dedup, near_copies, reparse_warc
 from pipeline.core.pages import dedup_text, store_page
 from pipeline.core.records import FetchResult, PageState, RecordPointer
 from pipeline.core.urls import url_hash
@@ -54,11 +54,15 @@ def small_crawl(root: str) -> list[str]:
     return list(bodies)
 
 
-def test_reparse_example_writes_a_new_wet_set_and_table(tmp_path):
+def test_reparse_example_writes_a_new_wet_set_and_table(tmp_path, capsys):
     urls = small_crawl(str(tmp_path / "crawl"))
+    (tmp_path / "crawl" / "c1" / "warc" / "junk.warc.gz").write_bytes(b"not a WARC file")
     out = str(tmp_path / "reparsed")
     reparse_warc.run([f"{tmp_path}/crawl/c1/warc/*.warc.gz", "--out", out,
                       "--crawl-id", "c1-p", "--extractor", "paragraphs"])
+    printed = capsys.readouterr().out
+    assert "not read: not_warc:" in printed and "junk.warc.gz" in printed
+    assert f"wrote 8 rows to {out}/c1-p/pages/ (1 duplicate, 7 fetched)" in printed
     rows = query_pages(out, "c1-p", "SELECT url, state, duplicate_of, wet_file, wet_offset, "
                                     "wet_length FROM pages")
     assert sorted(url for url, *_ in rows) == sorted(urls)
@@ -76,10 +80,13 @@ def test_reparse_example_writes_a_new_wet_set_and_table(tmp_path):
     assert len(text.splitlines()) == 10 and len(text.split()) == 400
 
 
-def test_minhash_example_writes_one_cluster_row_per_text_and_the_near_pair(tmp_path):
+def test_minhash_example_writes_one_cluster_row_per_text_and_the_near_pair(tmp_path, capsys):
     small_crawl(str(tmp_path / "crawl"))
     out = str(tmp_path / "clusters")
     minhash_dedup.run([f"{tmp_path}/crawl/c1/wet/*.warc.wet.gz", "--out", out])
+    printed = capsys.readouterr().out
+    assert f"wrote 7 cluster rows (6 pages to keep) to {out}/clusters-*.parquet" in printed
+    assert "http://news.test/0 ~ http://news.test/0-updated (Jaccard 0.9" in printed
     clusters = pq.read_table(glob.glob(f"{out}/clusters*.parquet")).to_pylist()
     pairs = pq.read_table(glob.glob(f"{out}/pairs*.parquet")).to_pylist()
     # 8 pages, one exact copy stored once: 7 texts.
@@ -92,6 +99,21 @@ def test_minhash_example_writes_one_cluster_row_per_text_and_the_near_pair(tmp_p
     assert [(p["a"], p["b"]) for p in pairs] == [("http://news.test/0",
                                                    "http://news.test/0-updated")]
     assert 0.9 < pairs[0]["jaccard"] < 1.0
+
+
+def test_near_copies_example_prints_each_near_copy_it_wrote(tmp_path, capsys):
+    small_crawl(str(tmp_path / "crawl"))
+    out = str(tmp_path / "verdicts")
+    verdicts = near_copies.run([f"{tmp_path}/crawl/c1/wet/*.warc.wet.gz", "--out", out,
+                                "--crawl-id", "c1"])
+    printed = capsys.readouterr().out
+    assert len(verdicts) == 7  # one per stored text
+    (copy,) = [v for v in verdicts if v["near_copy_of"]]
+    # Both were fetched at the same time: the smaller id is the earlier.
+    assert (copy["url"], copy["near_copy_of"]) == ("http://news.test/0-updated",
+                                                   "http://news.test/0")
+    assert f"wrote 7 verdicts to {out}/verdicts-*.jsonl: 1 near-copies" in printed
+    assert "http://news.test/0-updated is a near-copy of http://news.test/0" in printed
 
 
 @pytest.mark.slow

@@ -81,7 +81,8 @@ def test_the_s_curve_rises_with_similarity(s1, s2, bands, rows):
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"threshold": 0.0}, "threshold"), ({"threshold": 1.5}, "threshold"),
-    ({"num_perm": 1}, "num_perm"), ({"shingle_words": 0}, "shingle_words"),
+    ({"num_perm": 1}, "num_perm"), ({"shingler": "words"}, "shingler"),
+    ({"clustering": "chains"}, "clustering"),
     ({"verify": "maybe"}, "verify"), ({"bands": 4}, "both bands and rows"),
     ({"bands": 40, "rows": 8}, "at most num_perm"), ({"candidate_recall": 1.0}, "recall"),
     ({"max_bucket": 1}, "max_bucket"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from pipeline.core.records import BatchKind, HostSignalKind, PageState
+from pipeline.core.segment_records import RecordProblem
 from pipeline.core.urls import RejectReason
 
 
@@ -75,13 +76,32 @@ class Counter(StrEnum):
     # Readers of a crawl's segments
     SEGMENT_RESPONSE_RECORDS_READ = "segment_response_records_read"
     SEGMENT_CONVERSION_RECORDS_READ = "segment_conversion_records_read"
-    SEGMENT_RECORDS_SKIPPED = "segment_records_skipped"  # a record whose URL is unusable
+    # Records and files a reader did not pass on as good, per RecordProblem (see
+    # segment_problem); each is also a dead letter of the reader
+    SEGMENT_RECORDS_TRUNCATED = "segment_records_truncated"
+    SEGMENT_RECORDS_CORRUPT = "segment_records_corrupt"
+    SEGMENT_RECORDS_DIGEST_MISMATCH = "segment_records_digest_mismatch"
+    SEGMENT_RECORDS_MALFORMED = "segment_records_malformed"
+    SEGMENT_RECORDS_UNDECODABLE = "segment_records_undecodable"
+    SEGMENT_RECORDS_UNUSABLE_URL = "segment_records_unusable_url"
+    SEGMENT_FILES_EMPTY = "segment_files_empty"
+    SEGMENT_FILES_NOT_WARC = "segment_files_not_warc"
     SEGMENT_FILES_UNREADABLE = "segment_files_unreadable"
+    # Payloads a reader decoded (a Content-Encoding or chunked transfer left in the record)
+    SEGMENT_PAYLOADS_DECODED = "segment_payloads_decoded"
     # MinHashDedup
     MINHASH_DOCUMENTS = "minhash_documents"
     MINHASH_DOCUMENTS_WITHOUT_WORDS = "minhash_documents_without_words"
     MINHASH_CANDIDATE_PAIRS = "minhash_candidate_pairs"
     MINHASH_VERIFIED_PAIRS = "minhash_verified_pairs"
+    # FindNearCopies (documents are counted as MinHashDedup's, by the shared sketch step)
+    NEAR_COPIES_FOUND = "near_copies_found"
+    NEAR_COPY_ORIGINALS = "near_copy_originals"
+    NEAR_COPY_REDELIVERIES = "near_copy_redeliveries"  # a document seen again in a bucket
+    NEAR_COPY_CONFLICTING_IDS = "near_copy_conflicting_ids"  # one id, another text: ignored
+    NEAR_COPY_LATE_MATCHES = "near_copy_late_matches"  # would have changed a decided verdict
+    NEAR_COPY_BUCKET_EVICTIONS = "near_copy_bucket_evictions"  # forgotten over the cap
+    NEAR_COPY_BUCKET_EXPIRIES = "near_copy_bucket_expiries"  # forgotten after the ttl
     # Sinks
     ROWS_WRITTEN = "rows_written"
     BIGTABLE_ROWS_WRITTEN = "bigtable_rows_written"
@@ -102,6 +122,8 @@ class Maximum(StrEnum):
     """Largest values observed (Beam distributions)."""
 
     DUE_LAG_MS = "due_lag_ms"
+    NEAR_COPY_BUCKET_ENTRIES = "near_copy_bucket_entries"  # documents one band bucket holds
+    NEAR_COPY_BUCKET_BYTES = "near_copy_bucket_bytes"  # bytes of one band bucket's state
 
 
 # What a crawl's record counts, per crawl (pipeline.io.crawls), by the name its cell has:
@@ -134,6 +156,14 @@ def record_name(counter: Counter) -> str:
 def rows_in(state: PageState) -> Counter:
     """The counter of terminal rows written in `state`."""
     return Counter(f"rows_{PageState(state)}")
+
+
+def segment_problem(problem: RecordProblem | str) -> Counter:
+    """The counter of records (or, for a whole-file problem, files) a reader refused."""
+    problem = RecordProblem(problem)
+    if problem.whole_file:
+        return Counter(f"segment_files_{problem.value.removesuffix('_file')}")
+    return Counter(f"segment_records_{problem}")
 
 
 def links_rejected(reason: RejectReason | str) -> Counter:

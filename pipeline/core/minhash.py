@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 import mmh3
 import numpy as np
@@ -34,6 +34,7 @@ from datasketch import MinHash
 _WORD = re.compile(r"\w+")
 
 Verification = Literal["exact", "estimated"]
+Clustering = Literal["components", "star"]
 
 
 @dataclass(frozen=True)
@@ -42,9 +43,10 @@ class MinHashParams:
 
     threshold: float = 0.8
     num_perm: int = 256
-    shingle_words: int = 5
+    shingler: Shingler = field(default_factory=lambda: WordShingles())
     seed: int = 1
     verify: Verification = "exact"
+    clustering: Clustering = "star"
     candidate_recall: float = 0.99  # S-curve height at the threshold that derives bands/rows
     bands: int | None = None
     rows: int | None = None
@@ -57,10 +59,14 @@ class MinHashParams:
             raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
         if not 2 <= self.num_perm <= 4096:
             raise ValueError(f"num_perm must be in 2..4096, got {self.num_perm}")
-        if self.shingle_words < 1:
-            raise ValueError(f"shingle_words must be at least 1, got {self.shingle_words}")
+        if not callable(self.shingler):
+            raise ValueError(f"shingler must be a callable text -> shingle hashes (WordShingles, "
+                             f"CharShingles or your own), got {self.shingler!r}")
         if self.verify not in ("exact", "estimated"):
             raise ValueError(f"verify must be 'exact' or 'estimated', got {self.verify!r}")
+        if self.clustering not in ("components", "star"):
+            raise ValueError(f"clustering must be 'components' or 'star', got "
+                             f"{self.clustering!r}")
         if not 0.0 < self.candidate_recall < 1.0:
             raise ValueError(f"candidate_recall must be in (0, 1), got {self.candidate_recall}")
         if self.max_bucket < 2:
@@ -105,18 +111,80 @@ def lsh_params(threshold: float, num_perm: int, candidate_recall: float = 0.99
 
 
 def words(text: str) -> list[str]:
-    """Lower-cased word tokens; punctuation and spacing do not count as differences."""
+    """Lower-cased word tokens (Unicode \\w+); punctuation and spacing do not count as
+    differences. The default tokenizer."""
     return _WORD.findall(text.lower())
 
 
-def shingles(text: str, n: int = 5) -> np.ndarray:
-    """Sorted unique 32-bit hashes of the text's word n-grams. A text shorter than n words is
-    one shingle; a text without words has none."""
-    tokens = words(text)
-    if not tokens:
-        return np.empty(0, dtype=np.uint32)
-    grams = (" ".join(tokens[i:i + n]) for i in range(max(1, len(tokens) - n + 1)))
+def whitespace_words(text: str) -> list[str]:
+    """Tokens split on whitespace, case and punctuation kept (as text-dedup and bigcode's
+    near-deduplication split)."""
+    return text.split()
+
+
+class Shingler(Protocol):
+    """Anything that turns a text into its sorted unique 32-bit shingle hashes."""
+
+    def __call__(self, text: str) -> np.ndarray: ...
+
+
+def _hashed(grams: Iterable[str]) -> np.ndarray:
     return np.unique(np.fromiter((mmh3.hash(g, signed=False) for g in grams), dtype=np.uint32))
+
+
+@dataclass(frozen=True)
+class WordShingles:
+    """Word n-grams of the tokens `tokenizer` gives (default: words(), lower-cased \\w+).
+
+    The default, 5-grams of lower-cased words, is datatrove's choice for web text: long
+    enough that two unrelated pages rarely share many, short enough that an edit changes
+    only the five shingles around it; and a page rendered again with other punctuation,
+    case or spacing is not a different page. A text shorter than n tokens is one shingle; a
+    text without tokens has none. The tokenizer must be picklable (a module-level function).
+    """
+
+    n: int = 5
+    tokenizer: Callable[[str], list[str]] = words
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"shingle n must be at least 1, got {self.n}")
+
+    def __call__(self, text: str) -> np.ndarray:
+        tokens = self.tokenizer(text)
+        if not tokens:
+            return np.empty(0, dtype=np.uint32)
+        n = self.n
+        return _hashed(" ".join(tokens[i:i + n]) for i in range(max(1, len(tokens) - n + 1)))
+
+
+@dataclass(frozen=True)
+class CharShingles:
+    """Character n-grams of the text with its whitespace collapsed to single spaces (and
+    lower-cased unless `lowercase=False`): for text without word boundaries (Chinese,
+    Japanese, Thai) and for short texts. A text shorter than n characters is one shingle;
+    a blank one has none."""
+
+    n: int = 5
+    lowercase: bool = True
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"shingle n must be at least 1, got {self.n}")
+
+    def __call__(self, text: str) -> np.ndarray:
+        flat = " ".join(text.split())
+        if self.lowercase:
+            flat = flat.lower()
+        if not flat:
+            return np.empty(0, dtype=np.uint32)
+        n = self.n
+        return _hashed(flat[i:i + n] for i in range(max(1, len(flat) - n + 1)))
+
+
+def shingles(text: str, n: int = 5) -> np.ndarray:
+    """Sorted unique 32-bit hashes of the text's lower-cased word n-grams (WordShingles(n))."""
+    return WordShingles(n)(text)
 
 
 def _already_hashed(value: int) -> int:
@@ -149,6 +217,51 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> float:
         return 0.0
     common = len(np.intersect1d(a, b, assume_unique=True))
     return common / (len(a) + len(b) - common)
+
+
+@dataclass(frozen=True, slots=True)
+class Sketch:
+    """A document's shingle set and MinHash signature."""
+
+    doc_id: str
+    shingles: np.ndarray
+    signature: np.ndarray
+
+
+def sketch(doc_id: str, text: str, params: MinHashParams) -> Sketch | None:
+    """The document's sketch under `params`, or None when it has no shingle."""
+    hashes = params.shingler(text or "")
+    if len(hashes) == 0:
+        return None
+    return Sketch(doc_id, hashes, signature(hashes, params.num_perm, params.seed))
+
+
+def verify(a: Sketch, b: Sketch, params: MinHashParams) -> tuple[bool, float, float | None]:
+    """(near-duplicates?, estimated Jaccard, exact Jaccard or None) of two sketches, by the
+    exact Jaccard of their shingle sets or by their signatures' estimate (params.verify)."""
+    estimate = estimated_similarity(a.signature, b.signature)
+    if params.verify == "exact":
+        similar, exact = verified_exactly(a.shingles, b.shingles, params.threshold)
+        return similar, estimate, exact
+    return estimate >= params.threshold, estimate, None
+
+
+def verified_exactly(a: np.ndarray, b: np.ndarray, threshold: float) -> tuple[bool, float]:
+    """(exact Jaccard >= threshold, exact Jaccard) of two shingle sets."""
+    exact = jaccard(a, b)
+    return exact >= threshold, exact
+
+
+class DuplicateDocumentId(ValueError):
+    """Two documents under one id: their pairs would merge clusters that are not one."""
+
+
+def refuse_duplicate_id(doc_id: str, count: int) -> None:
+    """Raise DuplicateDocumentId if `doc_id` came `count` > 1 times."""
+    if count > 1:
+        raise DuplicateDocumentId(
+            f"document id {doc_id!r} was given {count} times in one window; ids must be "
+            "unique (key documents by URL and fetch time, or drop exact repeats first)")
 
 
 def bucket_pairs(ids: Iterable[str], max_bucket: int) -> Iterable[tuple[str, str]]:
@@ -246,10 +359,18 @@ class _UnionFind:
         self.count[ra] += self.count[rb]
 
 
-def clusters(pairs: Iterable[tuple[str, str]], size: Mapping[str, int] | None = None
-             ) -> dict[str, ClusterMember]:
-    """Connected components of the verified pairs: a ClusterMember for every document that is
-    in at least one pair (documents in none are singletons, left to the caller)."""
+def clusters(pairs: Iterable[tuple[str, str]], size: Mapping[str, int] | None = None,
+             how: Clustering = "components") -> dict[str, ClusterMember]:
+    """Clusters of the verified pairs, `components` or `star`: a ClusterMember for every
+    document that is in at least one pair (documents in none are singletons, left to the
+    caller).
+
+    components: connected components; chains join members that are not near each other.
+    star: each cluster is a representative and members whose own pair with it was verified
+    (star_clusters); no member is only similar to another member.
+    """
+    if how == "star":
+        return star_clusters(pairs, size)
     size = size or {}
     forest = _UnionFind()
     degree: dict[str, int] = defaultdict(int)
@@ -282,6 +403,38 @@ def clusters(pairs: Iterable[tuple[str, str]], size: Mapping[str, int] | None = 
             near = doc == representative or (min(doc, representative),
                                               max(doc, representative)) in edges
             members[doc] = ClusterMember(doc, cluster_id, representative, len(docs), near)
+    return members
+
+
+def star_clusters(pairs: Iterable[tuple[str, str]], size: Mapping[str, int] | None = None
+                  ) -> dict[str, ClusterMember]:
+    """Greedy star clustering of the verified pairs: the document with the most verified
+    pairs (then the most shingles, then the smallest id) not yet in a cluster becomes a
+    representative, and takes every neighbour not yet in one; and so on. Every member is
+    verified-similar to its representative; a pair split between two stars is the price
+    (measured in docs/benchmarks.md)."""
+    size = size or {}
+    adjacency: dict[str, set[str]] = defaultdict(set)
+    for a, b in pairs:
+        if a != b:
+            adjacency[a].add(b)
+            adjacency[b].add(a)
+    order = sorted(adjacency, key=lambda d: (-len(adjacency[d]), -size.get(d, 0), d))
+    centre_of: dict[str, str] = {}
+    for doc in order:
+        if doc in centre_of:
+            continue
+        centre_of[doc] = doc
+        for other in adjacency[doc]:
+            centre_of.setdefault(other, doc)
+    stars: dict[str, list[str]] = defaultdict(list)
+    for doc, centre in centre_of.items():
+        stars[centre].append(doc)
+    members: dict[str, ClusterMember] = {}
+    for centre, docs in stars.items():
+        cluster_id = min(docs)
+        for doc in docs:
+            members[doc] = ClusterMember(doc, cluster_id, centre, len(docs), True)
     return members
 
 

@@ -59,11 +59,11 @@ from __future__ import annotations
 import io
 import re
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from http import HTTPStatus
-from typing import Literal
+from typing import BinaryIO, Literal
 from urllib.parse import quote
 
 from fastwarc.warc import ArchiveIterator as FastArchiveIterator
@@ -76,6 +76,13 @@ from warcio.timeutils import datetime_to_iso_date
 from warcio.warcwriter import WARCWriter
 
 from pipeline.core.records import RecordPointer, record_id
+from pipeline.core.segment_records import (
+    PayloadDecodeError,
+    RecordProblem,
+    UnreadableRecord,
+    decode_payload,
+    payload_encodings,
+)
 from pipeline.io import storage
 
 SegmentKind = Literal["warc", "wet"]
@@ -437,8 +444,14 @@ def _cut_short(pointer: RecordPointer, read: int, declared: int) -> SegmentReadE
     )
 
 
-def read_response(pointer: RecordPointer) -> tuple[int, list[tuple[str, str]], bytes]:
-    """(HTTP status, headers as the server sent them, body) of a WARC response record."""
+def read_response(pointer: RecordPointer, *, raw: bool = False
+                  ) -> tuple[int, list[tuple[str, str]], bytes]:
+    """(HTTP status, headers as the server sent them, body) of a WARC response record.
+
+    The body is decoded: a chunked transfer or Content-Encoding that the record still
+    carries (as other tools store responses) is undone, and SegmentReadError says so when it
+    cannot be. raw=True gives the payload as stored instead.
+    """
     member = _record_member(pointer)
     record, body = _read_record(pointer, "response", member)
     http = record.http_headers
@@ -451,10 +464,19 @@ def read_response(pointer: RecordPointer) -> tuple[int, list[tuple[str, str]], b
             data = zlib.decompress(member, zlib.MAX_WBITS | 16)
         except zlib.error as exc:
             raise SegmentReadError(f"{pointer} is not a readable WARC record: {exc}") from exc
-        return _read_response_with_warcio(pointer, data)
-    if int(declared) != len(body):
-        raise _cut_short(pointer, len(body), int(declared))
-    return http.status_code, _served_headers(http.astuples()), body
+        status, stored, body = _read_response_with_warcio(pointer, data)
+    else:
+        if int(declared) != len(body):
+            raise _cut_short(pointer, len(body), int(declared))
+        status, stored = http.status_code, list(http.astuples())
+    transfer, content = payload_encodings(stored)
+    if (transfer or content) and not raw:
+        try:
+            body = decode_payload(body, stored)
+        except PayloadDecodeError as exc:
+            raise SegmentReadError(f"{pointer} holds a body that cannot be decoded: {exc}"
+                                   ) from exc
+    return status, _served_headers(stored), body
 
 
 def read_text(pointer: RecordPointer) -> str:
@@ -472,7 +494,7 @@ def _read_response_with_warcio(
         for record in ArchiveIterator(io.BytesIO(data)):
             body = record.raw_stream.read()
             status = int(record.http_headers.get_statuscode())
-            return status, _served_headers(record.http_headers.headers), body
+            return status, list(record.http_headers.headers), body
     except Exception as exc:  # warcio raises several unrelated types on corrupt input
         raise SegmentReadError(f"{pointer} is not a readable WARC record: {exc}") from exc
     raise SegmentReadError(f"{pointer} is not a readable WARC record: it holds none")
@@ -483,7 +505,11 @@ class SegmentRecord:
     """One record read from a segment, with the pointer that reads it again.
 
     headers are the HTTP headers as the server sent them (response records; [] otherwise),
-    payload the body (responses) or the UTF-8 text (conversions).
+    payload the decoded body (responses: any chunked transfer and Content-Encoding the record
+    still carried undone) or the UTF-8 text (conversions). raw_payload holds the payload as
+    stored when decoding changed it (None when the record held the body decoded already, as
+    the crawl's own records do). part_of is the `isPartOf` of the file's warcinfo record,
+    which names the crawl in the crawl's own segments.
     """
 
     pointer: RecordPointer
@@ -496,46 +522,253 @@ class SegmentRecord:
     ip: str | None = None
     truncated: bool = False
     refers_to: str | None = None
+    raw_payload: bytes | None = None
+    part_of: str | None = None
 
 
-def read_segment(path: str, record_type: str) -> Iterator[SegmentRecord]:
+def read_segment(path: str, record_type: str) -> Iterator[SegmentRecord | UnreadableRecord]:
     """Every record of `record_type` ("response", "conversion") in the segment at `path`, in
-    file order. Works on any .warc.gz whose records are gzip members, not only ours.
+    file order, and an UnreadableRecord for whatever cannot be read as good. Works on any
+    .warc or .warc.gz (gzip per record), not only the crawl's own.
 
-    Raises SegmentReadError, after the records before it, when the file is corrupt.
+    Never raises on bad input, and never yields a record short of its Content-Length, one
+    whose WARC digest does not match, or one whose encoded payload cannot be decoded (see
+    pipeline.core.segment_records). After a record cut short by damaged bytes, reading goes
+    on at the next record that starts cleanly; a file that ends inside a record ends there.
+
     warcio rather than fastwarc: reading is about 1 % of re-parsing a page either way, and
     warcio gives each record's exact compressed offset and length, which a pointer needs
     (docs/benchmarks.md, "Reading WARC segments").
     """
-    with storage.open_for_reading(path) as stream:
-        records = ArchiveIterator(stream)
+    try:
+        stream = storage.open_for_reading(path)
+    except Exception as exc:  # a missing file or object, a storage error
+        yield UnreadableRecord(path, 0, 0, RecordProblem.UNREADABLE_FILE, _one_line(exc))
+        return
+    scan = _SegmentScan(path, stream, record_type)
+    try:
+        with stream:
+            yield from scan.records()
+    except OSError as exc:
+        yield UnreadableRecord(path, scan.end, max(0, scan.size - scan.end),
+                               RecordProblem.UNREADABLE_FILE,
+                               f"read failed after offset {scan.end}: {_one_line(exc)}")
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300] or type(exc).__name__
+
+
+class _Window:
+    """A stream seen from `base` on, so that warcio's offsets, which count from where it
+    started, are relative to base."""
+
+    def __init__(self, stream: BinaryIO, base: int) -> None:
+        self._stream = stream
+        self._base = base
+
+    def read(self, size: int = -1) -> bytes:
+        return self._stream.read(size)
+
+    def tell(self) -> int:
+        return self._stream.tell() - self._base
+
+
+_GZIP_MEMBER = b"\x1f\x8b\x08"
+_SCAN_CHUNK = 1 << 20
+
+
+class _SegmentScan:
+    """One pass over one file: warcio finds the records; this checks each one and, after a
+    damaged record, finds where the next one starts."""
+
+    def __init__(self, path: str, stream: BinaryIO, record_type: str) -> None:
+        self.path = path
+        self.stream = stream
+        self.record_type = record_type
+        self.size = 0
+        self.end = 0  # where the last record read ended
+        self.gzipped = False
+        self.found_any = False
+        self.part_of: str | None = None
+
+    def records(self) -> Iterator[SegmentRecord | UnreadableRecord]:
+        self.stream.seek(0, io.SEEK_END)
+        self.size = self.stream.tell()
+        if self.size == 0:
+            yield UnreadableRecord(self.path, 0, 0, RecordProblem.EMPTY_FILE, "the file is empty")
+            return
+        self.stream.seek(0)
+        self.gzipped = self.stream.read(2) == _GZIP_MEMBER[:2]
+        start: int | None = 0
+        while start is not None and start < self.size:
+            start = yield from self._read_from(start)
+
+    def _read_from(self, base: int) -> Generator[SegmentRecord | UnreadableRecord, None,
+                                                  int | None]:
+        """Records from offset `base` on; returns where to go on reading after a damaged
+        record, or None at the end of what can be read."""
+        self.stream.seek(base)
+        records = ArchiveIterator(_Window(self.stream, base), check_digests=True)
+        self.end = base
+        iterator = iter(records)
+        while True:
+            try:
+                record = next(iterator)
+            except StopIteration:
+                break
+            except Exception as exc:  # warcio raises several unrelated types on bad input
+                return (yield from self._unparsable(_one_line(exc)))
+            self.found_any = True
+            rec_type = record.rec_type
+            warc = record.rec_headers
+            url = warc.get_header("WARC-Target-URI") or ""
+            payload = record.raw_stream.read()
+            # warcio limits the stream to the Content-Length; without one (headers cut
+            # short) it reads the record as empty, or gives the whole stream.
+            missing = getattr(record.raw_stream, "limit", None)
+            if not (warc.get_header("Content-Length") or "").strip().isdigit():
+                missing = None
+            records.read_to_end()
+            offset = base + records.get_record_offset()
+            length = records.get_record_length()
+            self.end = offset + length
+            if rec_type == "warcinfo":
+                self.part_of = _warcinfo_field(payload, b"isPartOf") or self.part_of
+            if missing is None or missing > 0:
+                problem, detail = self._cut_short(offset, len(payload), missing)
+                resume = self._next_record_start(offset + 1) if problem == "corrupt" else None
+                yield UnreadableRecord(self.path, offset, (resume or self.size) - offset,
+                                       problem, detail, url, rec_type)
+                return resume
+            if rec_type != self.record_type:
+                continue
+            if record.digest_checker.passed is False:
+                yield UnreadableRecord(self.path, offset, length, RecordProblem.DIGEST_MISMATCH,
+                                       "; ".join(record.digest_checker.problems), url, rec_type)
+                continue
+            yield self._checked(record, payload, RecordPointer(self.path, offset, length), url)
+        if self.end < self.size or not self.found_any:
+            # warcio stops quietly when a record's first bytes are all that is left.
+            return (yield from self._unparsable("the file ends there"))
+        return None
+
+    def _unparsable(self, why: str) -> Generator[UnreadableRecord, None, int | None]:
+        """What follows the last whole record cannot be parsed as one: a record cut inside
+        its headers, damaged bytes, or no WARC at all. Returns where reading goes on."""
+        start = self._after_blank_lines(self.end)
+        if start >= self.size:
+            return None  # only the blank lines after the last record, some cut off
+        resume = self._next_record_start(start + 1)
+        length = (resume or self.size) - start
+        if resume is None and self._opens_record(start):
+            yield UnreadableRecord(self.path, start, length, RecordProblem.TRUNCATED,
+                                   f"the file ends inside a record's headers ({why})")
+        elif not self.found_any and start == 0 and resume is None:
+            yield UnreadableRecord(self.path, 0, self.size, RecordProblem.NOT_WARC,
+                                   f"no WARC record at its start ({why})")
+        else:
+            yield UnreadableRecord(self.path, start, length, RecordProblem.MALFORMED,
+                                   f"no readable record here ({why})")
+        return resume
+
+    def _after_blank_lines(self, offset: int) -> int:
+        # Uncompressed records are followed by blank lines that warcio counts in neither.
+        if self.gzipped:
+            return offset
+        self.stream.seek(offset)
+        head = self.stream.read(64)
+        return offset + len(head) - len(head.lstrip(b"\r\n"))
+
+    def _opens_record(self, offset: int, *, whole: bool = False) -> bool:
+        """Whether a record starts at offset; unless `whole`, a start cut short counts."""
+        self.stream.seek(offset)
+        head = self.stream.read(4096)
+        if self.gzipped:
+            if not (head.startswith(_GZIP_MEMBER) or _GZIP_MEMBER.startswith(head)):
+                return False
+            try:
+                head = zlib.decompressobj(zlib.MAX_WBITS | 16).decompress(head, 16)
+            except zlib.error:
+                return False
+            # A gzip member cut inside its header inflates to nothing yet.
+            return head.startswith(b"WARC/") or (not whole and b"WARC/".startswith(head))
+        return len(head) > 0 and (head.startswith(b"WARC/") or b"WARC/".startswith(head))
+
+    def _checked(self, record: ArcWarcRecord, payload: bytes, pointer: RecordPointer,
+                 url: str) -> SegmentRecord | UnreadableRecord:
+        warc = record.rec_headers
+        status, stored = None, []
+        body = payload
         try:
-            for record in records:
-                if record.rec_type != record_type:
-                    continue
-                payload = record.raw_stream.read()
-                offset = records.get_record_offset()
-                # warcio reports the length once the record's content has been read.
-                records.read_to_end()
-                length = records.get_record_length()
-                warc = record.rec_headers
-                status = headers = None
-                if record.http_headers is not None and record_type == "response":
-                    status = int(record.http_headers.get_statuscode())
-                    headers = _served_headers(record.http_headers.headers)
-                yield SegmentRecord(
-                    pointer=RecordPointer(path, offset, length), record_type=record_type,
-                    url=warc.get_header("WARC-Target-URI") or "",
-                    date=_epoch(warc.get_header("WARC-Date")), http_status=status,
-                    headers=headers or [], payload=payload,
-                    ip=warc.get_header("WARC-IP-Address"),
-                    truncated=warc.get_header("WARC-Truncated") is not None,
-                    refers_to=warc.get_header("WARC-Refers-To"),
-                )
-        except SegmentReadError:
-            raise
-        except Exception as exc:  # warcio raises several unrelated types on corrupt input
-            raise SegmentReadError(f"{path} is not a readable WARC file: {exc}") from exc
+            if record.http_headers is not None and self.record_type == "response":
+                status = int(record.http_headers.get_statuscode())
+                stored = list(record.http_headers.headers)
+            date = _epoch(warc.get_header("WARC-Date"))
+        except ValueError as exc:
+            return UnreadableRecord(pointer.file, pointer.offset, pointer.length,
+                                    RecordProblem.MALFORMED, _one_line(exc), url,
+                                    record.rec_type)
+        transfer, content = payload_encodings(stored)
+        if transfer or content:
+            try:
+                body = decode_payload(payload, stored)
+            except PayloadDecodeError as exc:
+                return UnreadableRecord(pointer.file, pointer.offset, pointer.length,
+                                        RecordProblem.UNDECODABLE, str(exc), url,
+                                        record.rec_type)
+        return SegmentRecord(
+            pointer=pointer, record_type=self.record_type, url=url, date=date,
+            http_status=status, headers=_served_headers(stored), payload=body,
+            ip=warc.get_header("WARC-IP-Address"),
+            truncated=warc.get_header("WARC-Truncated") is not None,
+            refers_to=warc.get_header("WARC-Refers-To"),
+            raw_payload=payload if body is not payload else None, part_of=self.part_of,
+        )
+
+    def _cut_short(self, offset: int, read: int, missing: int | None
+                   ) -> tuple[RecordProblem, str]:
+        """Whether a record short of its payload was cut (the file ends inside it) or
+        damaged (its gzip member does not inflate cleanly)."""
+        if missing is None:
+            detail = "its WARC headers end before a Content-Length"
+        else:
+            detail = f"{read} of its {read + missing} payload bytes are there"
+        if self.gzipped:
+            self.stream.seek(offset)
+            member = self.stream.read(self.end - offset)
+            try:
+                zlib.decompressobj(zlib.MAX_WBITS | 16).decompress(member)
+            except zlib.error as exc:
+                return RecordProblem.CORRUPT, f"{detail}; its gzip data is damaged ({exc})"
+        if self.end >= self.size:
+            return RecordProblem.TRUNCATED, f"{detail}; the file ends inside it"
+        return RecordProblem.CORRUPT, detail
+
+    def _next_record_start(self, after: int) -> int | None:
+        """Offset of the first record that starts cleanly after `after` (a gzip member that
+        opens with a WARC version line; uncompressed, a line starting with one)."""
+        marker = _GZIP_MEMBER if self.gzipped else b"\nWARC/1."
+        position = after
+        while position < self.size:
+            self.stream.seek(position)
+            chunk = self.stream.read(_SCAN_CHUNK + 4096)
+            found = chunk.find(marker)
+            while 0 <= found < _SCAN_CHUNK:
+                start = position + found + (0 if self.gzipped else 1)
+                if not self.gzipped or self._opens_record(start, whole=True):
+                    return start
+                found = chunk.find(marker, found + 1)
+            position += _SCAN_CHUNK
+        return None
+
+
+def _warcinfo_field(payload: bytes, name: bytes) -> str | None:
+    for line in payload.splitlines():
+        key, _, value = line.partition(b":")
+        if key.strip() == name:
+            return value.strip().decode("utf-8", "replace") or None
+    return None
 
 
 def _epoch(warc_date: str | None) -> float:

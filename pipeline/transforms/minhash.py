@@ -5,10 +5,13 @@
 
 Four small steps, the way datatrove splits MinHash dedup (signatures, buckets, clusters,
 filter), each a labelled stage here. All grouping is per window: in batch everything is one
-window; in streaming, window the input (FixedWindows, say) and each window is deduplicated on
-its own. Clustering gathers one window's verified pairs on one worker (pairs are far fewer
-than documents); the per-document rows are joined back by id. The arithmetic, its defaults and
-their measured quality are in pipeline.core.minhash and docs/transforms.md.
+window; in a stream each window is deduplicated on its own, and a near-copy in the next window
+is never matched: for "is this a near-copy of anything seen before", over an unbounded stream
+in the global window, use FindNearCopies (pipeline.transforms.near_copies), which shares the
+sketches and verification. Clustering gathers one window's verified pairs on one worker
+(pairs are far fewer than documents); the per-document rows are joined back by id. The
+arithmetic, its defaults and their measured quality are in pipeline.core.minhash and
+docs/transforms.md.
 """
 
 from __future__ import annotations
@@ -18,21 +21,23 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import apache_beam as beam
-import numpy as np
 from apache_beam.pvalue import PCollection
 
 from pipeline.core.counters import Counter
 from pipeline.core.minhash import (
+    Clustering,
     ClusterMember,
     MinHashParams,
+    Shingler,
+    Sketch,
+    WordShingles,
     band_keys,
     bucket_pairs,
     clusters,
-    estimated_similarity,
-    jaccard,
-    shingles,
-    signature,
+    refuse_duplicate_id,
     singleton,
+    sketch,
+    verify,
 )
 from pipeline.metrics import crawl_counter
 
@@ -56,34 +61,29 @@ class MinHashOutputs(NamedTuple):
     clusters: PCollection[ClusterMember]
 
 
-@dataclass(frozen=True, slots=True)
-class _Sketch:
-    doc_id: str
-    shingles: np.ndarray
-    signature: np.ndarray
+class SketchDocuments(beam.DoFn):
+    """(doc_id, text) -> Sketch under the given parameters; a text without shingles gets
+    none (and is counted). Shared by MinHashDedup and FindNearCopies."""
 
-
-class _SketchFn(beam.DoFn):
     def __init__(self, params: MinHashParams) -> None:
         self._params = params
         self._docs = crawl_counter(Counter.MINHASH_DOCUMENTS)
         self._empty = crawl_counter(Counter.MINHASH_DOCUMENTS_WITHOUT_WORDS)
 
-    def process(self, element: tuple[str, str]) -> Iterator[_Sketch]:
+    def process(self, element: tuple[str, str]) -> Iterator[Sketch]:
         doc_id, text = element
         self._docs.inc()
-        hashes = shingles(text or "", self._params.shingle_words)
-        if len(hashes) == 0:
+        found = sketch(doc_id, text, self._params)
+        if found is None:
             # No words, no shingles: nothing to be similar to. It still gets its row.
             self._empty.inc()
             return
-        yield _Sketch(doc_id, hashes,
-                      signature(hashes, self._params.num_perm, self._params.seed))
+        yield found
 
 
-def _bands(sketch: _Sketch, params: MinHashParams) -> Iterator[tuple[tuple[int, bytes], str]]:
-    for key in band_keys(sketch.signature, params.lsh_bands, params.lsh_rows):
-        yield key, sketch.doc_id
+def _bands(found: Sketch, params: MinHashParams) -> Iterator[tuple[tuple[int, bytes], str]]:
+    for key in band_keys(found.signature, params.lsh_bands, params.lsh_rows):
+        yield key, found.doc_id
 
 
 def _pairs_in_bucket(bucket: tuple[tuple[int, bytes], Iterable[str]], max_bucket: int
@@ -92,11 +92,13 @@ def _pairs_in_bucket(bucket: tuple[tuple[int, bytes], Iterable[str]], max_bucket
     yield from bucket_pairs(ids, max_bucket)
 
 
-def _send_sketch_to_partners(joined: tuple[str, dict]) -> Iterator[tuple[str, _Sketch]]:
-    _, groups = joined
-    for sketch in groups["sketch"]:
+def _send_sketch_to_partners(joined: tuple[str, dict]) -> Iterator[tuple[str, Sketch]]:
+    doc_id, groups = joined
+    sketches = list(groups["sketch"])
+    refuse_duplicate_id(doc_id, len(sketches))
+    for found in sketches:
         for partner in groups["partners"]:
-            yield partner, sketch
+            yield partner, found
 
 
 class _VerifyFn(beam.DoFn):
@@ -112,32 +114,26 @@ class _VerifyFn(beam.DoFn):
         for b in groups["sketch"]:
             for a in groups["firsts"]:
                 self._candidates.inc()
-                estimate = estimated_similarity(a.signature, b.signature)
-                exact = None
-                if self._params.verify == "exact":
-                    exact = jaccard(a.shingles, b.shingles)
-                    similar = exact >= self._params.threshold
-                else:
-                    similar = estimate >= self._params.threshold
+                similar, estimate, exact = verify(a, b, self._params)
                 if similar:
                     self._verified.inc()
                     yield (NearDuplicatePair(a.doc_id, b.doc_id, estimate, exact),
                            len(a.shingles), len(b.shingles))
 
 
-def _cluster_members(verified: list[tuple[NearDuplicatePair, int, int]]
+def _cluster_members(verified: list[tuple[NearDuplicatePair, int, int]], how: Clustering
                      ) -> Iterator[tuple[str, ClusterMember]]:
     size: dict[str, int] = {}
     for pair, size_a, size_b in verified:
         size[pair.a], size[pair.b] = size_a, size_b
-    yield from clusters(((p.a, p.b) for p, _, _ in verified), size).items()
+    yield from clusters(((p.a, p.b) for p, _, _ in verified), size, how).items()
 
 
 def _document_row(joined: tuple[str, dict]) -> Iterator[ClusterMember]:
     doc_id, groups = joined
     members = list(groups["member"])
-    for _ in groups["doc"]:
-        yield members[0] if members else singleton(doc_id)
+    refuse_duplicate_id(doc_id, len(list(groups["doc"])))
+    yield members[0] if members else singleton(doc_id)
 
 
 class MinHashDedup(beam.PTransform):
@@ -145,20 +141,25 @@ class MinHashDedup(beam.PTransform):
     estimated similarity, and `clusters`, one ClusterMember per input document.
 
     Parameters (validated, see pipeline.core.minhash.MinHashParams): threshold (Jaccard of
-    word 5-gram shingles, default 0.8), num_perm (256), shingle_words (5), verify ("exact"
-    shingle sets, default, or "estimated" from signatures), bands and rows (derived from the
-    threshold unless both given), candidate_recall, seed, max_bucket. Document ids must be
-    unique within a window.
+    the shingle sets, default 0.8), num_perm (256), shingler (WordShingles(5): lower-cased
+    word 5-grams; CharShingles(n), or WordShingles(n, tokenizer) with a tokenizer of your
+    own), verify ("exact" shingle sets, default, or "estimated" from signatures),
+    clustering ("star", default: every member verified against its representative; or
+    "components"), bands and rows (derived from the threshold unless both given),
+    candidate_recall, seed, max_bucket. Document ids must be unique within a window: a
+    repeated id fails the pipeline with DuplicateDocumentId.
     """
 
-    def __init__(self, threshold: float = 0.8, *, num_perm: int = 256, shingle_words: int = 5,
-                 verify: str = "exact", bands: int | None = None, rows: int | None = None,
+    def __init__(self, threshold: float = 0.8, *, num_perm: int = 256,
+                 shingler: Shingler | None = None, verify: str = "exact",
+                 clustering: str = "star", bands: int | None = None, rows: int | None = None,
                  candidate_recall: float = 0.99, seed: int = 1, max_bucket: int = 1000) -> None:
         super().__init__()
         self._params = MinHashParams(
-            threshold=threshold, num_perm=num_perm, shingle_words=shingle_words,
-            verify=verify, bands=bands, rows=rows,  # type: ignore[arg-type]
-            candidate_recall=candidate_recall, seed=seed, max_bucket=max_bucket,
+            threshold=threshold, num_perm=num_perm, shingler=shingler or WordShingles(),
+            verify=verify, clustering=clustering,  # type: ignore[arg-type]
+            bands=bands, rows=rows, candidate_recall=candidate_recall, seed=seed,
+            max_bucket=max_bucket,
         )
 
     @property
@@ -167,7 +168,7 @@ class MinHashDedup(beam.PTransform):
 
     def expand(self, docs: PCollection[tuple[str, str]]) -> MinHashOutputs:
         params = self._params
-        sketches = docs | "Sketch" >> beam.ParDo(_SketchFn(params)).with_input_types(
+        sketches = docs | "Sketch" >> beam.ParDo(SketchDocuments(params)).with_input_types(
             tuple[str, str])
         candidates = (
             sketches
@@ -193,7 +194,7 @@ class MinHashDedup(beam.PTransform):
         members = (
             verified
             | "GatherPairs" >> beam.combiners.ToList().without_defaults()
-            | "ConnectedComponents" >> beam.FlatMap(_cluster_members)
+            | "Cluster" >> beam.FlatMap(_cluster_members, params.clustering)
         )
         rows = (
             {"doc": docs | "DocIds" >> beam.Map(lambda d: (d[0], None)), "member": members}

@@ -7,34 +7,51 @@
 Segment readers are splittable by file: the pattern is matched, the file names reshuffled so
 files spread over workers, and each file read whole by one worker (a segment is a series of
 gzip members, so it could be split further by offset; per file is enough while segments are
-~1 GB or less). A file that cannot be read is counted and logged with what was read of it,
-as cc-pyspark does, instead of failing the job. What the records mean is decided downstream.
+~1 GB or less). What is read as good is whole: a record short of its Content-Length, with a
+digest that does not match, with headers that cannot be parsed or a body that cannot be
+decoded, and an empty, unreadable or non-WARC file, are each counted (one counter per
+RecordProblem), logged, and, with .with_dead_letters(), an UnreadableRecord on its own
+output, as cc-pyspark counts bad files instead of failing the job. What the records mean is
+decided downstream.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import apache_beam as beam
 from apache_beam.io import fileio
-from apache_beam.pvalue import PBegin, PCollection
+from apache_beam.pvalue import PBegin, PCollection, TaggedOutput
 
-from pipeline.core.counters import Counter
+from pipeline.core.counters import Counter, segment_problem
 from pipeline.core.pages import PageText, StoredResponse
 from pipeline.core.records import FetchResult, PageRow
+from pipeline.core.segment_records import RecordProblem, UnreadableRecord
 from pipeline.core.urls import InvalidURL, host_key, url_hash
 from pipeline.io.pages_table import dict_to_row
-from pipeline.io.segments import SegmentReadError, read_segment
+from pipeline.io.segments import SegmentRecord, read_segment
 from pipeline.metrics import crawl_counter
 
 log = logging.getLogger(__name__)
 
+_DEAD_LETTERS = "dead_letters"
+
 
 def crawl_id_of(path: str) -> str:
-    """The crawl a segment belongs to, from its place in the layout {root}/{crawl}/warc/..."""
+    """The crawl a segment belongs to by its place in the crawl's layout,
+    {root}/{crawl}/warc/FILE or {root}/{crawl}/wet/FILE; "" for a file anywhere else."""
     parts = path.rstrip("/").split("/")
-    return parts[-3] if len(parts) >= 3 else ""
+    if len(parts) >= 3 and parts[-2] in ("warc", "wet") and parts[-3]:
+        return parts[-3]
+    return ""
+
+
+class SegmentReadOutputs(NamedTuple):
+    records: PCollection
+    dead_letters: PCollection[UnreadableRecord]
 
 
 class _ReadSegmentFn(beam.DoFn):
@@ -42,48 +59,48 @@ class _ReadSegmentFn(beam.DoFn):
         self._record_type = record_type
         self._crawl_id = crawl_id
         self._records = crawl_counter(Counter(f"segment_{record_type}_records_read"))
-        self._bad_files = crawl_counter(Counter.SEGMENT_FILES_UNREADABLE)
-        self._skipped = crawl_counter(Counter.SEGMENT_RECORDS_SKIPPED)
+        self._decoded = crawl_counter(Counter.SEGMENT_PAYLOADS_DECODED)
+        self._problems = {problem: crawl_counter(segment_problem(problem))
+                          for problem in RecordProblem}
 
     def process(self, metadata: fileio.FileMetadata) -> Iterator[object]:
-        path = metadata.path
-        read = 0
-        try:
-            for record in read_segment(path, self._record_type):
-                element = self._element(record, path)
-                if element is None:
-                    self._skipped.inc()
-                    continue
-                read += 1
-                self._records.inc()
-                yield element
-        except (SegmentReadError, OSError) as exc:
-            self._bad_files.inc()
-            log.error("segment %s unreadable after %d records: %s", path, read, exc)
+        for item in read_segment(metadata.path, self._record_type):
+            element = self._element(item) if isinstance(item, SegmentRecord) else item
+            if isinstance(element, UnreadableRecord):
+                self._problems[element.problem].inc()
+                log.error("not read as good: %s", element.describe())
+                yield TaggedOutput(_DEAD_LETTERS, element)
+                continue
+            self._records.inc()
+            if isinstance(item, SegmentRecord) and item.raw_payload is not None:
+                self._decoded.inc()
+            yield element
 
-    def _element(self, record, path: str) -> object | None:
+    def _element(self, record: SegmentRecord) -> object:
         if self._record_type == "conversion":
             return PageText(record.url, record.date, record.payload.decode("utf-8", "replace"),
                             record.pointer, record.refers_to)
         try:
             host = host_key(record.url)
         except InvalidURL as exc:
-            log.warning("skipping the record at %s: its URL %r is unusable: %s",
-                        record.pointer, record.url, exc)
-            return None
+            return UnreadableRecord(record.pointer.file, record.pointer.offset,
+                                    record.pointer.length, RecordProblem.UNUSABLE_URL,
+                                    str(exc), record.url, record.record_type)
+        crawl_id = self._crawl_id
+        if crawl_id is None:
+            crawl_id = record.part_of or crawl_id_of(record.pointer.file)
         result = FetchResult(
-            crawl_id=self._crawl_id or crawl_id_of(path), url=record.url,
-            url_hash=url_hash(record.url), host=host, depth=0, attempt=0,
-            fetched_at=record.date, elapsed=0.0, http_status=record.http_status or 0,
-            headers=tuple(record.headers), body=record.payload, truncated=record.truncated,
-            ip=record.ip,
+            crawl_id=crawl_id, url=record.url, url_hash=url_hash(record.url), host=host,
+            depth=0, attempt=0, fetched_at=record.date, elapsed=0.0,
+            http_status=record.http_status or 0, headers=tuple(record.headers),
+            body=record.payload, truncated=record.truncated, ip=record.ip,
         )
         return StoredResponse(result, record.pointer)
 
 
 class _ReadSegments(beam.PTransform):
     def __init__(self, file_pattern: str, record_type: str, crawl_id: str | None,
-                 element_type: type) -> None:
+                 element_type: type, *, dead_letters: bool = False) -> None:
         super().__init__()
         self._element_type = element_type
         if not file_pattern:
@@ -91,24 +108,42 @@ class _ReadSegments(beam.PTransform):
         self._pattern = file_pattern
         self._record_type = record_type
         self._crawl_id = crawl_id
+        self._dead_letters = dead_letters
 
-    def expand(self, pbegin: PBegin) -> PCollection:
-        return (
+    def with_dead_letters(self) -> _ReadSegments:
+        """The same reader, expanding to SegmentReadOutputs(records, dead_letters): every
+        record or file not read as good arrives on `dead_letters` as an UnreadableRecord
+        (file, offset, length, problem, detail)."""
+        reader = copy.copy(self)
+        reader._dead_letters = True
+        return reader
+
+    def expand(self, pbegin: PBegin) -> PCollection | SegmentReadOutputs:
+        read = (
             pbegin
             | "MatchFiles" >> fileio.MatchFiles(self._pattern)
             | "SpreadFiles" >> beam.Reshuffle()
             | "ReadRecords" >> beam.ParDo(_ReadSegmentFn(self._record_type, self._crawl_id))
-            .with_output_types(self._element_type)
+            .with_output_types(self._element_type).with_outputs(_DEAD_LETTERS, main="records")
         )
+        if not self._dead_letters:
+            return read.records
+        return SegmentReadOutputs(
+            read.records, read[_DEAD_LETTERS] | "DeadLetters" >> beam.Map(lambda d: d)
+            .with_output_types(UnreadableRecord))
 
 
 class ReadWarcResponses(_ReadSegments):
-    """WARC files matching `file_pattern` -> StoredResponse, one per `response` record.
+    """WARC files matching `file_pattern` -> StoredResponse, one per good `response` record
+    (.with_dead_letters(): SegmentReadOutputs(records, dead_letters)).
 
-    The FetchResult is what the crawl fetched (URL, status, headers as served, decoded body,
-    fetch time, IP, truncation); depth and attempt are not stored in WARC and read as 0.
-    crawl_id: the crawl the results are attributed to (default: the crawl directory the file
-    sits in, {root}/{crawl_id}/warc/).
+    The FetchResult is what was fetched: URL, status, headers as served, the body decoded
+    (a chunked transfer or Content-Encoding the record still carries is undone; the stored
+    bytes are read again with read_response(pointer, raw=True)), fetch time, IP and
+    WARC-Truncated; depth and attempt are not stored in WARC and read as 0.
+    crawl_id: the crawl the results are attributed to; by default the `isPartOf` of the
+    file's warcinfo record (the crawl's own segments name their crawl there), else the crawl
+    directory of the layout {root}/{crawl_id}/warc/, else "".
     """
 
     def __init__(self, file_pattern: str, *, crawl_id: str | None = None) -> None:
@@ -116,7 +151,8 @@ class ReadWarcResponses(_ReadSegments):
 
 
 class ReadWetTexts(_ReadSegments):
-    """WET files matching `file_pattern` -> PageText, one per `conversion` record."""
+    """WET files matching `file_pattern` -> PageText, one per good `conversion` record
+    (.with_dead_letters(): SegmentReadOutputs(records, dead_letters))."""
 
     def __init__(self, file_pattern: str) -> None:
         super().__init__(file_pattern, "conversion", None, PageText)
