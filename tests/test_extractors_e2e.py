@@ -17,7 +17,7 @@ def test_a_crawl_through_every_fault_with_resiliparse_passes_the_audit(tmp_path)
         tmp_path, spec, min_delay=0.2, max_body_bytes=1024 * 1024, max_calendar_pages=30,
         circuit_failures=3, circuit_seconds=4.0, extractor="resiliparse",
     )
-    assert summary.status == "drained"
+    assert summary.reason == "drained"
     assert report.violations == [], "\n".join(report.violations[:40])
     assert summary.accepted == len(rows) == sum(summary.by_state.values())
     assert sum(r["state"] == "fetched" and bool(r["wet_file"]) for r in rows) > 300

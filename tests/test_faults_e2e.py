@@ -101,7 +101,7 @@ class FaultCrawl:
 
     def assert_sound(self) -> None:
         """What every crawl must leave behind, whatever its fault."""
-        assert self.summary.status == "drained", self.summary
+        assert self.summary.reason == "drained", self.summary
         assert self.report.violations == [], "\n".join(self.report.violations[:40])
         assert self.summary.accepted == len(self.rows) == sum(self.summary.by_state.values())
         assert len(self.rows) == self.report.stats["accepted_expected"] > 0
@@ -526,7 +526,7 @@ def test_every_fault_host_ends_by_itself_with_the_default_circuit_breaker(
         seeds = served.seeds
     rows = _rows(opts.out, crawl_id)
     print(summary)
-    assert summary.status == "drained", summary
+    assert summary.reason == "drained", summary
     assert summary.elapsed_s < max_duration
     report = audit_crawl(
         web, requests, rows, seeds=seeds, min_delay=MIN_DELAY, max_crawl_delay=MAX_CRAWL_DELAY,
@@ -577,7 +577,7 @@ def test_a_time_budget_ends_the_crawl_with_every_waiting_url_in_one_row(
     rows = _rows(opts.out, crawl_id)
     print(summary)
     deadline = opts.started_at + max_duration
-    assert summary.status == "time_budget_spent", summary
+    assert summary.reason == "time budget spent", summary
     assert returned - opts.started_at <= max_duration + 30
     assert requests and max(r.arrival_ns for r in requests) / 1e9 < deadline + 0.5
     urls = [r["url"] for r in rows]

@@ -68,7 +68,7 @@ def test_kill_9_then_resume_fetches_every_reachable_page(tmp_path, monkeypatch):
         requests = read_request_log(log)
         expected = web.web.expected(web.seeds, max_depth=None, max_pages_per_host=budget,
                                     user_agent=AGENT)
-    assert summary.status == "drained"
+    assert summary.reason == "drained"
     # Rows carry URLs as requested; the web files pages under their canonical spelling.
     rows = [(web.web.canonical_url(url), state)
             for url, state in query_pages(out, crawl_id, "SELECT url, state FROM pages")]

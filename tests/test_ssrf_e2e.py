@@ -161,7 +161,7 @@ def crawl(tmp_path_factory) -> Iterator[dict]:
 
 
 def test_the_private_service_accepts_no_connection(crawl):
-    assert crawl["summary"].status == "drained"
+    assert crawl["summary"].reason == "drained"
     assert crawl["private"].accepted == []
 
 
