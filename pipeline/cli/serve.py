@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -115,7 +116,9 @@ def run_serve(args: argparse.Namespace) -> int:
     from pipeline.service.app import create_app
     from pipeline.service.control import CrawlControl, FleetDefaults, PubSubFrontier
     from pipeline.service.server import ApiServer, ApiServerFailed
+    from pipeline.service.status import mount_status_page
 
+    show_service_logs()
     try:
         for spec in args.resolve:
             parse_resolve(spec)
@@ -142,9 +145,10 @@ def run_serve(args: argparse.Namespace) -> int:
                                FleetDefaults(min_delay=args.min_delay,
                                              user_agent=args.user_agent),
                                propagation_s=settings.state_ttl_s)
+        app = create_app(control, tokens)
+        mount_status_page(app, out=args.out)
         try:
-            server = ApiServer(create_app(control, tokens), host=args.host,
-                               port=args.port).start()
+            server = ApiServer(app, host=args.host, port=args.port).start()
         except ApiServerFailed as exc:
             print(f"crawler serve: {exc}", file=sys.stderr)
             return 1
@@ -154,7 +158,8 @@ def run_serve(args: argparse.Namespace) -> int:
               f"  curl -s -H \"Authorization: Bearer $(head -n1 {args.token_file})\" \\\n"
               f"       -H 'Content-Type: application/json' \\\n"
               f"       -d '{{\"seeds\": [\"https://example.com/\"], \"max_pages\": 100}}' \\\n"
-              f"       {server.url}/crawls", flush=True)
+              f"       {server.url}/crawls")
+        print(next_steps(server.url, args), flush=True)
         server.wait()
     except KeyboardInterrupt:
         print("\nstopping", file=sys.stderr)
@@ -169,6 +174,30 @@ def run_serve(args: argparse.Namespace) -> int:
             tables.close()
         stop_emulators(emulators)
     return 0
+
+
+def next_steps(url: str, args: argparse.Namespace) -> str:
+    """What a user needs next: the status page, and the emulators' addresses to export in
+    another shell for `crawler page` and `crawler status`, with this server's instance."""
+    emulators = " ".join(f"{name}={os.environ[name]}" for name in
+                         ("PUBSUB_EMULATOR_HOST", "BIGTABLE_EMULATOR_HOST")
+                         if os.environ.get(name))
+    where = "" if (args.project, args.bigtable_instance) == (LOCAL_PROJECT, "local") else (
+        f" --project {args.project} --bigtable-instance {args.bigtable_instance}")
+    return (f"status page: {url}/ (asks for a token of {args.token_file})\n"
+            f"output: {args.out}/CRAWL_ID/ (crawler query, crawler audit)\n"
+            f"in another shell, for crawler page and crawler status:\n"
+            f"  export {emulators}\n"
+            f"  crawler status CRAWL_ID{where}")
+
+
+def show_service_logs() -> None:
+    """A service's normal events are INFO (each request in the access log, a crawl ending):
+    `crawler serve` shows them whatever -v says; Beam's and the clients' chatter stays out."""
+    logging.getLogger().setLevel(logging.INFO)
+    for noisy in ("apache_beam", "google", "grpc", "urllib3", "httpx"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    logging.getLogger("apache_beam").setLevel(logging.ERROR)
 
 
 def _run_cloud(args: argparse.Namespace) -> int:

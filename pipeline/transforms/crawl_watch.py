@@ -77,7 +77,7 @@ class CrawlEndings:
                         apply_action(tables, crawl.id, action, at=now, reason=reason)
                     except (TransitionRefused, TransitionRaced):
                         continue  # moved meanwhile by the API or another watcher
-                    log.warning("crawl %s: %s (%s)", crawl.id, action, reason)
+                    log.info("crawl %s: %s (%s)", crawl.id, action, reason)
                     moved.append((crawl.id, action, reason))
                 if cursor is None:
                     return moved
