@@ -14,8 +14,10 @@ import dataclasses
 
 import apache_beam as beam
 import pyarrow as pa
+import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipeline.io import storage
 from pipeline.transforms.minhash import MinHashDedup
 from pipeline.transforms.readers import ReadWetTexts
 
@@ -57,6 +59,20 @@ def run(argv: list[str] | None = None) -> None:
                 args.bigquery_table, schema=BIGQUERY_SCHEMA,
                 method=beam.io.WriteToBigQuery.Method.FILE_LOADS,
                 write_disposition=beam.io.BigQueryDisposition.WRITE_TRUNCATE)
+    report_output(args.out, args.bigquery_table)
+
+
+def report_output(out: str, bigquery_table: str | None) -> None:
+    """Say what was written where: the program is otherwise silent when it succeeds."""
+    for name, what in (("clusters", "one row per text: its cluster and representative"),
+                       ("pairs", "verified near-duplicate pairs with their similarity")):
+        files = storage.list_files(f"{out}/{name}*.parquet")
+        rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files
+                   if not storage.is_gcs(f))
+        counted = f"{rows:,} rows" if not storage.is_gcs(out) else "rows"
+        print(f"{name}: {counted} in {len(files)} file(s) {out}/{name}-*.parquet ({what})")
+    if bigquery_table:
+        print(f"clusters also loaded into BigQuery table {bigquery_table}")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.core.pages import Trafilatura
+from pipeline.io import storage
+from pipeline.io.pages_table import query_pages
 from pipeline.transforms.pages import DedupContent, ParsePages
 from pipeline.transforms.readers import ReadWarcResponses
 from pipeline.transforms.table import WritePagesTable
@@ -57,6 +59,19 @@ def run(argv: list[str] | None = None) -> None:
         # Pages the parser failed on have a dead_lettered row above; list them too.
         parsed.dead_letters | "LogFailures" >> beam.Map(
             lambda d: print(f"could not parse {d.url}: {d.error}"))
+    report_output(args.out, args.crawl_id, args.warc)
+
+
+def report_output(out: str, crawl_id: str, warc: str) -> None:
+    """Say what was written where: the program is otherwise silent when it succeeds."""
+    crawl_dir = storage.join(out, crawl_id)
+    [(rows, fetched)] = query_pages(out, crawl_id,
+                                    "SELECT count(*), count(*) FILTER (WHERE state = 'fetched') "
+                                    "FROM pages")
+    wet = storage.list_files(storage.join(crawl_dir, "wet", "*.warc.wet.gz"))
+    print(f"re-parsed {rows:,} responses of {warc} ({fetched:,} with new text)")
+    print(f"  pages table  {crawl_dir}/pages/ (crawler query {crawl_dir} \"SELECT ...\")")
+    print(f"  text (WET)   {crawl_dir}/wet/ ({len(wet)} file(s))")
 
 
 if __name__ == "__main__":

@@ -54,11 +54,14 @@ def small_crawl(root: str) -> list[str]:
     return list(bodies)
 
 
-def test_reparse_example_writes_a_new_wet_set_and_table(tmp_path):
+def test_reparse_example_writes_a_new_wet_set_and_table(tmp_path, capsys):
     urls = small_crawl(str(tmp_path / "crawl"))
     out = str(tmp_path / "reparsed")
     reparse_warc.run([f"{tmp_path}/crawl/c1/warc/*.warc.gz", "--out", out,
                       "--crawl-id", "c1-p", "--extractor", "paragraphs"])
+    printed = capsys.readouterr().out  # it says what it wrote, and where
+    assert "re-parsed 8 responses" in printed and "(7 with new text)" in printed
+    assert f"{out}/c1-p/pages/" in printed and f"{out}/c1-p/wet/ (1 file(s))" in printed
     rows = query_pages(out, "c1-p", "SELECT url, state, duplicate_of, wet_file, wet_offset, "
                                     "wet_length FROM pages")
     assert sorted(url for url, *_ in rows) == sorted(urls)
@@ -76,10 +79,13 @@ def test_reparse_example_writes_a_new_wet_set_and_table(tmp_path):
     assert len(text.splitlines()) == 10 and len(text.split()) == 400
 
 
-def test_minhash_example_writes_one_cluster_row_per_text_and_the_near_pair(tmp_path):
+def test_minhash_example_writes_one_cluster_row_per_text_and_the_near_pair(tmp_path, capsys):
     small_crawl(str(tmp_path / "crawl"))
     out = str(tmp_path / "clusters")
     minhash_dedup.run([f"{tmp_path}/crawl/c1/wet/*.warc.wet.gz", "--out", out])
+    printed = capsys.readouterr().out  # it says what it wrote, and where
+    assert f"clusters: 7 rows in 1 file(s) {out}/clusters-*.parquet" in printed
+    assert f"pairs: 1 rows in 1 file(s) {out}/pairs-*.parquet" in printed
     clusters = pq.read_table(glob.glob(f"{out}/clusters*.parquet")).to_pylist()
     pairs = pq.read_table(glob.glob(f"{out}/pairs*.parquet")).to_pylist()
     # 8 pages, one exact copy stored once: 7 texts.

@@ -119,9 +119,10 @@ def _add_robots(sub) -> None:
 
 
 def _add_query(sub) -> None:
+    from pipeline.cli.query import add_query_arguments
+
     query = sub.add_parser("query", help="run SQL over a crawl's `pages` table (DuckDB)")
-    query.add_argument("crawl_dir", help="OUT/CRAWL_ID directory of a finished crawl")
-    query.add_argument("sql", help="SQL over the view `pages`")
+    add_query_arguments(query)
     query.set_defaults(func=_query)
 
 

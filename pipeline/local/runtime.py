@@ -150,9 +150,8 @@ def _run_local_crawl(
         manifest = read_manifest(opts.out, opts.crawl_id)
         if not opts.seeds:
             opts = dataclasses.replace(opts, seeds=tuple(manifest.get("seeds", ())))
+    # Each bad seed is reported once: in the summary's `skipped:` lines, or in the error.
     seeds, bad_seeds = check_seeds(opts.seeds)
-    for message in bad_seeds:
-        log.error(message)
     if not seeds:
         raise ValueError("no crawlable seed URL given" + (
             ": " + "; ".join(bad_seeds) if bad_seeds else " (pass URLs or --seeds-file)"))
