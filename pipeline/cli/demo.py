@@ -14,6 +14,7 @@ from pipeline.options import CrawlOptions
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    from pipeline.cli.crawl import record_requests
     from pipeline.cli.output import print_summary, progress_printer
     from pipeline.local.runtime import run_local_crawl
     from testweb.server import serve
@@ -32,6 +33,7 @@ def run_demo(args: argparse.Namespace) -> int:
             fetch_timeout=5.0,
             max_pages_per_host=args.pages_per_host + 20,  # bounds the calendar traps
         )
+        record_requests(opts)
         summary = run_local_crawl(opts, on_progress=progress_printer())
     print()
     print_summary(summary)

@@ -54,6 +54,7 @@ from urllib3.util.ssl_ import create_urllib3_context
 from pipeline.core.addresses import IPNetwork, Refusal, parse_networks, refusal
 from pipeline.core.records import header_value
 from pipeline.io.dns import DNSError, Resolver
+from pipeline.io.request_log import request_log
 
 # FetchResponse.error values: a short class a scheduler can branch on.
 ERROR_TIMEOUT = "timeout"  # the total deadline (or the connect timeout) passed
@@ -158,9 +159,15 @@ class FetchClient:
         outer = getattr(_attempts, "current", None)
         _attempts.current = attempt
         try:
-            return self._fetch(url, started_at, start, attempt)
+            response = self._fetch(url, started_at, start, attempt)
         finally:
             _attempts.current = outer
+        journal = request_log()
+        # A refused address sent nothing to anyone: not a request to audit.
+        if journal is not None and response.error != ERROR_BLOCKED_ADDRESS:
+            journal.record(url, response.started_at, response.elapsed, response.status,
+                           response.error, response.headers, response.body)
+        return response
 
     def close(self) -> None:
         """Close idle pooled connections."""
