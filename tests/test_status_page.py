@@ -33,6 +33,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.crawl_api import CrawlApi
 from testweb.server import read_request_log, serve
 from testweb.web import WebSpec
 
@@ -49,7 +50,7 @@ SPEC = WebSpec(hosts=6, pages_per_host=40, hang_seconds=2.0, seed_hosts=3)
 DOC_API_PORT, DOC_WEB_PORT = "8080", "8081"
 
 
-class Served:
+class Served(CrawlApi):
     """A `crawler serve` process in front of the synthetic web."""
 
     def __init__(self, tmp: Path) -> None:
@@ -83,17 +84,6 @@ class Served:
     def stderr(self) -> str:
         return self.stderr_path.read_text()
 
-    def crawl(self, crawl_id: str) -> dict:
-        answer = self.client.get(f"/crawls/{crawl_id}")
-        assert answer.status_code == 200, answer.text
-        return answer.json()
-
-    def wait_for(self, crawl_id: str, done, what: str, timeout: float = 240.0) -> dict:
-        deadline = time.monotonic() + timeout
-        while not done(crawl := self.crawl(crawl_id)):
-            assert time.monotonic() < deadline, f"{what} did not happen: {crawl}"
-            time.sleep(0.25)  # polling the API for a condition; the deadline bounds it
-        return crawl
 
     def close(self) -> int:
         self.client.close()
@@ -186,7 +176,7 @@ def test_the_status_page_draws_the_crawl_and_its_pause_button_holds_it_at_the_se
             f"() => document.getElementById('crawl-id').textContent === '{crawl_id}'")
         # The plot has rows behind it, then more on a later poll: it follows the crawl.
         page.wait_for_function("() => Number(document.getElementById('plot').dataset.pages)"
-                               " >= 5", timeout=120_000)
+                               " >= 40", timeout=120_000)
         revision, pages = _plot_state(page)
         page.wait_for_function(
             f"() => Number(document.getElementById('plot').dataset.revision) > {revision} && "
