@@ -123,3 +123,12 @@ def test_the_token_file_of_the_docs_is_ignored_by_git():
     if check.returncode == 128:
         pytest.skip("not a git checkout")
     assert check.returncode == 0, "tokens.txt is not in .gitignore"
+
+
+def test_the_api_docs_name_the_frontier_topic_serve_uses():
+    from pipeline.io.resources import RESOURCES
+
+    docs = (ROOT / "docs/api.md").read_text()
+    assert f"(`--frontier-topic`, default `{RESOURCES.frontier_topic}`)" in docs
+    help_text = _crawler("serve", "--help").stdout
+    assert f"(default: {RESOURCES.frontier_topic}," in " ".join(help_text.split())
