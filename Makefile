@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: demo test bench lint clean
+.PHONY: demo test bench lint clean browser
 
 $(BIN)/crawler: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,9 +17,19 @@ $(BIN)/crawler: pyproject.toml
 demo: $(BIN)/crawler
 	$(BIN)/crawler demo
 
-test: $(BIN)/crawler
+test: $(BIN)/crawler browser
 	$(BIN)/ruff check pipeline testweb tests bench examples
 	$(BIN)/pytest -q -ra
+
+# Debian's headless Chromium for the status page's browser test (Playwright drives it; it never
+# downloads a browser of its own). Installed with apt-get where missing (CI runs as root on
+# Debian); where that cannot be done the test says chromium is absent and skips.
+browser:
+	@test -x /usr/bin/chromium || { \
+	  echo "installing chromium (Debian) for tests/test_status_page.py"; \
+	  apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -q chromium >/dev/null; } || \
+	  echo "chromium could not be installed: tests/test_status_page.py will skip"
 
 bench: $(BIN)/crawler
 	$(BIN)/pip install --quiet -e '.[test,bench]'

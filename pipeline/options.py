@@ -38,6 +38,7 @@ from pipeline.io.bigtable import BigtableConfig
 from pipeline.io.dns import parse_resolve
 from pipeline.io.fetch import FetchConfig
 from pipeline.io.resources import RESOURCES
+from pipeline.io.storage import is_gcs
 from pipeline.transforms.schedule import SchedulerConfig
 
 DEFAULT_USER_AGENT = "beam-crawler/0.1 (+https://github.com/beam-crawler)"
@@ -67,36 +68,52 @@ def new_crawl_id() -> str:
 # --- Value types: an argparse converter and the template regex of the same values ----------
 
 
+def _whole(text: str) -> int:
+    # argparse words a ValueError after the function's name ("invalid _positive_int value");
+    # ArgumentTypeError's message is shown as it is.
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
 def _positive_int(text: str) -> int:
-    value = int(text)
+    value = _whole(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
 
 
 def _non_negative_int(text: str) -> int:
-    value = int(text)
+    value = _whole(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
     return value
 
 
 def _positive_float(text: str) -> float:
-    value = float(text)
+    value = _number(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {value}")
     return value
 
 
 def _non_negative_float(text: str) -> float:
-    value = float(text)
+    value = _number(text)
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
     return value
 
 
 def _fraction(text: str) -> float:
-    value = float(text)
+    value = _number(text)
     if not 0 < value < 1:
         raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {value}")
     return value
@@ -548,6 +565,7 @@ class CrawlOptions:
             bigtable=self.bigtable_config(), resolve=self.resolve,
             fetch_concurrency=self.fetch_concurrency, state_ttl_s=state_ttl_s,
             budget_block=self.budget_block,
+            request_log_root=None if is_gcs(self.out) else self.out,
         )
 
     def host_policy(self) -> HostPolicy:
@@ -614,6 +632,10 @@ def options_from_args(args: argparse.Namespace) -> CrawlOptions:
             lines = args.seeds_file.read_text(encoding="utf-8").splitlines()
         except OSError as exc:
             raise ValueError(f"cannot read --seeds-file {args.seeds_file}: {exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"--seeds-file {args.seeds_file} is not UTF-8 text (byte "
+                             f"{exc.start}: {exc.reason}): it should hold one URL a "
+                             "line") from None
         seeds.extend(line.strip() for line in lines
                      if line.strip() and not line.lstrip().startswith("#"))
     if args.resume and not args.crawl_id:

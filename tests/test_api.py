@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -30,6 +33,7 @@ from pipeline.service.app import create_app
 from pipeline.service.auth import TokenFileError, TokenSet, load_tokens
 from pipeline.service.control import CrawlControl, FleetDefaults, PubSubFrontier
 from pipeline.service.server import ApiServer
+from pipeline.service.status import mount_status_page
 
 TOKEN = "t0ken-for-the-tests-" + uuid.uuid4().hex
 OTHER_TOKEN = "second-token-of-the-tests-" + uuid.uuid4().hex
@@ -69,6 +73,8 @@ class Fleet:
         self.frontier = PubSubFrontier(topic)
         self.control = CrawlControl(self.tables, self.frontier, DEFAULTS)
         self.app = create_app(self.control, TokenSet([TOKEN, OTHER_TOKEN]))
+        self.out = tempfile.mkdtemp(prefix="api-out-")
+        mount_status_page(self.app, out=self.out)
         self.server = ApiServer(self.app).start()
         self.client = httpx.Client(base_url=self.server.url,
                                    headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
@@ -78,6 +84,7 @@ class Fleet:
         self.server.stop()
         self.frontier.close()
         self.tables.close()
+        shutil.rmtree(self.out, ignore_errors=True)
 
     def frontier_batches(self, expected: int, timeout: float = 30.0) -> list[FrontierBatch]:
         """Pull until `expected` messages arrived (or the deadline passes)."""
@@ -263,6 +270,66 @@ def test_a_request_breaking_the_schema_is_422(fleet, body):
     assert fleet.client.post("/crawls", json=body).status_code == 422
 
 
+@pytest.mark.parametrize("body", [
+    b'{"seeds": ["http://a.test/"], "max_pages": NaN}',
+    b'{"seeds": ["http://a.test/"], "max_pages": 5, "min_delay": Infinity}',
+    b'{"seeds": ["http://a.test/"], "max_pages": 5, "max_duration_s": -Infinity}',
+    b'{"seeds": [NaN], "max_pages": 5}',
+    b'[NaN]',
+])
+def test_nan_and_infinity_are_422_with_a_json_body_naming_them(fleet, body):
+    answer = fleet.client.post("/crawls", content=body,
+                               headers={"Content-Type": "application/json"})
+    assert answer.status_code == 422, answer.text
+    errors = answer.json()["detail"]
+    assert errors and all("loc" in error and "msg" in error for error in errors)
+    assert any(error.get("input") in ("NaN", "Infinity", "-Infinity", ["NaN"])
+               for error in errors), errors
+
+
+@pytest.mark.parametrize("body", [
+    b'{"seeds": ["http://a.test/"], "max_pages": NaN}', b"{not json", b"\xff\xfe\x00garbage",
+    b'{"seeds": ["http://a.test/\xff"], "max_pages": 5}', b"", b'{"seeds": [], "max_pages": 0}',
+])
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong-token-0123456789"},
+                                     {"Authorization": f"Basic {TOKEN}"}])
+def test_without_a_valid_token_the_body_is_never_read_401_whatever_it_is(fleet, body, headers):
+    with httpx.Client(base_url=fleet.server.url) as anonymous:
+        answer = anonymous.post("/crawls", content=body,
+                                headers=headers | {"Content-Type": "application/json"})
+    assert answer.status_code == 401, answer.text
+    assert answer.headers["WWW-Authenticate"].startswith('Bearer realm="crawler"')
+    assert isinstance(answer.json()["detail"], str)
+
+
+def test_a_body_that_is_not_utf8_is_422_not_400(fleet):
+    answer = fleet.client.post("/crawls", content=b'{"seeds": ["http://a.test/\xff"]}',
+                               headers={"Content-Type": "application/json"})
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["detail"][0]["loc"][0] == "body"
+
+
+def test_docs_and_redoc_load_only_assets_the_server_serves(fleet):
+    import re
+
+    with httpx.Client(base_url=fleet.server.url) as anonymous:
+        for page in ("/docs", "/redoc"):
+            html = anonymous.get(page)
+            assert html.status_code == 200
+            urls = re.findall(r"""(?:src|href)=["']([^"']+)["']""", html.text)
+            urls += re.findall(r"""url: ?['"]([^'"]+)['"]""", html.text)
+            assert urls, html.text
+            assert not [u for u in urls if "//" in u], (page, urls)  # nothing from elsewhere
+            for url in urls:
+                asset = anonymous.get(url)
+                assert asset.status_code == 200, (page, url)
+                if url.endswith(".js"):
+                    assert len(asset.content) > 100_000, url  # the library itself, not a stub
+    vendor = Path(__file__).resolve().parents[1] / "pipeline/service/static/vendor"
+    for library in ("swagger-ui", "redoc", "uplot"):
+        assert (vendor / library / "LICENSE").is_file(), library
+
+
 def test_pause_resume_cancel_give_the_new_state_and_409_when_they_do_not_apply(fleet):
     crawl_id = _create(fleet)["id"]
     steps = [("pause", 200, "paused"), ("pause", 409, "paused"), ("resume", 200, "running"),
@@ -360,6 +427,65 @@ def test_a_page_is_found_by_any_spelling_with_its_text_on_request(fleet, tmp_pat
     assert invalid.status_code == 422 and "mailto" in invalid.json()["detail"][0]["msg"]
 
 
+# --- The status page's report --------------------------------------------------------------
+
+
+def test_the_report_counts_hosts_reasons_and_pages_per_second_from_the_pages_table(fleet):
+    from pipeline.io.pages_table import PagesTableWriter
+
+    crawl = _create(fleet)
+    started = datetime.fromisoformat(crawl["started_at"]).timestamp()
+    empty = fleet.client.get(f"/crawls/{crawl['id']}/report")
+    assert empty.status_code == 200, empty.text
+    assert empty.json()["rows"] == 0 and empty.json()["top_hosts"] == []
+
+    writer = PagesTableWriter(fleet.out, crawl["id"], "w1")
+    plan = [("big.test", PageState.FETCHED, "", 12), ("big.test", PageState.FAILED,
+                                                        "HTTP 503", 3),
+            ("small.test", PageState.FETCHED, "", 2), ("small.test", PageState.DISALLOWED,
+                                                        "robots.txt", 4)]
+    n = 0
+    for host, state, reason, count in plan:
+        for _ in range(count):
+            url = f"http://{host}/{n}"
+            writer.add(PageRow(crawl_id=crawl["id"], url=url, url_hash=url_hash(url),
+                               host=host, depth=1, state=state, reason=reason,
+                               fetched_at=started + n * 0.5 if state != "disallowed" else None,
+                               attempts=1))
+            n += 1
+    writer.flush()
+    report = fleet.client.get(f"/crawls/{crawl['id']}/report").json()
+    assert report["rows"] == 21
+    assert [(h["host"], h["pages"], h["fetched"], h["failed"]) for h in report["top_hosts"]] == [
+        ("big.test", 15, 12, 3), ("small.test", 6, 2, 0)]
+    assert [(r["state"], r["reason"], r["pages"]) for r in report["top_reasons"]] == [
+        ("disallowed", "robots.txt", 4), ("failed", "HTTP 503", 3)]
+    # 14 fetched pages over the intervals, none lost, the first interval holding the start.
+    assert sum(p["pages_per_s"] for p in report["rate"]) * report["bucket_s"] == (
+        pytest.approx(14))
+    assert report["rate"][0]["t"] <= started < report["rate"][0]["t"] + report["bucket_s"]
+    assert fleet.client.get("/crawls/c-missing/report").status_code == 404
+    with httpx.Client(base_url=fleet.server.url) as anonymous:
+        assert anonymous.get(f"/crawls/{crawl['id']}/report").status_code == 401
+
+
+def test_rate_intervals_stay_few_and_count_every_page():
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from pipeline.service.status import MAX_BUCKETS, rate_series
+
+    @given(st.floats(0, 10**6), st.lists(st.floats(0, 1), max_size=50))
+    def check(span, fractions):
+        start = 1_700_000_000.0
+        times = [start + f * span for f in fractions]
+        width, points = rate_series(times, start, start + span)
+        assert len(points) <= MAX_BUCKETS + 2  # the first interval starts before `start`
+        assert round(sum(p.pages_per_s for p in points) * width) == len(times)
+
+    check()
+
+
 # --- The schema ----------------------------------------------------------------------------
 
 
@@ -374,6 +500,7 @@ def test_the_schema_documents_every_error_response(fleet):
         ("post", "/crawls/{crawl_id}/resume"): {"200", "401", "404", "409", "422", "503"},
         ("post", "/crawls/{crawl_id}/cancel"): {"200", "401", "404", "409", "422", "503"},
         ("get", "/pages"): {"200", "401", "404", "422", "503"},
+        ("get", "/crawls/{crawl_id}/report"): {"200", "401", "404", "422", "503"},
         ("get", "/healthz"): {"200"},
     }
     for (method, path), codes in expected.items():
@@ -382,31 +509,74 @@ def test_the_schema_documents_every_error_response(fleet):
         assert ("security" in operation) == (path != "/healthz"), (method, path)
 
 
-def test_schemathesis_finds_no_server_error_and_no_schema_violation(fleet):
+def _schemathesis_run(url: str, headers: dict[str, str], examples: int,
+                      expect_401: bool) -> tuple[int, list[str]]:
+    """Requests generated from the served schema, valid and invalid (negative mode too), for
+    every operation; every built-in check but one. Returns (requests sent, failures)."""
     import schemathesis
     from hypothesis import HealthCheck, given, settings
-    from schemathesis.specs.openapi.checks import positive_data_acceptance
+    from hypothesis.errors import Unsatisfiable
+    from schemathesis.specs.openapi.checks import (
+        negative_data_rejection,
+        positive_data_acceptance,
+    )
 
-    schema = schemathesis.openapi.from_url(f"{fleet.server.url}/openapi.json")
+    schema = schemathesis.openapi.from_url(f"{url}/openapi.json")
+    excluded = [positive_data_acceptance] + ([] if expect_401 else [negative_data_rejection])
     failures: list[str] = []
-    headers = {"Authorization": f"Bearer {TOKEN}"}
+    sent = [0]
     for operation in schema.get_all_operations():
         api_operation = operation.ok()
+        for mode in (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE):
 
-        @settings(max_examples=40, deadline=None, database=None,
-                  suppress_health_check=list(HealthCheck))
-        @given(case=api_operation.as_strategy())
-        def check(case):
+            @settings(max_examples=examples, deadline=None, database=None,
+                      suppress_health_check=list(HealthCheck))
+            @given(case=api_operation.as_strategy(generation_mode=mode))
+            def check(case):
+                sent[0] += 1
+                try:
+                    # Whether a seed can be crawled (IDNA, ports, hosts) is more than JSON
+                    # Schema can say, so a schema-valid seed may rightly be a 422. With a
+                    # token, "invalid request rejected" is left out too: the token is added
+                    # to every request (so a case "without Authorization" still has it; the
+                    # runs without a token cover that), and unknown query parameters are
+                    # ignored, as HTTP APIs do. A 5xx or a response outside the schema
+                    # still fails.
+                    response = case.call_and_validate(headers=headers,
+                                                      excluded_checks=excluded)
+                    if expect_401 and case.path != "/healthz":
+                        assert response.status_code == 401, (
+                            f"{response.status_code} without a valid token")
+                except AssertionError as exc:
+                    failures.append(f"{case.method} {case.path}: {exc}")
+                    raise
+
             try:
-                # Every built-in check but one: whether a seed can be crawled (IDNA, ports,
-                # hosts) is more than JSON Schema can say, so a schema-valid seed may rightly
-                # be a 422. A 5xx or a response outside the schema still fails.
-                case.call_and_validate(headers=headers,
-                                       excluded_checks=[positive_data_acceptance])
-            except AssertionError as exc:
-                failures.append(f"{case.method} {case.path}: {exc}")
-                raise
+                check()
+            except AssertionError:  # recorded in failures; the other operations still run
+                pass
+            except Unsatisfiable:
+                # /healthz takes no input at all, so no request to it can break the schema.
+                if api_operation.path != "/healthz" or mode is not mode.NEGATIVE:
+                    failures.append(f"{api_operation.method} {api_operation.path}: "
+                                    "no request could be generated")
+            except Exception as exc:  # noqa: BLE001 - any other error is a failure too
+                failures.append(f"{api_operation.method} {api_operation.path}: {exc!r}")
+    return sent[0], failures
 
-        check()
+
+def test_schemathesis_finds_no_server_error_and_no_schema_violation(fleet):
+    sent, failures = _schemathesis_run(fleet.server.url, {"Authorization": f"Bearer {TOKEN}"},
+                                       examples=30, expect_401=False)
     assert failures == []
+    assert sent >= 8 * 2 * 10  # every operation, both modes, really exercised
+
+
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer not-a-token-0123456789"}])
+def test_schemathesis_without_a_valid_token_gets_401_everywhere_and_no_server_error(
+        fleet, headers):
+    sent, failures = _schemathesis_run(fleet.server.url, headers, examples=10,
+                                       expect_401=True)
+    assert failures == []
+    assert sent >= 8 * 2 * 3
 

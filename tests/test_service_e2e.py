@@ -36,6 +36,7 @@ from pipeline.service.app import create_app
 from pipeline.service.auth import TokenSet
 from pipeline.service.control import CrawlControl, FleetDefaults, PubSubFrontier
 from pipeline.service.server import ApiServer
+from tests.crawl_api import CrawlApi
 from testweb.audit import audit_politeness
 from testweb.server import read_request_log, serve
 from testweb.web import WebSpec
@@ -50,7 +51,7 @@ AGENT = "fleet-test/1.0"
 SPEC = WebSpec(hosts=6, pages_per_host=20, hang_seconds=2.0, seed_hosts=2)
 
 
-class Service:
+class Service(CrawlApi):
     def __init__(self, tmp: Path) -> None:
         self.log_path = tmp / "requests.tsv"
         self.out = str(tmp / "out")
@@ -90,20 +91,6 @@ class Service:
         answer = self.client.post("/crawls", json=body)
         assert answer.status_code == 201, answer.text
         return answer.json()["id"]
-
-    def crawl(self, crawl_id: str) -> dict:
-        answer = self.client.get(f"/crawls/{crawl_id}")
-        assert answer.status_code == 200, answer.text
-        return answer.json()
-
-    def wait_for(self, crawl_id: str, done, what: str, timeout: float = 240.0) -> dict:
-        deadline = time.monotonic() + timeout
-        while True:
-            crawl = self.crawl(crawl_id)
-            if done(crawl):
-                return crawl
-            assert time.monotonic() < deadline, f"{what} did not happen: {crawl}"
-            time.sleep(0.25)  # polling the API for a condition; the deadline bounds it
 
     def rows(self, crawl_id: str) -> list[dict]:
         table = query_pages(self.out, crawl_id, "SELECT url, state FROM pages")

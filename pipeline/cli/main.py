@@ -1,6 +1,7 @@
 """The `crawler` command: `crawl` runs a crawl locally, `serve` runs the crawl service,
 `testweb` serves the synthetic web, `robots check` says what a robots.txt file allows,
-`url normalize` shows what the crawler makes of URLs.
+`url normalize` shows what the crawler makes of URLs, `audit` checks a crawl's politeness from
+its own request record.
 
 This module owns argument parsing and what the user sees; the work is done by
 pipeline.local.runtime and testweb.
@@ -119,10 +120,20 @@ def _add_robots(sub) -> None:
 
 
 def _add_query(sub) -> None:
+    from pipeline.cli.query import add_query_arguments
+
     query = sub.add_parser("query", help="run SQL over a crawl's `pages` table (DuckDB)")
-    query.add_argument("crawl_dir", help="OUT/CRAWL_ID directory of a finished crawl")
-    query.add_argument("sql", help="SQL over the view `pages`")
+    add_query_arguments(query)
     query.set_defaults(func=_query)
+
+
+def _add_audit(sub) -> None:
+    from pipeline.cli.audit import add_audit_arguments, run_audit
+
+    audit = sub.add_parser("audit", help="check a crawl's politeness from its own request "
+                                         "record (delays, robots.txt, requests in flight)")
+    add_audit_arguments(audit)
+    audit.set_defaults(func=run_audit)
 
 
 def _add_url(sub) -> None:
@@ -150,6 +161,7 @@ COMMANDS = {
     "crawl": _add_crawl, "serve": _add_serve, "testweb": _add_testweb, "page": _add_page,
     "status": _add_status, "events": _add_events, "redrive": _add_redrive,
     "robots": _add_robots, "query": _add_query, "url": _add_url, "demo": _add_demo,
+    "audit": _add_audit,
 }
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -84,17 +85,18 @@ def fleet_settings(args: argparse.Namespace):
                          dead_letter_subscription=RESOURCES.dead_letter_subscription)
 
 
-def manifest_writer(out: str):
-    """What the local fleet keeps of each crawl its API starts, under OUT/CRAWL_ID/: the
-    manifest that `crawler crawl --resume` continues the crawl from, should `crawler serve`
-    die with it unfinished (its emulators, and the crawl's record, die with it)."""
-    from pipeline.local.resume import crawl_manifest, write_manifest
+def crawl_keeper(options):
+    """What the local fleet keeps of each crawl its API starts, under OUT/CRAWL_ID/
+    (pipeline.local.resume.keep_crawl): the manifest `crawler crawl --resume` continues the
+    crawl from, should `crawler serve` die with it unfinished (its emulators, and the
+    crawl's record, die with it), and the settings `crawler audit` judges it by."""
+    from pipeline.local.resume import keep_crawl
 
-    def write(crawl) -> None:
-        write_manifest(out, crawl.id, crawl_manifest(crawl.id, crawl.seeds, crawl.limits,
-                                                     crawl.created_at))
+    def keep(crawl) -> None:
+        keep_crawl(options.out, crawl.id, crawl.seeds, crawl.limits, crawl.created_at,
+                   max_crawl_delay=options.max_crawl_delay, user_agent=options.user_agent)
 
-    return write
+    return keep
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -124,7 +126,9 @@ def run_serve(args: argparse.Namespace) -> int:
     from pipeline.service.app import create_app
     from pipeline.service.control import CrawlControl, FleetDefaults, PubSubFrontier
     from pipeline.service.server import ApiServer, ApiServerFailed
+    from pipeline.service.status import mount_status_page
 
+    show_service_logs()
     try:
         for spec in args.resolve:
             parse_resolve(spec)
@@ -149,10 +153,11 @@ def run_serve(args: argparse.Namespace) -> int:
                                FleetDefaults(min_delay=args.min_delay,
                                              user_agent=args.user_agent),
                                propagation_s=settings.state_ttl_s,
-                               on_created=manifest_writer(args.out))
+                               on_created=crawl_keeper(settings.options))
+        app = create_app(control, tokens)
+        mount_status_page(app, out=args.out)
         try:
-            server = ApiServer(create_app(control, tokens), host=args.host,
-                               port=args.port).start()
+            server = ApiServer(app, host=args.host, port=args.port).start()
         except ApiServerFailed as exc:
             print(f"crawler serve: {exc}", file=sys.stderr)
             return 1
@@ -162,7 +167,8 @@ def run_serve(args: argparse.Namespace) -> int:
               f"  curl -s -H \"Authorization: Bearer $(head -n1 {args.token_file})\" \\\n"
               f"       -H 'Content-Type: application/json' \\\n"
               f"       -d '{{\"seeds\": [\"https://example.com/\"], \"max_pages\": 100}}' \\\n"
-              f"       {server.url}/crawls", flush=True)
+              f"       {server.url}/crawls")
+        print(next_steps(server.url, args), flush=True)
         server.wait()
     except KeyboardInterrupt:
         print("\nstopping", file=sys.stderr)
@@ -177,6 +183,30 @@ def run_serve(args: argparse.Namespace) -> int:
             tables.close()
         stop_emulators(emulators)
     return 0
+
+
+def next_steps(url: str, args: argparse.Namespace) -> str:
+    """What a user needs next: the status page, and the emulators' addresses to export in
+    another shell for `crawler page` and `crawler status`, with this server's instance."""
+    emulators = " ".join(f"{name}={os.environ[name]}" for name in
+                         ("PUBSUB_EMULATOR_HOST", "BIGTABLE_EMULATOR_HOST")
+                         if os.environ.get(name))
+    where = "" if (args.project, args.bigtable_instance) == (LOCAL_PROJECT, "local") else (
+        f" --project {args.project} --bigtable-instance {args.bigtable_instance}")
+    return (f"status page: {url}/ (asks for a token of {args.token_file})\n"
+            f"output: {args.out}/CRAWL_ID/ (crawler query, crawler audit)\n"
+            f"in another shell, for crawler page and crawler status:\n"
+            f"  export {emulators}\n"
+            f"  crawler status CRAWL_ID{where}")
+
+
+def show_service_logs() -> None:
+    """A service's normal events are INFO (each request in the access log, a crawl ending):
+    `crawler serve` shows them whatever -v says; Beam's and the clients' chatter stays out."""
+    logging.getLogger().setLevel(logging.INFO)
+    for noisy in ("apache_beam", "google", "grpc", "urllib3", "httpx"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    logging.getLogger("apache_beam").setLevel(logging.ERROR)
 
 
 def _run_cloud(args: argparse.Namespace) -> int:

@@ -137,6 +137,11 @@ class Crawl:
         return max(0, self.accepted - self.terminal)
 
     @property
+    def hosts_active(self) -> int:
+        """Hosts with work of the crawl now: queued URLs, a request in flight or overflow."""
+        return max(0, self.counters["hosts_activated"] - self.counters["hosts_idled"])
+
+    @property
     def deadline(self) -> float | None:
         """When the time budget runs out: max_duration_s after the crawl (last) started."""
         if self.limits.max_duration_s is None:

@@ -309,6 +309,12 @@ def query_pages(root: str, crawl_id: str, sql: str) -> list[tuple[Any, ...]]:
     still run (COUNT(*) is 0). For a gs:// root every part file is downloaded to a temporary
     directory first (module docstring).
     """
+    return query_pages_with_columns(root, crawl_id, sql)[1]
+
+
+def query_pages_with_columns(root: str, crawl_id: str,
+                             sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """query_pages, with the names of the result's columns."""
     if storage.is_gcs(root):
         parts = storage.list_files(pages_glob(root, crawl_id))
         with tempfile.TemporaryDirectory(prefix="pages-") as local_root:
@@ -337,7 +343,7 @@ SELECT * EXCLUDE (keep) FROM (
 """
 
 
-def _query_local(root: str, crawl_id: str, sql: str) -> list[tuple[Any, ...]]:
+def _query_local(root: str, crawl_id: str, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
     connection = duckdb.connect()
     try:
         if _has_parts(root, crawl_id):
@@ -347,7 +353,9 @@ def _query_local(root: str, crawl_id: str, sql: str) -> list[tuple[Any, ...]]:
             connection.execute(_PAGES_VIEW)
         else:
             connection.register("pages", PAGES_SCHEMA.empty_table())
-        return connection.execute(sql).fetchall()
+        result = connection.execute(sql)
+        rows = result.fetchall()
+        return [column[0] for column in result.description or ()], rows
     finally:
         connection.close()
 

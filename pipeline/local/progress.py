@@ -10,16 +10,11 @@ from __future__ import annotations
 from pipeline.io.crawls import Crawl
 
 
-def hosts_active(crawl: Crawl) -> int:
-    """Hosts with work of the crawl now: queued URLs, a request in flight or stored overflow."""
-    return max(0, crawl.counters["hosts_activated"] - crawl.counters["hosts_idled"])
-
-
 def progress_line(crawl: Crawl, elapsed: float, pages_per_s: float) -> str:
     c = crawl.counters
     return (
         f"{crawl.fetched:,} pages fetched | {pages_per_s:,.1f} pages/s | "
-        f"{hosts_active(crawl):,} hosts active | {c['hosts_parked_now']:,} parked "
+        f"{crawl.hosts_active:,} hosts active | {c['hosts_parked_now']:,} parked "
         f"({c['urls_on_parked_hosts']:,} URLs waiting) | frontier {crawl.frontier:,} | "
         f"{crawl.accepted:,} accepted | {elapsed:,.0f}s"
     )

@@ -22,6 +22,7 @@ from pipeline.core.records import RecordPointer
 from pipeline.core.urls import InvalidURL, dedup_key, host_key, normalize_url
 from pipeline.io import storage
 from pipeline.io.pages_table import query_pages
+from pipeline.io.request_log import REQUEST_LOG_DIR, write_audit_settings
 from pipeline.io.segments import read_response
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,20 @@ def crawl_manifest(crawl_id: str, seeds: Sequence[str], limits: CrawlLimits,
     """What --resume needs of a crawl, whoever started it: its id, seeds and limits."""
     return {"crawl_id": crawl_id, "seeds": list(seeds), "created_at": created_at,
             **{name: getattr(limits, field) for name, field in MANIFEST_LIMITS.items()}}
+
+
+def keep_crawl(out: str, crawl_id: str, seeds: Sequence[str], limits: CrawlLimits,
+               created_at: float, *, max_crawl_delay: float, user_agent: str) -> None:
+    """What a local crawl's output keeps of it when it starts, whoever starts it (`crawler
+    crawl`, `crawler serve`'s API): the manifest --resume continues it from, and the settings
+    `crawler audit` judges its recorded requests by."""
+    write_manifest(out, crawl_id, crawl_manifest(crawl_id, seeds, limits, created_at))
+    if not storage.is_gcs(out):
+        min_delay = limits.min_delay if limits.min_delay is not None else 1.0
+        write_audit_settings(storage.join(out, crawl_id, REQUEST_LOG_DIR),
+                             min_delay=min_delay,
+                             max_crawl_delay=max(max_crawl_delay, min_delay),
+                             user_agent=limits.user_agent or user_agent)
 
 
 def crawl_manifest_path(out: str, crawl_id: str) -> str:

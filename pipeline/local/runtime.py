@@ -44,10 +44,9 @@ from pipeline.local.progress import RateWindow, progress_line
 from pipeline.local.resume import (
     MANIFEST_LIMITS,
     ResumePlan,
-    crawl_manifest,
+    keep_crawl,
     plan_resume,
     read_manifest,
-    write_manifest,
 )
 from pipeline.metrics import LocalTally
 from pipeline.options import CrawlOptions
@@ -192,6 +191,7 @@ def _seeds(opts: CrawlOptions) -> tuple[CrawlOptions, list[str], list[str]]:
         manifest = read_manifest(opts.out, opts.crawl_id)
         kept = {name: manifest[name] for name in MANIFEST_LIMITS if name in manifest}
         opts = dataclasses.replace(opts, **kept, seeds=opts.seeds or tuple(manifest["seeds"]))
+    # Each bad seed is reported once: in the summary's `skipped:` lines, or in the error.
     seeds, bad = check_seeds(opts.seeds)
     if not seeds:
         raise ValueError("no crawlable seed URL given" + (
@@ -211,8 +211,8 @@ def _prepare_output(opts: CrawlOptions, out_dir: str) -> Path:
         with tempfile.TemporaryFile(dir=log_dir):
             pass
         if not opts.resume:
-            write_manifest(opts.out, opts.crawl_id, crawl_manifest(
-                opts.crawl_id, opts.seeds, opts.limits(), opts.started_at))
+            keep_crawl(opts.out, opts.crawl_id, opts.seeds, opts.limits(), opts.started_at,
+                       max_crawl_delay=opts.max_crawl_delay, user_agent=opts.user_agent)
     except OSError as exc:
         raise OutputUnwritable(
             f"cannot write the crawl's output under --out {opts.out}: "

@@ -8,20 +8,35 @@ only route without a token.
 Errors: 401 (no or wrong token, with WWW-Authenticate), 404 (no such crawl or page), 409 (the
 action does not apply to the crawl's state), 422 (a request that breaks the schema, or a seed
 or URL that cannot be crawled: the detail names it and says why), 503 (Bigtable or the
-frontier did not answer; retry later).
+frontier did not answer; retry later). Nothing a caller sends can make it answer 5xx: the token
+is checked before the body is read (an ASGI gate in front of every route), and a rejected value
+JSON cannot carry (NaN, Infinity, bytes that are not UTF-8) is named in the 422, not serialised.
+
+/docs and /redoc are served from the package's own copies of Swagger UI and ReDoc
+(pipeline/service/static/vendor/), so they work without internet; the status page
+(pipeline.service.status) is mounted on top of any app built here.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations at runtime,
 # and some name objects local to create_app.
 import logging
+import math
+from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path as FilePath
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Request
+from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
+from fastapi.staticfiles import StaticFiles
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from pipeline.core.crawl_states import CrawlAction, CrawlLimits, CrawlState, TransitionRefused
 from pipeline.core.urls import MAX_URL_LENGTH, InvalidURL, normalize_url
@@ -111,6 +126,10 @@ class Crawl(BaseModel):
                     "state, bytes fetched, requests, hosts active and parked, and the frontier's "
                     "balance (docs/api.md lists each): " + ", ".join(COUNTERS))
     frontier: int = Field(description="accepted URLs not yet in a terminal state")
+    hosts_active: int = Field(description="hosts with work of the crawl now")
+    hosts_parked: int = Field(description="hosts whose circuit is open while URLs of the "
+                                          "crawl wait on them")
+    urls_on_parked_hosts: int = Field(description="the URLs waiting on them")
     pages_per_s: float | None = Field(description="pages fetched per second over the last "
                                                   "minute; null until known")
 
@@ -167,7 +186,9 @@ def _crawl_json(crawl: CrawlRecord, pages_per_s: float | None) -> Crawl:
         max_duration_s=limits.max_duration_s, user_agent=limits.user_agent,
         created_at=_time(crawl.created_at), started_at=_time(crawl.started_at),
         ended_at=_time(crawl.ended_at), counters=dict(crawl.counters),
-        frontier=crawl.frontier, pages_per_s=pages_per_s,
+        frontier=crawl.frontier, hosts_active=crawl.hosts_active,
+        hosts_parked=crawl.counters["hosts_parked_now"],
+        urls_on_parked_hosts=crawl.counters["urls_on_parked_hosts"], pages_per_s=pages_per_s,
     )
 
 
@@ -203,6 +224,73 @@ class _Unavailable(Exception):
         self.detail = detail
 
 
+def _json_safe(value: Any) -> Any:
+    """A rejected input as JSON can carry it: NaN and the infinities become their names (the
+    default 422 handler would fail on them and answer 500), bytes become text."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value).replace("inf", "Infinity").replace("nan", "NaN")
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value
+
+
+def _unprocessable(errors: list[dict[str, Any]]) -> JSONResponse:
+    safe = [{key: _json_safe(value) if key in ("input", "ctx") else value
+             for key, value in error.items()} for error in errors]
+    return JSONResponse({"detail": jsonable_encoder(safe)}, status_code=422)
+
+
+# Paths anyone may load: liveness, the schema, the docs and the status page with their assets.
+# None of them carries a crawl's data; everything else needs a token before its body is read.
+PUBLIC_PATHS = frozenset({"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect",
+                          "/redoc", "/", "/favicon.ico"})
+PUBLIC_PREFIXES = ("/static/",)
+STATIC_DIR = FilePath(__file__).resolve().parent / "static"
+VENDOR = "/static/vendor"
+
+
+def _refusal(authorization: str | None, tokens: TokenSet) -> HTTPException | None:
+    """The 401 for an Authorization header, or None when it carries a valid bearer token."""
+    scheme, credentials = get_authorization_scheme_param(authorization)
+    if not authorization or scheme.lower() != "bearer" or not credentials:
+        return HTTPException(401, "an Authorization: Bearer TOKEN header is required",
+                             headers={"WWW-Authenticate": f'Bearer realm="{REALM}"'})
+    if not tokens.accepts(credentials):
+        return HTTPException(401, "the token is not valid",
+                             headers={"WWW-Authenticate":
+                                      f'Bearer realm="{REALM}", error="invalid_token"'})
+    return None
+
+
+class TokenGate:
+    """ASGI middleware: a request for any path but the public ones is answered 401 unless it
+    carries a valid token, before a route runs and so before its body is read or parsed (a
+    route's own dependencies run only after FastAPI has parsed the body, so a malformed body
+    with no token would get 422 or 400 instead of 401)."""
+
+    def __init__(self, app: ASGIApp, tokens: TokenSet) -> None:
+        self.app = app
+        self.tokens = tokens
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and path not in PUBLIC_PATHS and not path.startswith(
+                PUBLIC_PREFIXES):
+            header = next((value.decode("latin-1") for name, value in scope["headers"]
+                           if name == b"authorization"), None)
+            refused = _refusal(header, self.tokens)
+            if refused is not None:
+                response = JSONResponse({"detail": refused.detail}, status_code=401,
+                                        headers=refused.headers)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 # --- The app -------------------------------------------------------------------------------
 
 
@@ -215,23 +303,41 @@ def create_app(control: CrawlControl, tokens: TokenSet) -> FastAPI:
         version="1",
         description="Start, watch, pause, resume and cancel crawls of the fleet; look pages "
                     "up. Every route but /healthz needs `Authorization: Bearer TOKEN`.",
+        docs_url=None, redoc_url=None,  # served below from the package's own assets
     )
+    app.add_middleware(TokenGate, tokens=tokens)
     bearer = HTTPBearer(auto_error=False, description="a token from the server's token file")
 
     def authorised(
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     ) -> None:
-        if credentials is None:
-            raise HTTPException(401, "an Authorization: Bearer TOKEN header is required",
-                                headers={"WWW-Authenticate": f'Bearer realm="{REALM}"'})
-        if not tokens.accepts(credentials.credentials):
-            raise HTTPException(401, "the token is not valid",
-                                headers={"WWW-Authenticate":
-                                         f'Bearer realm="{REALM}", error="invalid_token"'})
+        # TokenGate has refused a bad token already; this declares the scheme in the schema
+        # and keeps a route safe if it is ever served without the gate.
+        header = None if credentials is None else (
+            f"{credentials.scheme} {credentials.credentials}")
+        refused = _refusal(header, tokens)
+        if refused is not None:
+            raise refused
 
     @app.exception_handler(_Unavailable)
     def unavailable(request: Request, exc: _Unavailable) -> JSONResponse:
         return JSONResponse({"detail": exc.detail}, status_code=503)
+
+    @app.exception_handler(RequestValidationError)
+    def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return _unprocessable(list(exc.errors()))
+
+    @app.exception_handler(StarletteHTTPException)
+    def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400:
+            # FastAPI's answer to a body it cannot decode (not UTF-8, say): for the caller
+            # that is a body failing validation like any other, so the documented 422.
+            return _unprocessable([{"loc": ("body",), "type": "body_invalid", "input": None,
+                                    "msg": "the body cannot be read as UTF-8 JSON"}])
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
+
+    _serve_docs(app)
 
     def backend(call, *args):
         """Run a Bigtable-backed operation; its client errors become a 503 saying what
@@ -250,6 +356,18 @@ def create_app(control: CrawlControl, tokens: TokenSet) -> FastAPI:
             return check_crawl_id(crawl_id)
         except ValueError:
             raise HTTPException(404, f"no crawl {crawl_id!r}") from None
+
+    def find(crawl_id: str) -> CrawlRecord:
+        """The crawl, or the 404 or 503 that says why not."""
+        try:
+            return backend(control.get, known(crawl_id))
+        except CrawlNotFound as exc:
+            raise HTTPException(404, str(exc)) from None
+
+    # What a router mounted later (pipeline.service.status) needs to serve the same crawls
+    # behind the same tokens.
+    app.state.extension = ApiExtension(control=control, authorised=authorised, find=find,
+                                       unavailable=_Unavailable)
 
     @app.get("/healthz", response_model=Health, tags=["health"],
              summary="Liveness (no token needed)")
@@ -292,10 +410,7 @@ def create_app(control: CrawlControl, tokens: TokenSet) -> FastAPI:
     @api.get("/crawls/{crawl_id}", response_model=Crawl, responses=_responses(401, 404, 503),
              summary="A crawl's state and progress")
     def get_crawl(crawl_id: crawl_id_path) -> Crawl:
-        try:
-            crawl = backend(control.get, known(crawl_id))
-        except CrawlNotFound as exc:
-            raise HTTPException(404, str(exc)) from None
+        crawl = find(crawl_id)
         return _crawl_json(crawl, control.pages_per_s(crawl))
 
     def act(crawl_id: str, action: CrawlAction) -> Crawl:
@@ -359,3 +474,50 @@ def create_app(control: CrawlControl, tokens: TokenSet) -> FastAPI:
 
     app.include_router(api)
     return app
+
+
+class ApiExtension:
+    """Hooks of an app built by create_app for routes added to it later: the control, the
+    auth dependency, `find` (a crawl or its 404/503) and the exception that becomes a 503."""
+
+    def __init__(self, *, control: CrawlControl, authorised: Callable[..., None],
+                 find: Callable[[str], CrawlRecord], unavailable: type[Exception]) -> None:
+        self.control = control
+        self.authorised = authorised
+        self.find = find
+        self.unavailable = unavailable
+
+
+def _serve_docs(app: FastAPI) -> None:
+    """/docs (Swagger UI) and /redoc from the vendored assets: no CDN, no web font."""
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+
+    @app.get("/docs", include_in_schema=False)
+    def swagger() -> HTMLResponse:
+        return _offline(get_swagger_ui_html(
+            openapi_url=app.openapi_url or "/openapi.json", title=f"{app.title} - Swagger UI",
+            swagger_js_url=f"{VENDOR}/swagger-ui/swagger-ui-bundle.js",
+            swagger_css_url=f"{VENDOR}/swagger-ui/swagger-ui.css",
+            swagger_favicon_url="/static/favicon.svg",
+        ))
+
+    @app.get("/redoc", include_in_schema=False)
+    def redoc() -> HTMLResponse:
+        return _offline(get_redoc_html(
+            openapi_url=app.openapi_url or "/openapi.json", title=f"{app.title} - ReDoc",
+            redoc_js_url=f"{VENDOR}/redoc/redoc.standalone.js",
+            redoc_favicon_url="/static/favicon.svg", with_google_fonts=False,
+        ))
+
+
+# The docs pages may load from this server only: ReDoc's footer links a logo on its CDN,
+# which this keeps the browser from asking for. Swagger UI starts from an inline script and
+# both inject styles; ReDoc searches in a worker it makes from a blob.
+DOCS_POLICY = ("default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' "
+               "'unsafe-inline'; img-src 'self' data:; font-src 'self' data:; "
+               "worker-src 'self' blob:; connect-src 'self'; frame-ancestors 'none'")
+
+
+def _offline(page: HTMLResponse) -> HTMLResponse:
+    page.headers["Content-Security-Policy"] = DOCS_POLICY
+    return page

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
@@ -69,6 +70,7 @@ from pipeline.io.crawls import Crawl, read_crawl
 from pipeline.io.dns import parse_resolve
 from pipeline.io.fetch import ERROR_BLOCKED_ADDRESS, FetchConfig, FetchResponse
 from pipeline.io.host_overflow import HostOverflow
+from pipeline.io.request_log import REQUEST_LOG_DIR, recording, request_log
 from pipeline.io.sleepers import SLEEP_NOTED_S, note_asleep
 from pipeline.metrics import CrawlCounter, crawl_counter, crawl_maximum
 from pipeline.transforms.budget import shared_page_budget
@@ -104,6 +106,9 @@ class SchedulerConfig:
     # How long a host keeps the seen-set of a crawl that ended and drained there
     # (pipeline.core.fleet_host.TOMBSTONE_S says why 8 days; tests shorten it).
     tombstone_s: float = TOMBSTONE_S
+    # A local output root: each crawl's requests are recorded under ROOT/CRAWL_ID/requests/
+    # for `crawler audit` (pipeline.io.request_log). None: not recorded (cloud output).
+    request_log_root: str | None = None
 
 
 def crawl_policy(base: HostPolicy, crawl: Crawl) -> HostPolicy:
@@ -618,6 +623,11 @@ class HostSchedulerFn(beam.DoFn):
         if lease.kind is LeaseKind.ROBOTS:
             self._count(crawl_id, Counter.ROBOTS_REQUESTS)
         fetch = client.fetch
+        if self._config.request_log_root is not None:
+            journal = request_log(os.path.join(self._config.request_log_root, crawl_id,
+                                               REQUEST_LOG_DIR))
+            if journal is not None:
+                fetch = recording(fetch, journal)
         if lease.timeout is not None:
             fetch = functools.partial(fetch, timeout=lease.timeout)
         submit = self._submit or self._shared().fetch_pool(self._config.fetch_concurrency).submit

@@ -1,0 +1,168 @@
+"""A crawl's politeness, judged from its own request records (pipeline.io.request_log): per
+host, the shortest gap between two request starts against the delay that applied, requests in
+flight at once, robots.txt read before the first page, and no page robots.txt disallowed.
+
+The delay that applies to a request is the one in force when it started: --min-delay, or the
+Crawl-delay of the robots.txt the crawl had read by then for its user agent (capped by
+--max-crawl-delay) when that is longer. Backoff after failures, Retry-After and the circuit
+breaker only ever lengthen a gap, so they are not checked here: a gap is a violation only when
+it is shorter than the floor (the synthetic web's auditor, testweb.audit, checks Retry-After
+against what its server sent). Every request to a host counts, robots.txt ones included: each
+is a request the host has to answer.
+
+A robots.txt request is one for /robots.txt, or a hop of the redirects such a request started
+(its 3xx Location, followed up to MAX_REDIRECTS hops, on whatever host). The rules that govern
+a host are those of the last hop of its latest finished chain, read with the crawler's own
+robots.txt logic (pipeline.core.robots): 2xx rules, 4xx allow all, 5xx / 429 / no answer
+disallow all.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from urllib.parse import urljoin, urlsplit
+
+from pipeline.core.robots import MAX_REDIRECTS, RobotsKind, RobotsPolicy
+from pipeline.core.urls import InvalidURL, host_key, normalize_url
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request as the crawl recorded it."""
+
+    url: str
+    start: float  # epoch seconds, just before connecting
+    end: float  # when the answer was read or the fetch gave up
+    status: int | None
+    location: str | None = None  # of a 3xx answer
+    robots: bytes | None = None  # body of a 2xx robots.txt answer
+
+
+@dataclass
+class HostAudit:
+    host: str
+    requests: int = 0
+    robots_requests: int = 0
+    smallest_gap_s: float | None = None
+    delay_s: float = 0.0  # the delay in force at the smallest gap (or at the end)
+    max_in_flight: int = 0
+    robots_first: bool | None = None  # None: no page was requested
+    disallowed: int = 0
+
+
+@dataclass
+class AuditReport:
+    hosts: dict[str, HostAudit] = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+def _robots_policy(chain_end: Request) -> RobotsPolicy:
+    status = chain_end.status
+    if status is not None and 200 <= status < 300 and chain_end.robots is None:
+        # A 2xx whose body was not recorded (a hop not named robots.txt): unknown rules.
+        return RobotsPolicy(RobotsKind.ALLOW_ALL, chain_end.start, status, "body not recorded")
+    return RobotsPolicy.from_response(status, chain_end.robots, chain_end.start)
+
+
+def _key(url: str) -> str:
+    try:
+        return host_key(normalize_url(url))
+    except InvalidURL:
+        return urlsplit(url).netloc.lower()
+
+
+def _robots_chains(requests: Sequence[Request]) -> tuple[set[int], dict[str, list[Request]]]:
+    """Which requests (by index into `requests`, sorted by start) belong to robots.txt
+    chains, and for each host the last request of each of its chains, in order."""
+    robots: set[int] = set()
+    ends: dict[str, list[Request]] = defaultdict(list)
+    waiting: dict[str, list[tuple[str, int]]] = defaultdict(list)  # url -> (origin, hops)
+    for index, request in enumerate(requests):
+        origin, hops = None, 0
+        if urlsplit(request.url).path == "/robots.txt":
+            origin = _key(request.url)
+        if waiting.get(request.url):
+            origin, hops = waiting[request.url].pop(0)
+        if origin is None:
+            continue
+        robots.add(index)
+        if (request.status is not None and 300 <= request.status < 400 and request.location
+                and hops < MAX_REDIRECTS):
+            waiting[urljoin(request.url, request.location)].append((origin, hops + 1))
+        else:
+            ends[origin].append(request)
+    return robots, ends
+
+
+def audit_requests(requests: Iterable[Request], *, user_agent: str, min_delay: float,
+                   max_crawl_delay: float, tolerance_s: float = 0.005) -> AuditReport:
+    """Judge every request of a crawl; each violation names the check, host and numbers."""
+    ordered = sorted(requests, key=lambda r: r.start)
+    robots, chain_ends = _robots_chains(ordered)
+    by_host: dict[str, list[tuple[Request, bool]]] = defaultdict(list)
+    for index, request in enumerate(ordered):
+        by_host[_key(request.url)].append((request, index in robots))
+    report = AuditReport()
+    unknown_rules: set[str] = set()
+    for host, host_requests in sorted(by_host.items()):
+        audit = report.hosts[host] = HostAudit(host=host, requests=len(host_requests),
+                                               delay_s=min_delay)
+        ends = chain_ends.get(host, [])
+
+        def policy_at(when: float, ends: list[Request] = ends) -> RobotsPolicy | None:
+            finished = [end for end in ends if end.end <= when]
+            return _robots_policy(finished[-1]) if finished else None
+
+        def delay_at(when: float) -> float:
+            policy = policy_at(when)
+            crawl_delay = None if policy is None else policy.crawl_delay(user_agent)
+            return max(min_delay, min(crawl_delay, max_crawl_delay)) if crawl_delay else min_delay
+
+        previous: Request | None = None
+        in_flight: list[float] = []
+        for request, is_robots in host_requests:
+            in_flight = [end for end in in_flight if end > request.start] + [request.end]
+            audit.max_in_flight = max(audit.max_in_flight, len(in_flight))
+            if is_robots:
+                audit.robots_requests += 1
+            if previous is not None:
+                gap = request.start - previous.start
+                delay = delay_at(request.start)
+                if audit.smallest_gap_s is None or gap < audit.smallest_gap_s:
+                    audit.smallest_gap_s, audit.delay_s = gap, delay
+                if gap < delay - tolerance_s:
+                    report.violations.append(
+                        f"politeness: {host}: {urlsplit(request.url).path} started "
+                        f"{gap:.4f} s after {urlsplit(previous.url).path}, delay is "
+                        f"{delay:.3f} s")
+            previous = request
+            if is_robots:
+                continue
+            policy = policy_at(request.start)
+            if audit.robots_first is None:
+                audit.robots_first = policy is not None
+                if policy is None:
+                    report.violations.append(
+                        f"robots: {host}: {request.url} requested before robots.txt was read")
+            if policy is not None and not policy.allowed(request.url, user_agent):
+                audit.disallowed += 1
+                report.violations.append(
+                    f"robots: {host}: requested {request.url}, which robots.txt disallows "
+                    f"({policy.verdict(request.url, user_agent).rule})")
+            if policy is not None and policy.error == "body not recorded":
+                unknown_rules.add(host)
+        if audit.max_in_flight > 1:
+            report.violations.append(
+                f"in flight: {host}: {audit.max_in_flight} requests at once")
+    if unknown_rules:
+        report.notes.append("robots.txt bodies not recorded (their last hop is not named "
+                            "robots.txt), rules taken as allow all for: "
+                            + ", ".join(sorted(unknown_rules)))
+    return report

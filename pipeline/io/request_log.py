@@ -1,0 +1,138 @@
+"""A crawl's own record of its requests: one JSON line per HTTP request the fetch client made,
+so that `crawler audit` can prove the crawl's politeness from the crawl's output alone.
+
+The WARC segments hold only responses that became pages, dated when their fetch started:
+robots.txt fetches, retried attempts and answers that failed are not there, and politeness is
+about every request. So the host scheduler has each crawl's requests recorded here, under
+OUT/CRAWL_ID/requests/ of a local output root (pipeline.transforms.schedule.SchedulerConfig
+.request_log_root; `crawler crawl` and `crawler serve` set it), and whoever starts a crawl
+writes the settings its politeness is judged by next to them (write_audit_settings). Each
+process writes its own file, requests-HOST-PID.jsonl, a line flushed per request, so a
+killed crawl keeps what it did.
+
+A line: `url`; `start` and `end`, epoch seconds (start just before connecting, end when the body
+was read or the fetch gave up); `status` (null without an HTTP answer) and `error`; `location`
+of a 3xx answer; and `robots`, the base64 of the first 500 KiB of a 2xx body whose path ends in
+robots.txt, so the rules the crawl obeyed can be checked. Page bodies are not kept: the WARC
+has them.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from pipeline.core.records import header_value
+from pipeline.core.robots import ROBOTS_MAX_BYTES
+from pipeline.io.fetch import ERROR_BLOCKED_ADDRESS, FetchResponse
+
+REQUEST_LOG_DIR = "requests"
+SETTINGS_FILE = "settings.json"
+
+
+@dataclass(frozen=True)
+class LoggedFetch:
+    url: str
+    start: float
+    end: float
+    status: int | None
+    error: str | None = None
+    location: str | None = None
+    robots: bytes | None = None  # the robots.txt body the crawl received, capped
+
+
+class RequestLog:
+    """Appends requests to this process's file under `directory`; thread-safe."""
+
+    def __init__(self, directory: str) -> None:
+        os.makedirs(directory, exist_ok=True)
+        name = f"requests-{socket.gethostname()}-{os.getpid()}.jsonl"
+        self.path = os.path.join(directory, name)
+        self._lock = threading.Lock()
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open
+
+    def record(self, url: str, start: float, elapsed: float, status: int | None,
+               error: str | None, headers: tuple[tuple[str, str], ...], body: bytes) -> None:
+        line: dict[str, object] = {"url": url, "start": start, "end": start + elapsed,
+                                   "status": status, "error": error}
+        if status is not None and 300 <= status < 400:
+            line["location"] = header_value(headers, "Location")
+        if (status is not None and 200 <= status < 300
+                and urlsplit(url).path.endswith("robots.txt")):
+            line["robots"] = base64.b64encode(body[:ROBOTS_MAX_BYTES]).decode("ascii")
+        text = json.dumps(line, separators=(",", ":")) + "\n"
+        with self._lock:
+            self._file.write(text)
+            self._file.flush()
+
+
+_logs: dict[str, RequestLog] = {}
+_logs_lock = threading.Lock()
+
+
+def request_log(directory: str) -> RequestLog | None:
+    """This process's log under `directory` (a local directory), or None when it cannot be
+    written: a log that cannot be written must not stop the crawl."""
+    log = _logs.get(directory)
+    if log is None:
+        with _logs_lock:
+            log = _logs.get(directory)
+            if log is None:
+                try:
+                    log = _logs[directory] = RequestLog(directory)
+                except OSError:
+                    return None
+    return log
+
+
+def recording(fetch: Callable[..., FetchResponse],
+              journal: RequestLog) -> Callable[..., FetchResponse]:
+    """`fetch` that records each request it makes in `journal` (a refused address sent
+    nothing to anyone: not a request to audit)."""
+    def fetch_and_record(url: str, **kwargs) -> FetchResponse:
+        response = fetch(url, **kwargs)
+        if response.error != ERROR_BLOCKED_ADDRESS:
+            journal.record(url, response.started_at, response.elapsed, response.status,
+                           response.error, response.headers, response.body)
+        return response
+
+    return fetch_and_record
+
+
+def write_audit_settings(directory: str, *, min_delay: float, max_crawl_delay: float,
+                         user_agent: str) -> None:
+    """What `crawler audit` needs to know of the crawl, next to its request record."""
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / SETTINGS_FILE).write_text(json.dumps({
+        "min_delay": min_delay, "max_crawl_delay": max_crawl_delay,
+        "user_agent": user_agent}) + "\n")
+
+
+def read_request_log(crawl_dir: str | Path) -> Iterator[LoggedFetch]:
+    """Every request recorded under CRAWL_DIR/requests/, file by file. Raises ValueError
+    naming the file and line of a line that is not a request (a torn last line of a killed
+    crawl is skipped)."""
+    directory = Path(crawl_dir) / REQUEST_LOG_DIR
+    for path in sorted(directory.glob("requests-*.jsonl")):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for number, line in enumerate(lines, 1):
+            try:
+                item = json.loads(line)
+                robots = item.get("robots")
+                yield LoggedFetch(
+                    url=str(item["url"]), start=float(item["start"]), end=float(item["end"]),
+                    status=item.get("status"), error=item.get("error"),
+                    location=item.get("location"),
+                    robots=None if robots is None else base64.b64decode(robots))
+            except (ValueError, KeyError, TypeError) as exc:
+                if number == len(lines):
+                    continue
+                raise ValueError(f"{path}:{number} is not a request record: {exc}") from None
