@@ -3,9 +3,8 @@ serving every crawl whose messages reach its frontier.
 
 This module owns how the public transforms are wired together. There is one graph: `crawler
 crawl` runs it for one crawl on this machine, `crawler serve` for the crawls its API starts,
-and the Dataflow job (pipeline.main) for the crawls the cloud API starts. It reads no options
-and starts nothing: the local runtime (pipeline.local) and the launcher for any runner
-(pipeline.main) run it.
+and the Dataflow job (pipeline.main) for the crawls the cloud API starts. It starts nothing:
+the local runtime (pipeline.local) and the launcher for any runner (pipeline.main) run it.
 """
 
 from __future__ import annotations
@@ -21,6 +20,8 @@ from pipeline.core.near_duplicates import DuplicatePolicy
 from pipeline.core.pages import PARSE_ATTEMPTS
 from pipeline.core.parse import extractor_named
 from pipeline.io.events import event_of
+from pipeline.io.storage import is_gcs
+from pipeline.options import CrawlOptions
 from pipeline.transforms.bigtable import WritePagesToBigtable
 from pipeline.transforms.crawl_watch import WatchCrawls
 from pipeline.transforms.frontier import (
@@ -32,6 +33,19 @@ from pipeline.transforms.frontier import (
 from pipeline.transforms.schedule import ScheduleFetches, SchedulerConfig, agent_token
 from pipeline.transforms.store import ReplayDeadLetters, StorePages
 from pipeline.transforms.table import WritePagesTable
+
+
+def scheduler_config(opts: CrawlOptions, *, state_ttl_s: float = 1.0) -> SchedulerConfig:
+    """The host scheduler's settings from the options: the politeness knobs every crawl
+    shares, fetching, the stores, and where requests are recorded (a local output root);
+    each crawl's own limits come from its record, read at most every `state_ttl_s`."""
+    return SchedulerConfig(
+        policy=opts.host_policy(), fetch=opts.fetch_config(),
+        bigtable=opts.bigtable_config(), resolve=opts.resolve,
+        fetch_concurrency=opts.fetch_concurrency, state_ttl_s=state_ttl_s,
+        budget_block=opts.budget_block,
+        request_log_root=None if is_gcs(opts.out) else opts.out,
+    )
 
 
 @dataclass(frozen=True)

@@ -41,10 +41,9 @@ from apache_beam.options.pipeline_options import (
 from apache_beam.runners.runner import PipelineResult
 
 from pipeline.core.crawl_states import CLOUD_STATE_TTL_S
-from pipeline.graph import CrawlWatch, build_crawler
+from pipeline.graph import CrawlWatch, build_crawler, scheduler_config
 from pipeline.io.storage import is_gcs
 from pipeline.options import PER_CRAWL, CrawlOptions, CrawlPipelineOptions, option
-from pipeline.transforms.schedule import SchedulerConfig
 
 log = logging.getLogger(__name__)
 
@@ -125,18 +124,12 @@ def _complete_for_dataflow(options: PipelineOptions, crawl: CrawlOptions) -> Non
     debug.add_experiment(ONE_SDK_PROCESS_PER_WORKER)
 
 
-def scheduler_config(crawl: CrawlOptions) -> SchedulerConfig:
-    """The host scheduler's settings: the machinery every crawl shares (timeouts, retries,
-    queue caps, concurrency); each crawl's own limits come from its record, read at most every
-    CLOUD_STATE_TTL_S by each process, and its pages are claimed from it in blocks."""
-    return crawl.scheduler_config(state_ttl_s=CLOUD_STATE_TTL_S)
-
-
 def build_job(p: beam.Pipeline, crawl: CrawlOptions) -> None:
     """The crawler on its cloud resources, with the watch that ends its crawls."""
     project = crawl.project
     build_crawler(
-        p, scheduler_config(crawl), out=crawl.out,
+        # Each process reads a crawl's record at most every CLOUD_STATE_TTL_S.
+        p, scheduler_config(crawl, state_ttl_s=CLOUD_STATE_TTL_S), out=crawl.out,
         subscription=f"projects/{project}/subscriptions/{crawl.frontier_subscription}",
         topic=f"projects/{project}/topics/{crawl.frontier_topic}",
         dead_letter_topic=f"projects/{project}/topics/{crawl.dead_letter_topic}",

@@ -38,8 +38,6 @@ from pipeline.io.bigtable import BigtableConfig
 from pipeline.io.dns import parse_resolve
 from pipeline.io.fetch import FetchConfig
 from pipeline.io.resources import RESOURCES
-from pipeline.io.storage import is_gcs
-from pipeline.transforms.schedule import SchedulerConfig
 
 DEFAULT_USER_AGENT = "beam-crawler/0.1 (+https://github.com/beam-crawler)"
 LOCAL_PROJECT = "local-crawler"  # the project the local emulators accept
@@ -130,19 +128,42 @@ class ValueType:
     parse: Callable[[str], Any]
     regex: str
     param_type: str  # ParameterMetadata.paramType
+    kind: type = str  # the value's Python type (the API's JSON type)
+    # The range the value type allows, as JSON Schema keywords (ge, gt, max_length, ...):
+    # what the API's schema documents; parse enforces the same.
+    bounds: tuple[tuple[str, Any], ...] = ()
 
 
-POSITIVE_INT = ValueType(_positive_int, r"^[0-9]*[1-9][0-9]*$", "NUMBER")
-NON_NEGATIVE_INT = ValueType(_non_negative_int, r"^[0-9]+$", "NUMBER")
+POSITIVE_INT = ValueType(_positive_int, r"^[0-9]*[1-9][0-9]*$", "NUMBER", int, (("ge", 1),))
+NON_NEGATIVE_INT = ValueType(_non_negative_int, r"^[0-9]+$", "NUMBER", int, (("ge", 0),))
 # A decimal number with a non-zero digit somewhere: > 0 (exponents are not needed here).
 POSITIVE_FLOAT = ValueType(
-    _positive_float, r"^(?:[0-9]*[1-9][0-9]*(?:\.[0-9]*)?|[0-9]*\.[0-9]*[1-9][0-9]*)$", "NUMBER")
+    _positive_float, r"^(?:[0-9]*[1-9][0-9]*(?:\.[0-9]*)?|[0-9]*\.[0-9]*[1-9][0-9]*)$", "NUMBER",
+    float, (("gt", 0),))
 NON_NEGATIVE_FLOAT = ValueType(_non_negative_float, r"^(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)$",
-                               "NUMBER")
+                               "NUMBER", float, (("ge", 0),))
 # Between 0 and 1: a decimal below 1, or d.ddd e-N with N of at most two digits (1e-1000 is 0).
 FRACTION = ValueType(
-    _fraction, r"^(?:0*\.[0-9]*[1-9][0-9]*|[1-9](?:\.[0-9]+)?[eE]-0*[1-9][0-9]?)$", "NUMBER")
+    _fraction, r"^(?:0*\.[0-9]*[1-9][0-9]*|[1-9](?:\.[0-9]+)?[eE]-0*[1-9][0-9]?)$", "NUMBER",
+    float, (("gt", 0), ("lt", 1)))
 TEXT = ValueType(str, r"^\S(?:.*\S)?$", "TEXT")
+
+
+_HEADER_MAX = 512
+
+
+def _header_text(text: str) -> str:
+    if not text.strip() or any(not 0x20 <= ord(ch) <= 0x7E for ch in text):
+        raise argparse.ArgumentTypeError(
+            "must be printable ASCII and not blank (it is sent as an HTTP header)")
+    if len(text) > _HEADER_MAX:
+        raise argparse.ArgumentTypeError(f"must be at most {_HEADER_MAX} characters")
+    return text
+
+
+# Text sent as an HTTP header value: printable ASCII, not blank.
+HEADER_TEXT = ValueType(_header_text, r"^[ -~]*[!-~][ -~]*$", "TEXT", str,
+                        (("min_length", 1), ("max_length", _HEADER_MAX)))
 
 
 @dataclass(frozen=True)
@@ -152,8 +173,13 @@ class Option:
     `dest` names it in `crawler crawl`'s arguments and in CrawlOptions; `beam_name` in Beam's
     pipeline options and the template (the same but where Beam already has the name);
     `flag` is the `crawler crawl` spelling.
-    `cli`: part of `crawler crawl`; `template`: a parameter of the Flex Template job (options
-    that only make sense on one machine, or that Beam itself owns, are not).
+    `cli`: part of `crawler crawl`; `serve`: part of `crawler serve`; `template`: a parameter
+    of the Flex Template job (options that only make sense on one machine, or that Beam
+    itself owns, are not). A `per_crawl` option is a crawl's own limit: a field of POST
+    /crawls (`api_name`, required with `api_required`), kept in the crawl's record
+    (pipeline.core.crawl_states.CrawlLimits has a field of that name), refused by a job that
+    serves many crawls, and the default of a crawl that sets none on `crawler serve`.
+    `upper` bounds a number wherever it is given (flag, request, template).
     """
 
     dest: str
@@ -171,10 +197,11 @@ class Option:
     regex: str | None = None  # the template's check, when stricter than the value type's
     param_type: str | None = None
     template_required: bool = False  # required in a template job despite a local default
-    # A crawl's own limit: set per crawl (`crawler crawl`, POST /crawls) and kept in its
-    # record; a job serving many crawls refuses it, and `crawler serve` takes it as the
-    # default of a crawl that sets none.
     per_crawl: bool = False
+    serve: bool = True
+    api_name: str = ""
+    api_required: bool = False
+    upper: float | None = None
 
     def __post_init__(self) -> None:
         if self.per_crawl:  # a job serving many crawls has no such option
@@ -185,6 +212,23 @@ class Option:
             object.__setattr__(self, "beam_name", self.dest)
         if not self.label:
             object.__setattr__(self, "label", self.dest.replace("_", " ").capitalize())
+        if not self.api_name:
+            object.__setattr__(self, "api_name", self.dest)
+
+    def parse(self, text: str) -> Any:
+        """The option's value from its text, or argparse.ArgumentTypeError saying why not."""
+        value = text if self.value is None else self.value.parse(text)
+        if self.upper is not None and value > self.upper:
+            raise argparse.ArgumentTypeError(f"must be at most {self.upper:g}, got {value}")
+        return value
+
+    def check(self, value: Any) -> Any:
+        """`value` if it is one the option takes, else ValueError naming the flag and why
+        (the same words as on the command line)."""
+        try:
+            return self.parse(value if isinstance(value, str) else str(value))
+        except argparse.ArgumentTypeError as exc:
+            raise ValueError(f"{self.flag}: {exc}") from None
 
     @property
     def beam_flag(self) -> str:
@@ -219,7 +263,7 @@ class Option:
             kwargs["action"] = self.action
         if self.action not in ("store_true", "store_false"):
             if self.value is not None and self.value.parse is not str:
-                kwargs["type"] = self.value.parse
+                kwargs["type"] = self.parse
             if self.choices is not None:
                 kwargs["choices"] = self.choices
             if self.metavar is not None:
@@ -238,17 +282,18 @@ OPTIONS: tuple[Option, ...] = (
            param_type="GCS_WRITE_FOLDER"),
     Option("crawl_id", "name of this crawl: its directory under --out, its record and its "
            "rows; with --resume, the crawl to continue (default: c<UTC date-time>-<random>)",
-           label="Crawl id", template=False),
+           label="Crawl id", template=False, serve=False),
     # --- Budgets and scope
     Option("max_pages", "global page budget: at most this many pages are requested; the rest "
            f"end `over_budget` {_D}", default=10_000, value=POSITIVE_INT,
-           per_crawl=True),
+           per_crawl=True,
+           api_required=True, upper=10**12, serve=False),
     Option("max_pages_per_host", "per-host page budget; also sizes each host's seen-set "
            "(default: no limit beyond --max-pages)", value=POSITIVE_INT,
-           per_crawl=True),
+           per_crawl=True, upper=10**12),
     Option("max_depth", "links more than this many hops from a seed end `filtered` "
            "(default: no limit)", value=NON_NEGATIVE_INT,
-           per_crawl=True),
+           per_crawl=True, upper=10_000),
     Option("max_calendar_pages", "calendar-like URLs (a year and month in the path or a date "
            "in the query) accepted per host before the rest end `filtered` as a trap "
            f"{_D}", default=100, value=POSITIVE_INT),
@@ -258,7 +303,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("min_delay", "seconds between two requests to one host, at least; robots.txt "
            f"Crawl-delay and backoff can only make it longer {_D}", default=1.0,
            value=POSITIVE_FLOAT,
-           per_crawl=True),
+           per_crawl=True, upper=86_400),
     Option("max_crawl_delay", "cap on a robots.txt Crawl-delay, in seconds; a capped host is "
            f"logged {_D}", default=30.0, value=POSITIVE_FLOAT),
     Option("slow_factor", "a host waits at least this many times its last response time "
@@ -268,7 +313,7 @@ OPTIONS: tuple[Option, ...] = (
            f"matched against {_D}", default=DEFAULT_USER_AGENT,
            # Beam's SetupOptions has its own --user_agent (for Google API calls).
            beam_name="crawler_user_agent", label="User agent",
-           per_crawl=True),
+           per_crawl=True, value=HEADER_TEXT),
     Option("resolve", "like curl: connect to ADDRESS for HOST:PORT instead of asking DNS; "
            "HOST may be *.suffix and PORT may be *; repeatable. A mapped host may be reached "
            "at ADDRESS even when it is not public", default=[],
@@ -321,7 +366,7 @@ OPTIONS: tuple[Option, ...] = (
            value=POSITIVE_INT),
     Option("near_duplicate_bits", "a fetched page whose text's 64-bit simhash is within this "
            f"many bits of an earlier page of its host gets `near_duplicate_of` {_D}",
-           default=3, value=NON_NEGATIVE_INT, regex=r"^(?:[0-9]|1[0-6])$"),
+           default=3, value=NON_NEGATIVE_INT, regex=r"^(?:[0-9]|1[0-6])$", upper=16),
     Option("duplicate_window", "a host's last this many pages with text decide whether it "
            f"serves mostly duplicates {_D}", default=20, value=POSITIVE_INT),
     Option("duplicate_slowdown", "a host whose recent pages are mostly duplicates (half of "
@@ -346,21 +391,21 @@ OPTIONS: tuple[Option, ...] = (
            "missing, partitioned by fetch day, clustered by host)",
            metavar="PROJECT:DATASET.TABLE", label="BigQuery table",
            regex=r"^(?:[a-z0-9][-.a-z0-9]*[a-z0-9]:)?[a-z][-a-z0-9]{4,28}[a-z0-9][:.]"
-                 r"[A-Za-z0-9_]{1,1024}\.[-A-Za-z0-9_]{1,1024}$"),
+                 r"[A-Za-z0-9_]{1,1024}\.[-A-Za-z0-9_]{1,1024}$", serve=False),
     # A local crawl names its topics after itself (frontier-CRAWL_ID, a fresh subscription
     # per run); these name the fleet's.
     Option("frontier_subscription", "Pub/Sub subscription the job reads frontier batches "
            f"from {_D}", default=RESOURCES.frontier_subscription, cli=False,
-           regex=r"^[A-Za-z][-A-Za-z0-9_.~+%]{2,254}$"),
+           regex=r"^[A-Za-z][-A-Za-z0-9_.~+%]{2,254}$", serve=False),
     Option("frontier_topic", f"Pub/Sub topic links and host overflow go back to {_D}",
            default=RESOURCES.frontier_topic, cli=False,
            regex=r"^[A-Za-z][-A-Za-z0-9_.~+%]{2,254}$"),
     Option("dead_letter_topic", "Pub/Sub topic of pages no parse attempt could handle "
            f"{_D}", default=RESOURCES.dead_letter_topic, cli=False,
-           regex=r"^[A-Za-z][-A-Za-z0-9_.~+%]{2,254}$"),
+           regex=r"^[A-Za-z][-A-Za-z0-9_.~+%]{2,254}$", serve=False),
     Option("events_topic", f"Pub/Sub topic of page-crawled events {_D}",
            default=RESOURCES.events_topic, cli=False,
-           regex=r"^[A-Za-z][-A-Za-z0-9_.~+%]{2,254}$"),
+           regex=r"^[A-Za-z][-A-Za-z0-9_.~+%]{2,254}$", serve=False),
     Option("budget_block", "pages each process claims at a time from the shared page budget "
            "in Bigtable: one read-modify-write per block; at most block - 1 pages per "
            f"process stay unused when the budget runs out {_D}", default=16,
@@ -369,11 +414,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("resume", "continue crawl --crawl-id under --out from what it stored (after a "
            "crash or kill): done URLs are not fetched again, links of stored pages are "
            "crawled; seeds default to the crawl's own", default=False, action="store_true",
-           value=None, template=False),
+           value=None, template=False, serve=False),
     Option("redrive", "with --resume: first move the crawl's kept dead letters back onto "
            "its frontier, so their stored responses are parsed again by this (fixed) "
            "version; see `crawler redrive`", default=False, action="store_true", value=None,
-           template=False),
+           template=False, serve=False),
     # Local only: a fleet job serves many crawls, and one crawl's time budget is not the job's.
     Option("max_duration", "time budget in seconds, counted from the command's start: then no "
            "new request is sent and every URL still waiting (host queues, overflow, the "
@@ -381,9 +426,10 @@ OPTIONS: tuple[Option, ...] = (
            "most 5 s more, so the crawl ends with its summary within about 30 s of it "
            "(default: none, the crawl runs until drained or out of pages)",
            value=POSITIVE_FLOAT, metavar="SECONDS", template=False,
-           per_crawl=True),
+           per_crawl=True,
+           api_name="max_duration_s", upper=365 * 86_400),
     Option("progress", "do not draw the progress line (for logs and CI)", default=True,
-           flag="--no-progress", action="store_false", value=None, template=False),
+           flag="--no-progress", action="store_false", value=None, template=False, serve=False),
 )
 
 _BY_DEST = {option.dest: option for option in OPTIONS}
@@ -418,6 +464,27 @@ def add_crawl_arguments(parser: argparse.ArgumentParser) -> None:
     for opt in OPTIONS:
         if opt.cli:
             opt.add_to(parser, [opt.flag], opt.dest)
+
+
+def add_serve_options(parser: argparse.ArgumentParser) -> None:
+    """`crawler serve`'s crawl options: every option of OPTIONS marked serve. The fleet's own
+    knobs configure the local fleet; a crawl's own limits are the default of a crawl that
+    starts without one (POST /crawls)."""
+    for opt in OPTIONS:
+        if not opt.serve:
+            continue
+        if opt.per_crawl:
+            help_text = ("for a crawl started without " + opt.api_name + ": " + opt.help)
+            dataclasses.replace(opt, help=help_text).add_to(parser, [opt.flag], opt.dest)
+        else:
+            opt.add_to(parser, [opt.flag], opt.dest)
+
+
+def serve_options(args: argparse.Namespace) -> CrawlOptions:
+    """CrawlOptions from `crawler serve`'s parsed arguments (add_serve_options)."""
+    values = {opt.dest: getattr(args, opt.dest) for opt in OPTIONS if opt.serve}
+    # No crawl of the API's goes without its own page budget (the API requires one).
+    return CrawlOptions.from_values({**values, "max_pages": None}, ())
 
 
 @dataclass(frozen=True)
@@ -478,20 +545,15 @@ class CrawlOptions:
     started_at: float = field(default_factory=time.time, compare=False)
 
     def __post_init__(self) -> None:
-        if self.max_pages is not None and self.max_pages < 1:
-            raise ValueError("--max-pages must be at least 1")
-        if self.max_pages_per_host is not None and self.max_pages_per_host < 1:
-            raise ValueError("--max-pages-per-host must be at least 1")
-        if self.max_depth is not None and self.max_depth < 0:
-            raise ValueError("--max-depth must be 0 or more")
-        if self.min_delay <= 0:
-            raise ValueError("--min-delay must be positive: politeness needs a delay")
-        if self.fetch_timeout <= 0:
-            raise ValueError("--fetch-timeout must be positive")
-        if self.connect_timeout <= 0:
-            raise ValueError("--connect-timeout must be positive")
-        if not 0 < self.bloom_fp_rate < 1:
-            raise ValueError("--bloom-fp-rate must be between 0 and 1")
+        # Every value against its declaration (the value type's range, the upper bound, the
+        # choices): the same words as the command line gives.
+        for opt in OPTIONS:
+            value = getattr(self, opt.dest)
+            if value is None or opt.action is not None:
+                continue
+            if opt.choices is not None and value not in opt.choices:
+                raise ValueError(f"{opt.flag} {value!r}: use one of {', '.join(opt.choices)}")
+            opt.check(value)
         for spec in self.resolve:
             parse_resolve(spec)  # raises ValueError naming the expected form
         for spec in self.allow_networks:
@@ -503,25 +565,8 @@ class CrawlOptions:
             raise ValueError(
                 f"--crawl-id {self.crawl_id!r}: use 1-64 letters, digits, '.', '_' or '-' "
                 "(it names topics, directories and Bigtable row keys)")
-        if not 0 <= self.near_duplicate_bits <= 16:
-            raise ValueError("--near-duplicate-bits must be between 0 and 16")
-        if self.extractor not in EXTRACTORS:
-            raise ValueError(f"--extractor {self.extractor!r}: use one of {', '.join(EXTRACTORS)}")
         if self.duplicate_slowdown < 1:
             raise ValueError("--duplicate-slowdown must be at least 1")
-        if self.duplicate_window < 1:
-            raise ValueError("--duplicate-window must be at least 1")
-        if self.parse_attempts < 1:
-            raise ValueError("--parse-attempts must be at least 1")
-        if self.budget_block < 1:
-            raise ValueError("--budget-block must be at least 1")
-        if self.slow_factor < 0 or self.lease_grace <= 0 or self.retry_cap <= 0:
-            raise ValueError("--slow-factor must be 0 or more, --lease-grace and --retry-cap "
-                             "positive")
-        if self.max_redirect_hops < 0:
-            raise ValueError("--max-redirect-hops must be 0 or more")
-        if self.max_duration is not None and self.max_duration <= 0:
-            raise ValueError("--max-duration must be positive")
 
     @classmethod
     def from_pipeline_options(cls, options: PipelineOptions,
@@ -555,17 +600,6 @@ class CrawlOptions:
             max_pages_per_host=self.max_pages_per_host, max_depth=self.max_depth,
             min_delay=self.min_delay, max_duration_s=self.max_duration,
             user_agent=self.user_agent,
-        )
-
-    def scheduler_config(self, *, state_ttl_s: float = 1.0) -> SchedulerConfig:
-        """The host scheduler's settings: the politeness knobs every crawl shares, fetching,
-        the stores; each crawl's own limits come from its record."""
-        return SchedulerConfig(
-            policy=self.host_policy(), fetch=self.fetch_config(),
-            bigtable=self.bigtable_config(), resolve=self.resolve,
-            fetch_concurrency=self.fetch_concurrency, state_ttl_s=state_ttl_s,
-            budget_block=self.budget_block,
-            request_log_root=None if is_gcs(self.out) else self.out,
         )
 
     def host_policy(self) -> HostPolicy:

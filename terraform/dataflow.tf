@@ -47,19 +47,6 @@ resource "google_dataflow_flex_template_job" "crawler" {
   machine_type            = var.machine_type
   max_workers             = var.max_workers
 
-  lifecycle {
-    # The fleet (the default mode) takes each crawl's id from its messages; a one-crawl job
-    # needs its own.
-    precondition {
-      condition     = lookup(var.pipeline_parameters, "mode", "fleet") == "fleet" || contains(keys(var.pipeline_parameters), "crawl_id")
-      error_message = "pipeline_parameters with mode = \"crawl\" must name the crawl: { crawl_id = \"...\" }."
-    }
-    precondition {
-      condition     = lookup(var.pipeline_parameters, "mode", "fleet") != "fleet" || !contains(keys(var.pipeline_parameters), "crawl_id")
-      error_message = "The fleet serves every crawl the control API starts: drop crawl_id from pipeline_parameters, or set mode = \"crawl\"."
-    }
-  }
-
   depends_on = [
     google_project_iam_member.worker_project,
     google_pubsub_subscription_iam_member.worker_frontier,

@@ -19,12 +19,9 @@ locals {
     CRAWLER_FRONTIER_TABLE    = google_bigtable_table.frontier.name
     CRAWLER_TOKEN_FILE        = "${local.api_secret_dir}/tokens"
   }
-  # A crawl that asks for no delay or user agent gets the job's, when the job is given them.
+  # The limits a crawl whose request sets none gets (CRAWLER_ and the option's name).
   api_crawl_defaults = {
-    for name, value in {
-      CRAWLER_MIN_DELAY  = lookup(var.pipeline_parameters, "min_delay", "")
-      CRAWLER_USER_AGENT = lookup(var.pipeline_parameters, "crawler_user_agent", "")
-    } : name => value if value != ""
+    for name, value in var.crawl_defaults : "CRAWLER_${upper(name)}" => value
   }
 
   api = "serviceAccount:${google_service_account.api.email}"

@@ -152,9 +152,26 @@ variable "max_workers" {
 }
 
 variable "pipeline_parameters" {
-  description = "Further crawl options passed to the Flex Template, by the names in templates/metadata.json (e.g. { user_agent = \"mybot/1.0 (+https://example.com/bot)\" }). Resource names are set by this module."
+  description = "Further options of the fleet's job passed to the Flex Template, by the names in templates/metadata.json (e.g. { fetch_timeout = \"20\", host_queue_cap = \"4000\" }). Resource names are set by this module; a crawl's own limits (user agent, delay, budgets) are not the job's: see crawl_defaults."
   type        = map(string)
   default     = {}
+
+  validation {
+    # A crawl's own limits, and a crawl id: the job serves every crawl, each with its own.
+    condition     = alltrue([for name in keys(var.pipeline_parameters) : !contains(["max_pages", "max_pages_per_host", "max_depth", "min_delay", "crawler_user_agent", "max_duration", "crawl_id", "mode"], name)])
+    error_message = "pipeline_parameters are the job's: a crawl's own limits go in crawl_defaults (the API's defaults) or in each POST /crawls, and the job has no crawl_id or mode."
+  }
+}
+
+variable "crawl_defaults" {
+  description = "The limits the control API gives a crawl whose request sets none, by option name: min_delay, user_agent, max_pages_per_host, max_depth, max_duration (e.g. { user_agent = \"mybot/1.0 (+https://example.com/bot)\", min_delay = \"2\" })."
+  type        = map(string)
+  default     = {}
+
+  validation {
+    condition     = alltrue([for name in keys(var.crawl_defaults) : contains(["min_delay", "user_agent", "max_pages_per_host", "max_depth", "max_duration"], name)])
+    error_message = "crawl_defaults takes min_delay, user_agent, max_pages_per_host, max_depth and max_duration."
+  }
 }
 
 variable "egress_ip_count" {

@@ -131,4 +131,4 @@ def test_the_api_docs_name_the_frontier_topic_serve_uses():
     docs = (ROOT / "docs/api.md").read_text()
     assert f"(`--frontier-topic`, default `{RESOURCES.frontier_topic}`)" in docs
     help_text = _crawler("serve", "--help").stdout
-    assert f"(default: {RESOURCES.frontier_topic}," in " ".join(help_text.split())
+    assert f"(default: {RESOURCES.frontier_topic})" in " ".join(help_text.split())

@@ -96,7 +96,7 @@ EARLIER_FLAGS = {
     # picks from the measured figures (tests/test_extractors.py), a change made on purpose.
     "--extractor": "trafilatura-fast", "--near-duplicate-bits": 3, "--duplicate-slowdown": 4.0,
     "--bigtable-instance": "local", "--bigquery-table": None, "--resume": False,
-    "--redrive": False, "--shared-budget": False, "--seeds-file": None,
+    "--redrive": False, "--seeds-file": None,
 }
 
 
@@ -190,7 +190,7 @@ def test_the_generator_prints_the_metadata(capsys):
     assert json.loads(capsys.readouterr().out) == template_metadata()
 
 
-def test_the_time_budget_becomes_a_deadline_from_the_command_start():
+def test_the_time_budget_is_the_crawls_counted_from_the_command_start():
     import argparse
 
     from pipeline.options import add_crawl_arguments, options_from_args
@@ -200,13 +200,127 @@ def test_the_time_budget_becomes_a_deadline_from_the_command_start():
     assert "--max-duration" in parser.format_help()
     args = parser.parse_args(["http://a.test/", "--max-duration", "90"])
     opts = options_from_args(args)
-    assert opts.max_duration == 90.0
-    assert opts.host_policy().deadline == opts.started_at + 90.0
-    assert CrawlOptions(seeds=("http://a.test/",)).host_policy().deadline is None
+    assert opts.max_duration == 90.0 and opts.limits().max_duration_s == 90.0
+    # The deadline is the crawl's (its record's), not the policy every crawl shares.
+    assert opts.host_policy().deadline is None
     with pytest.raises(ValueError, match="--max-duration"):
         CrawlOptions(seeds=("http://a.test/",), max_duration=0)
     with pytest.raises(SystemExit):
         parser.parse_args(["http://a.test/", "--max-duration", "-5"])
-    # The `crawler` command counts the budget from its own start, imports included.
+    # The `crawler` command counts the budget from its own start, imports included: the
+    # crawl's record starts then.
     args.started_at = 1000.0
-    assert options_from_args(args).host_policy().deadline == 1090.0
+    assert options_from_args(args).started_at == 1000.0
+
+
+# --- Each knob declared once: every place it appears is derived from its declaration --------
+
+def _per_crawl():
+    from pipeline.options import OPTIONS
+
+    return [opt for opt in OPTIONS if opt.per_crawl]
+
+
+def test_a_crawls_own_limits_are_the_record_s_fields_and_the_api_s():
+    import dataclasses
+
+    from pipeline.core.crawl_states import LIMIT_FIELDS, CrawlLimits
+    from pipeline.service.app import Crawl, CrawlRequest
+
+    names = {opt.api_name for opt in _per_crawl()}
+    assert set(LIMIT_FIELDS) == {f.name for f in dataclasses.fields(CrawlLimits)} == names
+    assert set(CrawlRequest.model_fields) == names | {"seeds"}
+    assert names <= set(Crawl.model_fields)
+    # What a crawl's record keeps for --resume is every one of them.
+    from pipeline.local.resume import MANIFEST_LIMITS
+
+    assert {(opt.dest, opt.api_name) for opt in _per_crawl()} == set(MANIFEST_LIMITS.items())
+
+
+def test_the_api_s_schema_documents_each_limit_s_range_as_declared():
+    from pipeline.service.app import CrawlRequest
+
+    schema = CrawlRequest.model_json_schema()
+    keywords = {"ge": "minimum", "gt": "exclusiveMinimum", "le": "maximum",
+                "min_length": "minLength", "max_length": "maxLength"}
+    for opt in _per_crawl():
+        field = schema["properties"][opt.api_name]
+        shown = field if "anyOf" not in field else next(
+            s for s in field["anyOf"] if s.get("type") != "null")
+        expected = dict(opt.value.bounds) | ({"le": opt.upper} if opt.upper else {})
+        assert {keywords[k]: v for k, v in expected.items()} == {
+            keywords[k]: shown[keywords[k]] for k in expected}, opt.dest
+        assert (opt.api_name in schema.get("required", [])) == opt.api_required, opt.dest
+
+
+@pytest.mark.parametrize("dest, bad", [
+    ("max_pages", "0"), ("max_pages_per_host", "0"), ("max_depth", "-1"),
+    ("max_depth", "10001"), ("min_delay", "0"), ("min_delay", "86401"),
+    ("user_agent", "bot/\u00e9"), ("max_duration", "0"),
+])
+def test_a_bad_limit_is_refused_alike_by_the_command_the_options_and_the_api(dest, bad):
+    import pydantic
+
+    from pipeline.options import option
+    from pipeline.service.app import CrawlRequest
+
+    opt = option(dest)
+    value = bad.encode().decode("unicode_escape")
+    with pytest.raises(SystemExit):
+        _crawl_parser().parse_args(["http://a.test/", opt.flag, value])
+    with pytest.raises(ValueError, match=opt.flag):
+        CrawlOptions.from_values({dest: opt.check(value) if opt.value.kind is str
+                                  else opt.value.kind(value)}, ("http://a.test/",))
+    typed = value if opt.value.kind is str else opt.value.kind(value)
+    with pytest.raises(pydantic.ValidationError):
+        CrawlRequest(seeds=["http://a.test/"], **{"max_pages": 5, opt.api_name: typed})
+
+
+def test_serve_takes_every_serve_option_with_its_default_and_per_crawl_ones_as_defaults():
+    import argparse
+
+    from pipeline.cli.serve import add_serve_arguments
+    from pipeline.options import OPTIONS, serve_options
+
+    parser = argparse.ArgumentParser(allow_abbrev=False)  # as `crawler serve` parses
+    add_serve_arguments(parser)
+    by_flag = {flag: action for action in parser._actions for flag in action.option_strings}
+    for opt in OPTIONS:
+        assert (opt.flag in by_flag) == opt.serve, opt.flag
+        if opt.serve:
+            assert by_flag[opt.flag].default == opt.default, opt.flag
+    assert "for a crawl started without max_depth" in by_flag["--max-depth"].help
+    args = parser.parse_args(["--token-file", "t", "--max-depth", "2", "--user-agent", "s/1",
+                              "--fetch-timeout", "7"])
+    options = serve_options(args)
+    assert (options.fetch_config().timeout, options.limits().max_depth,
+            options.limits().user_agent) == (7.0, 2, "s/1")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--token-file", "t", "--max-pages", "5"])  # a crawl always sets it
+
+
+def test_the_cloud_api_takes_each_crawl_default_from_its_variable():
+    from pipeline.service.cloud import CloudSettings, CloudSettingsError
+
+    variables = {opt.dest: f"CRAWLER_{opt.dest.upper()}" for opt in _per_crawl() if opt.serve}
+    assert variables.items() <= CloudSettings.ENV.items()
+    base = {"CRAWLER_PROJECT": "p", "CRAWLER_BIGTABLE_INSTANCE": "i",
+            "CRAWLER_TOKEN_FILE": "/t"}
+    settings = CloudSettings.from_env({**base, "CRAWLER_MAX_DEPTH": "4",
+                                       "CRAWLER_USER_AGENT": "cloud/1"})
+    assert (settings.defaults.max_depth, settings.defaults.user_agent) == (4, "cloud/1")
+    with pytest.raises(CloudSettingsError, match="CRAWLER_MAX_DEPTH"):
+        CloudSettings.from_env({**base, "CRAWLER_MAX_DEPTH": "-3"})
+
+
+def test_no_crawl_limit_is_a_template_parameter_and_the_launcher_refuses_each_in_one_line():
+    from pipeline.main import LaunchError, job_options
+    from pipeline.options import template_metadata
+
+    names = {p["name"] for p in template_metadata()["parameters"]}
+    values = {"max_pages": "5", "max_pages_per_host": "5", "max_depth": "2",
+              "min_delay": "3", "user_agent": "x/1", "max_duration": "60"}
+    for opt in _per_crawl():
+        assert opt.beam_name not in names, opt.dest
+        with pytest.raises(LaunchError, match=opt.beam_flag):
+            job_options([opt.beam_flag, values[opt.dest]])

@@ -105,12 +105,11 @@ def test_the_metadata_speaks_of_a_streaming_job_and_names_every_template_option(
     # Flex Templates pass parameters as --name=value: names are identifiers.
     assert all(re.fullmatch(r"[a-z][a-z0-9_]*", name) for name in names)
     required = {p["name"] for p in metadata["parameters"] if not p["isOptional"]}
-    # The fleet (the default mode) takes each crawl's id from its messages; a one-crawl job's
-    # crawl_id is checked by the launcher.
     assert required == {"out", "bigtable_instance"}
-    (mode,) = [p for p in metadata["parameters"] if p["name"] == "mode"]
-    assert mode["defaultValue"] == "fleet"
-    assert [o["value"] for o in mode["enumOptions"]] == ["fleet", "crawl"]
+    # The job serves every crawl the API starts: no crawl of its own, no mode, and no crawl's
+    # own limits (each crawl brings them).
+    assert not {"crawl_id", "mode", "max_pages", "max_depth", "crawler_user_agent",
+                "min_delay", "max_duration"} & set(names)
 
 
 # --- Regexes ---------------------------------------------------------------------------
@@ -119,7 +118,7 @@ def _accepted(opt: Option, text: str) -> bool:
     """Whether the crawl takes `text` as this option's value: its parser, then every check
     CrawlOptions and the value objects built from it make, then the launcher's."""
     try:
-        value = opt.value.parse(text) if opt.value is not None else text
+        value = opt.parse(text)
         crawl = CrawlOptions.from_values({opt.dest: value}, ())
         crawl.host_policy(), crawl.fetch_config(), crawl.duplicate_policy()
     except (ValueError, TypeError, ArithmeticError, argparse.ArgumentTypeError):

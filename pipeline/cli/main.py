@@ -49,7 +49,9 @@ def _serve(args: argparse.Namespace) -> int:
 def _add_crawl(sub) -> None:
     from pipeline.options import add_crawl_arguments
 
-    crawl = sub.add_parser("crawl", help="crawl from seed URLs on this machine",
+    # No abbreviations: --max-pages must not be taken for --max-pages-per-host.
+    crawl = sub.add_parser("crawl", allow_abbrev=False,
+                           help="crawl from seed URLs on this machine",
                            description="Crawl from seed URLs with Beam's DirectRunner and the "
                                        "Pub/Sub emulator (started for you unless "
                                        "PUBSUB_EMULATOR_HOST is set).")
@@ -60,7 +62,8 @@ def _add_crawl(sub) -> None:
 def _add_serve(sub) -> None:
     from pipeline.cli.serve import add_serve_arguments
 
-    serve = sub.add_parser("serve", help="run the crawl service: the control API and the fleet",
+    serve = sub.add_parser("serve", allow_abbrev=False,
+                           help="run the crawl service: the control API and the fleet",
                            description="Serve the control API (bearer tokens from "
                                        "--token-file) with the emulators it needs, started for "
                                        "you unless PUBSUB_EMULATOR_HOST and "

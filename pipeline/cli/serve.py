@@ -20,12 +20,16 @@ import tempfile
 from pathlib import Path
 
 from pipeline.io.resources import RESOURCES
-from pipeline.options import DEFAULT_USER_AGENT, LOCAL_PROJECT
+from pipeline.options import LOCAL_PROJECT
 
 log = logging.getLogger(__name__)
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """serve's own flags, then the crawl options it takes (pipeline.options.add_serve_options):
+    the local fleet's knobs, and the limits of a crawl started without its own."""
+    from pipeline.options import add_serve_options
+
     parser.add_argument("--port", type=int, default=8080,
                         help="port of the API; 0 picks a free one (default: %(default)s)")
     parser.add_argument("--host", default="127.0.0.1",
@@ -33,54 +37,19 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token-file", type=Path, required=True,
                         help="file with the API's bearer tokens, one per line (at least 16 "
                              "characters each); the server refuses to start without one")
-    parser.add_argument("--resolve", action="append", default=[], metavar="HOST:PORT:ADDRESS",
-                        help="like curl: connect to ADDRESS for HOST:PORT instead of asking "
-                             "DNS; HOST may be *.suffix and PORT may be *; repeatable")
-    parser.add_argument("--project", default="local-crawler",
-                        help="Google Cloud project of the topics and Bigtable instance "
-                             "(default: %(default)s, which the local emulators accept)")
-    parser.add_argument("--bigtable-instance", default="local",
-                        help="Bigtable instance of the crawls and pages tables "
-                             "(default: %(default)s)")
-    parser.add_argument("--frontier-topic", default=RESOURCES.frontier_topic,
-                        help="the fleet's frontier topic (default: %(default)s, the one "
-                             "terraform/ creates; `crawler redrive` sends a fleet crawl's dead "
-                             "letters back to it)")
     parser.add_argument("--cloud", action="store_true",
                         help="serve the API only, against the fleet on Google Cloud (real "
                              "Pub/Sub and Bigtable of --project and --bigtable-instance, "
                              "whose Dataflow job is the fleet): no emulators, no local fleet")
-    parser.add_argument("--min-delay", type=float, default=1.0,
-                        help="min_delay of a crawl that asks for none (default: %(default)s)")
-    parser.add_argument("--user-agent", default=DEFAULT_USER_AGENT,
-                        help="user_agent of a crawl that asks for none (default: %(default)s)")
-    parser.add_argument("--out", default="crawl-out",
-                        help="output root: each crawl's WARC/WET segments and Parquet `pages` "
-                             "table go under OUT/CRAWL_ID/ (default: %(default)s)")
-    parser.add_argument("--fetch-timeout", type=float, default=30.0,
-                        help="total seconds one request may take (default: %(default)s)")
-    parser.add_argument("--allow-network", action="append", default=[], metavar="CIDR",
-                        dest="allow_networks",
-                        help="let crawls reach this non-public range (docs/security.md); "
-                             "repeatable")
-    parser.add_argument("--max-crawl-delay", type=float, default=30.0,
-                        help="cap on a robots.txt Crawl-delay, in seconds (default: "
-                             "%(default)s)")
+    add_serve_options(parser)
 
 
-def fleet_settings(args: argparse.Namespace):
-    """The local fleet's settings from the command line; the fleet's defaults come from
-    CrawlOptions, the one place crawl defaults live."""
+def fleet_settings(options):
+    """The local fleet's settings: the fleet's knobs from the command line
+    (pipeline.options.serve_options), its topics the cloud fleet's names."""
     from pipeline.local.fleet import FleetSettings
-    from pipeline.options import CrawlOptions
 
-    options = CrawlOptions(seeds=(), out=args.out, min_delay=args.min_delay,
-                           user_agent=args.user_agent, resolve=tuple(args.resolve),
-                           fetch_timeout=args.fetch_timeout,
-                           max_crawl_delay=args.max_crawl_delay, max_pages=None,
-                           allow_networks=tuple(args.allow_networks), project=args.project,
-                           bigtable_instance=args.bigtable_instance)
-    return FleetSettings(options=options, frontier_topic=args.frontier_topic,
+    return FleetSettings(options=options, frontier_topic=options.frontier_topic,
                          dead_letter_topic=RESOURCES.dead_letter_topic,
                          dead_letter_subscription=RESOURCES.dead_letter_subscription)
 
@@ -117,24 +86,24 @@ def run_serve(args: argparse.Namespace) -> int:
         print(f"crawler serve: the control API needs the `service` extra ({exc.name} is "
               "missing): pip install 'beam-crawler[service]'", file=sys.stderr)
         return 3
+    from pipeline.options import serve_options
+
+    try:
+        options = serve_options(args)
+    except ValueError as exc:
+        print(f"crawler serve: {exc}", file=sys.stderr)
+        return 2
     if args.cloud:
-        return _run_cloud(args)
-    from pipeline.io.bigtable import BigtableConfig, open_tables
-    from pipeline.io.dns import parse_resolve
+        return _run_cloud(args, options)
+    from pipeline.io.bigtable import open_tables
     from pipeline.local.emulators import EmulatorMissing, start_missing_emulators, stop_emulators
     from pipeline.local.fleet import LocalFleet
     from pipeline.service.app import create_app
-    from pipeline.service.control import CrawlControl, FleetDefaults, PubSubFrontier
+    from pipeline.service.control import CrawlControl, PubSubFrontier
     from pipeline.service.server import ApiServer, ApiServerFailed
     from pipeline.service.status import mount_status_page
 
     show_service_logs()
-    try:
-        for spec in args.resolve:
-            parse_resolve(spec)
-    except ValueError as exc:
-        print(f"crawler serve: {exc}", file=sys.stderr)
-        return 2
     log_dir = Path(tempfile.mkdtemp(prefix="crawler-serve-"))
     try:
         emulators = start_missing_emulators(log_dir)
@@ -145,15 +114,13 @@ def run_serve(args: argparse.Namespace) -> int:
         return 0
     tables = frontier = server = fleet = None
     try:
-        tables = open_tables(BigtableConfig(args.project, args.bigtable_instance), create=True)
-        settings = fleet_settings(args)
+        tables = open_tables(options.bigtable_config(), create=True)
+        settings = fleet_settings(options)
         fleet = LocalFleet(settings).start()
         frontier = PubSubFrontier(fleet.topic)
-        control = CrawlControl(tables, frontier,
-                               FleetDefaults(min_delay=args.min_delay,
-                                             user_agent=args.user_agent),
+        control = CrawlControl(tables, frontier, options.limits(),
                                propagation_s=settings.state_ttl_s,
-                               on_created=crawl_keeper(settings.options))
+                               on_created=crawl_keeper(options))
         app = create_app(control, tokens)
         mount_status_page(app, out=args.out)
         try:
@@ -209,7 +176,7 @@ def show_service_logs() -> None:
     logging.getLogger("apache_beam").setLevel(logging.ERROR)
 
 
-def _run_cloud(args: argparse.Namespace) -> int:
+def _run_cloud(args: argparse.Namespace, options) -> int:
     """The API alone, against the cloud fleet; the same app as Cloud Run's (run_serve has
     refused an unusable token file already)."""
     from pipeline.service.cloud import CloudSettings, CloudSettingsError, create_cloud_app
@@ -229,7 +196,7 @@ def _run_cloud(args: argparse.Namespace) -> int:
             project=args.project, bigtable_instance=args.bigtable_instance,
             token_file=args.token_file,
             frontier_topic=args.frontier_topic or RESOURCES.frontier_topic,
-            min_delay=args.min_delay, user_agent=args.user_agent, port=args.port or 8080)
+            defaults=options.limits(), port=args.port or 8080)
         app = create_cloud_app(settings)
     except CloudSettingsError as exc:
         print(f"crawler serve: {exc}", file=sys.stderr)

@@ -16,7 +16,7 @@ the crawl is `cancelled` once that has happened. `done` and `cancelled` are fina
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import StrEnum
 
 
@@ -123,6 +123,11 @@ class CrawlLimits:
             raise ValueError(f"max_duration_s must be positive, got {self.max_duration_s}")
         if self.user_agent is not None and not self.user_agent.strip():
             raise ValueError("user_agent must not be blank")
+
+
+# A crawl's own limits by name: the per-crawl options (pipeline.options) and the fields of
+# POST /crawls have these names.
+LIMIT_FIELDS = tuple(f.name for f in fields(CrawlLimits))
 
 
 @dataclass(frozen=True, slots=True)

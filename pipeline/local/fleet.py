@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipeline.graph import build_crawler
+from pipeline.graph import build_crawler, scheduler_config
 from pipeline.io.bigtable import open_tables
 from pipeline.io.crawls import count_published
 from pipeline.local.direct_runner import direct_runner_speedups
@@ -94,7 +94,7 @@ class LocalFleet:
         opts = s.options
         p = beam.Pipeline(options=PipelineOptions(
             flags=[], runner="DirectRunner", streaming=True, save_main_session=False))
-        build_crawler(p, opts.scheduler_config(state_ttl_s=s.state_ttl_s), out=opts.out,
+        build_crawler(p, scheduler_config(opts, state_ttl_s=s.state_ttl_s), out=opts.out,
                       subscription=subscription, topic=self.topic,
                       dead_letter_topic=dead_letters, duplicates=opts.duplicate_policy(),
                       extractor=opts.extractor, parse_attempts=opts.parse_attempts,

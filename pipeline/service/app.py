@@ -38,7 +38,13 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from pipeline.core.crawl_states import CrawlAction, CrawlLimits, CrawlState, TransitionRefused
+from pipeline.core.crawl_states import (
+    LIMIT_FIELDS,
+    CrawlAction,
+    CrawlLimits,
+    CrawlState,
+    TransitionRefused,
+)
 from pipeline.core.urls import MAX_URL_LENGTH, InvalidURL, normalize_url
 from pipeline.io.bigtable import COUNTERS, CrawlNotFound, check_crawl_id
 from pipeline.io.crawls import Crawl as CrawlRecord
@@ -46,6 +52,7 @@ from pipeline.io.crawls import TransitionRaced, check_cursor
 from pipeline.io.lookup import PageNotFound, describe_failure
 from pipeline.io.pages_table import PAGES_COLUMNS
 from pipeline.io.segments import SegmentReadError
+from pipeline.options import OPTIONS, Option
 from pipeline.service.auth import TokenSet
 from pipeline.service.control import CrawlControl, SeedsNotPublished
 
@@ -71,53 +78,48 @@ def _crawlable_seed(seed: str) -> str:
     return url
 
 
-def _header_safe(value: str) -> str:
-    if not value.strip() or any(not 0x20 <= ord(ch) <= 0x7E for ch in value):
-        raise ValueError("user_agent must be printable ASCII and not blank (it is sent as the "
-                         "User-Agent header)")
-    return value
-
-
 Seed = Annotated[str, Field(max_length=MAX_URL_LENGTH), AfterValidator(_crawlable_seed)]
+# A crawl's own limits: the per-crawl options (pipeline.options), each a field of POST /crawls
+# and of the crawl's JSON, named as CrawlLimits names it.
+LIMITS = tuple(opt for opt in OPTIONS if opt.per_crawl)
 
 
-class CrawlRequest(BaseModel):
-    """A new crawl: seeds and limits. Limits left out have no bound (max_pages_per_host,
-    max_depth, max_duration_s) or the fleet's default (min_delay, user_agent)."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-    seeds: list[Seed] = Field(min_length=1, max_length=MAX_SEEDS,
-                              description="http(s) URLs to start from")
-    max_pages: int = Field(ge=1, le=MAX_COUNT, description="pages this crawl may request")
-    max_pages_per_host: int | None = Field(None, ge=1, le=MAX_COUNT,
-                                           description="pages per host, at most")
-    max_depth: int | None = Field(None, ge=0, le=10_000,
-                                  description="links followed from a seed, at most")
-    min_delay: float | None = Field(None, gt=0, le=86_400,
-                                    description="seconds between two requests to one host, at "
-                                                "least; robots.txt Crawl-delay and backoff only "
-                                                "lengthen it")
-    max_duration_s: float | None = Field(None, gt=0, le=365 * 86_400,
-                                         description="seconds after which the crawl ends "
-                                                     "`done`, its waiting URLs with rows")
-    user_agent: Annotated[str, Field(max_length=512), AfterValidator(_header_safe)] | None = (
-        Field(None, description="User-Agent header and robots.txt product token"))
+def _limit_field(opt: Option, *, request: bool) -> tuple[Any, Any]:
+    """A crawl limit as a model field: its type, range and words from its option."""
+    assert opt.value is not None, opt.dest
+    kind: Any = opt.value.kind
+    description = opt.description
+    if not request:
+        return (kind if opt.api_required else kind | None), Field(description=description)
+    constraints = dict(opt.value.bounds)
+    if opt.upper is not None:
+        constraints["le"] = opt.upper
+    # The option's own check runs too: the words a caller gets are the command line's.
+    checked = Annotated[kind, Field(**constraints), AfterValidator(opt.check)]
+    if opt.api_required:
+        return checked, Field(description=description)
+    return checked | None, Field(None, description=description + " (left out: the service's "
+                                                                  "default)")
 
 
-class Crawl(BaseModel):
-    """A crawl of the fleet: its state, limits, times (ISO 8601, UTC) and progress."""
+CrawlRequest = create_model(
+    "CrawlRequest",
+    __config__=ConfigDict(extra="forbid", allow_inf_nan=False),
+    __doc__="A new crawl: seeds and its own limits; a limit left out gets the service's "
+            "default (`crawler serve`'s flag of that name), and no bound without one.",
+    seeds=(list[Seed], Field(min_length=1, max_length=MAX_SEEDS,
+                             description="http(s) URLs to start from")),
+    **{opt.api_name: _limit_field(opt, request=True) for opt in LIMITS},
+)
+
+
+class _CrawlFields(BaseModel):
+    """A crawl: its state, limits, times (ISO 8601, UTC) and progress."""
 
     id: str
     state: CrawlState
     reason: str = Field(description="why the crawl is in its state")
     seeds: list[str]
-    max_pages: int
-    max_pages_per_host: int | None
-    max_depth: int | None
-    min_delay: float | None
-    max_duration_s: float | None
-    user_agent: str | None
     created_at: datetime
     started_at: datetime | None
     ended_at: datetime | None
@@ -132,6 +134,13 @@ class Crawl(BaseModel):
     urls_on_parked_hosts: int = Field(description="the URLs waiting on them")
     pages_per_s: float | None = Field(description="pages fetched per second over the last "
                                                   "minute; null until known")
+
+
+Crawl = create_model(
+    "Crawl", __base__=_CrawlFields,
+    __doc__="A crawl: its state, its own limits, times (ISO 8601, UTC) and progress.",
+    **{opt.api_name: _limit_field(opt, request=False) for opt in LIMITS},
+)
 
 
 class CrawlPage(BaseModel):
@@ -178,12 +187,9 @@ Page = _page_model()
 
 
 def _crawl_json(crawl: CrawlRecord, pages_per_s: float | None) -> Crawl:
-    limits = crawl.limits
     return Crawl(
         id=crawl.id, state=crawl.state, reason=crawl.reason, seeds=list(crawl.seeds),
-        max_pages=limits.max_pages, max_pages_per_host=limits.max_pages_per_host,
-        max_depth=limits.max_depth, min_delay=limits.min_delay,
-        max_duration_s=limits.max_duration_s, user_agent=limits.user_agent,
+        **{name: getattr(crawl.limits, name) for name in LIMIT_FIELDS},
         created_at=_time(crawl.created_at), started_at=_time(crawl.started_at),
         ended_at=_time(crawl.ended_at), counters=dict(crawl.counters),
         frontier=crawl.frontier, hosts_active=crawl.hosts_active,
@@ -380,11 +386,7 @@ def create_app(control: CrawlControl, tokens: TokenSet) -> FastAPI:
     @api.post("/crawls", status_code=201, response_model=Crawl,
               responses=_responses(401, 503), summary="Start a crawl on the fleet")
     def create(body: CrawlRequest) -> Crawl:
-        limits = CrawlLimits(
-            max_pages=body.max_pages, max_pages_per_host=body.max_pages_per_host,
-            max_depth=body.max_depth, min_delay=body.min_delay,
-            max_duration_s=body.max_duration_s, user_agent=body.user_agent,
-        )
+        limits = CrawlLimits(**{name: getattr(body, name) for name in LIMIT_FIELDS})
         try:
             crawl = backend(control.create, body.seeds, limits)
         except SeedsNotPublished as exc:

@@ -17,7 +17,10 @@ Environment (CloudSettings.ENV):
   CRAWLER_TOKEN_FILE           the token file (required; the mounted secret)
   CRAWLER_FRONTIER_TOPIC       the fleet's frontier topic (name; default CloudResources')
   CRAWLER_PAGES_TABLE, CRAWLER_CRAWLS_TABLE, CRAWLER_FRONTIER_TABLE   table names
-  CRAWLER_MIN_DELAY, CRAWLER_USER_AGENT   a crawl's defaults when its request has none
+  CRAWLER_MIN_DELAY, CRAWLER_USER_AGENT, CRAWLER_MAX_PAGES_PER_HOST, CRAWLER_MAX_DEPTH,
+  CRAWLER_MAX_DURATION         a crawl's limits when its request has none: one variable per
+                               per-crawl option of pipeline.options (but the page budget,
+                               which every request gives)
   PORT                         where to listen (Cloud Run sets it; default 8080)
 
 Google's clients honour BIGTABLE_EMULATOR_HOST and PUBSUB_EMULATOR_HOST, which is how the
@@ -27,7 +30,6 @@ tests run this very wiring offline.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import sys
 from collections.abc import Mapping
@@ -36,13 +38,13 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
-from pipeline.core.crawl_states import CLOUD_STATE_TTL_S
+from pipeline.core.crawl_states import CLOUD_STATE_TTL_S, CrawlLimits
 from pipeline.io.bigtable import BigtableConfig, open_tables
 from pipeline.io.resources import RESOURCES, CloudResources
-from pipeline.options import DEFAULT_USER_AGENT
+from pipeline.options import OPTIONS, CrawlOptions, option
 from pipeline.service.app import create_app
 from pipeline.service.auth import TokenFileError, load_tokens
-from pipeline.service.control import CrawlControl, FleetDefaults, PubSubFrontier
+from pipeline.service.control import CrawlControl, PubSubFrontier
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +64,9 @@ class CloudSettings:
     pages_table: str = RESOURCES.pages_table
     crawls_table: str = RESOURCES.crawls_table
     frontier_table: str = RESOURCES.frontier_table
-    min_delay: float = 1.0
-    user_agent: str = DEFAULT_USER_AGENT
+    # The limits of a crawl whose request sets none (the per-crawl options' defaults unless
+    # the environment says otherwise).
+    defaults: CrawlLimits = CrawlOptions(seeds=(), max_pages=None).limits()
     port: int = 8080
 
     # Field -> environment variable (terraform/service.tf sets exactly these; a test checks).
@@ -75,9 +78,10 @@ class CloudSettings:
         "pages_table": "CRAWLER_PAGES_TABLE",
         "crawls_table": "CRAWLER_CRAWLS_TABLE",
         "frontier_table": "CRAWLER_FRONTIER_TABLE",
-        "min_delay": "CRAWLER_MIN_DELAY",
-        "user_agent": "CRAWLER_USER_AGENT",
         "port": "PORT",
+        # A crawl's defaults: CRAWLER_ and the option's name.
+        **{opt.dest: f"CRAWLER_{opt.dest.upper()}" for opt in OPTIONS
+           if opt.per_crawl and opt.serve},
     }
     REQUIRED = ("project", "bigtable_instance", "token_file")
 
@@ -91,9 +95,6 @@ class CloudSettings:
                            crawls_table=self.crawls_table, frontier_table=self.frontier_table)
         except ValueError as exc:
             raise CloudSettingsError(str(exc)) from None
-        if not (math.isfinite(self.min_delay) and self.min_delay > 0):
-            raise CloudSettingsError(f"{self.ENV['min_delay']} must be a positive number of "
-                                     f"seconds (politeness needs a delay), got {self.min_delay}")
         if not 0 < self.port <= 65535:
             raise CloudSettingsError(f"{self.ENV['port']} {self.port} is not a port")
 
@@ -107,18 +108,25 @@ class CloudSettings:
                 f"{', '.join(missing)} must be set: the API needs the fleet's project and "
                 "Bigtable instance, and a token file (on Cloud Run, the mounted token secret)")
         values: dict[str, object] = {}
+        limits: dict[str, object] = {}
         for name, variable in cls.ENV.items():
             text = environ.get(variable)
             if text is None or text == "":
                 continue
             if name == "token_file":
                 values[name] = Path(text)
-            elif name == "min_delay":
-                values[name] = _number(variable, text, float)
             elif name == "port":
                 values[name] = _number(variable, text, int)
+            elif name in _LIMITS:
+                limits[name] = _limit(variable, name, text)
             else:
                 values[name] = text
+        if limits:
+            try:
+                values["defaults"] = CrawlOptions.from_values(
+                    {**limits, "max_pages": None}, ()).limits()
+            except ValueError as exc:
+                raise CloudSettingsError(str(exc)) from None
         return cls(**values)  # type: ignore[arg-type]
 
     @property
@@ -128,6 +136,17 @@ class CloudSettings:
     def bigtable(self) -> BigtableConfig:
         return BigtableConfig(self.project, self.bigtable_instance, pages_table=self.pages_table,
                               crawls_table=self.crawls_table, frontier_table=self.frontier_table)
+
+
+_LIMITS = frozenset(opt.dest for opt in OPTIONS if opt.per_crawl)
+
+
+def _limit(variable: str, dest: str, text: str) -> object:
+    """A crawl's default from the environment, checked as the option checks it."""
+    try:
+        return option(dest).check(text)
+    except ValueError as exc:
+        raise CloudSettingsError(f"{variable}={text!r}: {str(exc).split(': ', 1)[-1]}") from None
 
 
 def _number(variable: str, text: str, kind: type) -> float | int:
@@ -145,8 +164,7 @@ def create_cloud_app(settings: CloudSettings) -> FastAPI:
     tables = open_tables(settings.bigtable(), create=False)
     frontier = PubSubFrontier(settings.topic_path)
     control = CrawlControl(
-        tables, frontier,
-        FleetDefaults(min_delay=settings.min_delay, user_agent=settings.user_agent),
+        tables, frontier, settings.defaults,
         # A pause or cancel answers once the job's schedulers cannot hold the old state any
         # more: their cache time on Dataflow (pipeline.main builds them with it).
         propagation_s=CLOUD_STATE_TTL_S,

@@ -10,14 +10,14 @@ pipeline.service.app's.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
-from pipeline.core.crawl_states import CrawlAction, CrawlLimits
+from pipeline.core.crawl_states import LIMIT_FIELDS, CrawlAction, CrawlLimits
 from pipeline.core.records import FrontierBatch
 from pipeline.io.bigtable import BigtableTables
 from pipeline.io.crawls import (
@@ -72,15 +72,6 @@ def new_fleet_crawl_id() -> str:
     return time.strftime("c%Y%m%d-%H%M%S-", time.gmtime()) + secrets.token_hex(4)
 
 
-@dataclass(frozen=True)
-class FleetDefaults:
-    """Limits a request leaves out, filled in when the crawl is created so that its record
-    says what the fleet will actually do."""
-
-    min_delay: float
-    user_agent: str
-
-
 class CrawlControl:
     """The operations of the control API over the crawls table and the frontier topic."""
 
@@ -88,14 +79,17 @@ class CrawlControl:
         self,
         tables: BigtableTables,
         frontier: FrontierPublisher,
-        defaults: FleetDefaults,
+        defaults: CrawlLimits,
         clock: Callable[[], float] = time.time,
         *,
         propagation_s: float = 0.0,
         wait: Callable[[float], None] = time.sleep,
         on_created: Callable[[Crawl], None] | None = None,
     ) -> None:
-        """propagation_s: how stale the fleet's schedulers may hold a crawl's state (their
+        """defaults: the limits a crawl that sets none gets, filled in when the crawl is
+        created so that its record says what the fleet will actually do (its page budget is
+        always the crawl's own).
+        propagation_s: how stale the fleet's schedulers may hold a crawl's state (their
         cache time). A pause or cancel answers only once that long has passed since it was
         written, so when it returns no scheduler starts a request of the crawl any more.
         on_created: called with each crawl recorded, before its seeds are published (the
@@ -111,13 +105,9 @@ class CrawlControl:
     def create(self, seeds: Sequence[str], limits: CrawlLimits) -> Crawl:
         """Record a crawl and put its (normalised) seeds on the frontier. Raises
         SeedsNotPublished after cancelling the crawl if the frontier refuses them."""
-        if limits.min_delay is None or limits.user_agent is None:
-            limits = CrawlLimits(
-                max_pages=limits.max_pages, max_pages_per_host=limits.max_pages_per_host,
-                max_depth=limits.max_depth, max_duration_s=limits.max_duration_s,
-                min_delay=limits.min_delay or self._defaults.min_delay,
-                user_agent=limits.user_agent or self._defaults.user_agent,
-            )
+        limits = dataclasses.replace(limits, **{
+            name: getattr(self._defaults, name) for name in LIMIT_FIELDS
+            if name != "max_pages" and getattr(limits, name) is None})
         crawl_id = new_fleet_crawl_id()
         crawl = create_crawl(self.tables, crawl_id, seeds=tuple(seeds), limits=limits,
                              at=self._clock())
