@@ -428,6 +428,11 @@ OPTIONS: tuple[Option, ...] = (
            value=POSITIVE_FLOAT, metavar="SECONDS", template=False,
            per_crawl=True,
            api_name="max_duration_s", upper=365 * 86_400),
+    Option("status_port", "while the crawl runs, serve its status page (the page `crawler "
+           "serve` shows, with pause, resume and cancel) on 127.0.0.1 at this port, 0 for a "
+           "free one; the page asks for the token printed when the crawl starts (default: no "
+           "page)", value=NON_NEGATIVE_INT, upper=65535, metavar="PORT", template=False,
+           serve=False),
     Option("progress", "do not draw the progress line (for logs and CI)", default=True,
            flag="--no-progress", action="store_false", value=None, template=False, serve=False),
 )
@@ -538,6 +543,7 @@ class CrawlOptions:
     budget_block: int = 16
     resume: bool = False
     redrive: bool = False
+    status_port: int | None = None
     progress: bool = True
     # Time budget: seconds from started_at (when the command started, or else when these
     # options were made) after which fetching stops and every waiting URL ends over budget.

@@ -10,6 +10,10 @@ from pipeline.local.emulators import EmulatorMissing
 from pipeline.options import options_from_args
 
 
+def _show_status_page(url: str, token: str) -> None:
+    print(f"status page: {url}/ (token for this crawl: {token})", file=sys.stderr, flush=True)
+
+
 def run_crawl(args: argparse.Namespace) -> int:
     from pipeline.local.runtime import run_local_crawl
 
@@ -20,7 +24,7 @@ def run_crawl(args: argparse.Namespace) -> int:
         return 2
     show = progress_printer() if opts.progress else None
     try:
-        summary = run_local_crawl(opts, on_progress=show)
+        summary = run_local_crawl(opts, on_progress=show, on_status_page=_show_status_page)
     except EmulatorMissing as exc:
         print(f"crawler crawl: {exc}", file=sys.stderr)
         return 3

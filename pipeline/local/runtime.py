@@ -15,9 +15,10 @@ import contextlib
 import dataclasses
 import json
 import logging
+import secrets
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -121,17 +122,21 @@ def run_local_crawl(
     *,
     on_progress: Callable[[str], None] | None = None,
     page_step: beam.PTransform | None = None,
+    on_status_page: Callable[[str, str], None] | None = None,
 ) -> CrawlSummary:
     """Crawl until the crawl ends (drained, or a budget spent); returns the summary.
 
     page_step: a transform of parsed pages run before their text is stored (StorePages).
-    With opts.resume, continue crawl opts.crawl_id under opts.out from what it stored.
+    With opts.resume, continue crawl opts.crawl_id under opts.out from what it stored. With
+    opts.status_port, the crawl's status page is served while it runs, and
+    on_status_page(url, token) says where, and with which token.
     """
     opts, seeds, bad_seeds = _seeds(opts)
     out_dir = storage.join(opts.out, opts.crawl_id)
     log_dir = _prepare_output(opts, out_dir)
     emulators = start_missing_emulators(log_dir)
     fleet = tables = None
+    page = contextlib.ExitStack()
     started = time.monotonic()
     cpu_started = time.process_time()
     parked: Crawl | None = None
@@ -144,6 +149,10 @@ def run_local_crawl(
         plan = plan_resume(opts.out, opts.crawl_id, seeds) if opts.resume else None
         _record(tables, opts, seeds, plan, settings)
         fleet = LocalFleet(settings).start()
+        if opts.status_port is not None:
+            url, token = page.enter_context(status_page(opts, tables, fleet))
+            if on_status_page is not None:
+                on_status_page(url, token)
         fleet.publish(opts.crawl_id, _first_messages(opts, seeds, plan))
         if opts.redrive:
             _redrive(fleet, tables, opts)
@@ -164,6 +173,7 @@ def run_local_crawl(
     except KeyboardInterrupt:
         interrupted = True
     finally:
+        page.close()
         if fleet is not None:
             fleet.stop()  # the counts still in this process are written
         if tables is not None:
@@ -277,6 +287,37 @@ def _pause_interrupted(tables: BigtableTables, crawl_id: str) -> None:
     """An interrupted crawl is paused, not ended: --resume continues it."""
     with contextlib.suppress(Exception):  # best effort while stopping: the output is what counts
         apply_action(tables, crawl_id, CrawlAction.PAUSE, at=time.time(), reason="interrupted")
+
+
+@contextlib.contextmanager
+def status_page(opts: CrawlOptions, tables: BigtableTables,
+                fleet: LocalFleet) -> Iterator[tuple[str, str]]:
+    """The crawl's status page (pipeline.service.status) on 127.0.0.1:opts.status_port while
+    the crawl runs, behind a token made for this run: yields (url, token). It starts no other
+    crawl (this engine ends its own crawl only): no POST /crawls."""
+    try:
+        from pipeline.service.app import create_app
+        from pipeline.service.auth import TokenSet
+        from pipeline.service.control import CrawlControl
+        from pipeline.service.server import ApiServer
+        from pipeline.service.status import mount_status_page
+    except ImportError as exc:
+        raise ValueError(f"--status-port needs the `service` extra ({exc.name} is missing): "
+                         "pip install 'beam-crawler[service]'") from None
+
+    def no_new_crawls(batches) -> None:  # never called: the app has no POST /crawls
+        raise RuntimeError("this status page shows one crawl; start crawls with crawler serve")
+
+    token = secrets.token_urlsafe(24)
+    control = CrawlControl(tables, no_new_crawls, opts.limits(),
+                           propagation_s=fleet.settings.state_ttl_s)
+    app = create_app(control, TokenSet([token]), starts_crawls=False)
+    mount_status_page(app, out=opts.out)
+    server = ApiServer(app, port=opts.status_port).start()
+    try:
+        yield server.url, token
+    finally:
+        server.stop()
 
 
 def resume_batches(crawl_id: str, plan: ResumePlan) -> list[FrontierBatch | SeenMarks]:

@@ -300,8 +300,11 @@ class TokenGate:
 # --- The app -------------------------------------------------------------------------------
 
 
-def create_app(control: CrawlControl, tokens: TokenSet) -> FastAPI:
-    """The API over `control`, accepting `tokens`. Refuses an empty token set."""
+def create_app(control: CrawlControl, tokens: TokenSet, *,
+               starts_crawls: bool = True) -> FastAPI:
+    """The API over `control`, accepting `tokens`. Refuses an empty token set.
+    starts_crawls False: no POST /crawls (the status server of one `crawler crawl`, whose
+    engine ends its own crawl only)."""
     if len(tokens) == 0:
         raise ValueError("the API refuses to run without a token")
     app = FastAPI(
@@ -383,8 +386,6 @@ def create_app(control: CrawlControl, tokens: TokenSet) -> FastAPI:
     api = APIRouter(dependencies=[Depends(authorised)], tags=["crawls"])
     crawl_id_path = Annotated[str, Path(description="the crawl's id")]
 
-    @api.post("/crawls", status_code=201, response_model=Crawl,
-              responses=_responses(401, 503), summary="Start a crawl on the fleet")
     def create(body: CrawlRequest) -> Crawl:
         limits = CrawlLimits(**{name: getattr(body, name) for name in LIMIT_FIELDS})
         try:
@@ -392,6 +393,10 @@ def create_app(control: CrawlControl, tokens: TokenSet) -> FastAPI:
         except SeedsNotPublished as exc:
             raise _Unavailable(str(exc)) from exc
         return _crawl_json(crawl, None)
+
+    if starts_crawls:
+        api.post("/crawls", status_code=201, response_model=Crawl,
+                 responses=_responses(401, 503), summary="Start a crawl on the fleet")(create)
 
     @api.get("/crawls", response_model=CrawlPage, responses=_responses(401, 503),
              summary="Crawls, newest first")
