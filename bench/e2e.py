@@ -367,7 +367,9 @@ def run_once(case: Case, crawler: str, run: int, work: Path,
     status = ""
     summary_path = written_dir / "summary.json"
     if summary_path.exists():
-        status = json.loads(summary_path.read_text()).get("status", "")
+        summary = json.loads(summary_path.read_text())
+        # A crawl's summary says why it ended (`status` in summaries of earlier versions).
+        status = summary.get("reason") or summary.get("status", "")
     result = RunFigures(
         case=case.name, crawler=crawler, run=run, returncode=usage.returncode,
         wall_s=usage.wall_s, cpu_s=usage.cpu_s, peak_rss_mb=usage.peak_rss_mb,

@@ -2,7 +2,7 @@
 
 This module owns the measurement behind docs/architecture.md, "What a host keeps of an ended
 crawl": crawls one after another over one host, each offering its URLs, fetching them and
-ending; the host's three cells (FleetCells, written with the scheduler's own code) measured
+ending; the host's state cells (HostCells, written with the scheduler's own code) measured
 in pickled bytes after each crawl, once with the crawls ending as they do, and once with
 every crawl still running, which is what the fleet kept before eviction (nothing removed a
 crawl from a host, whatever its state). It runs no Beam pipeline and no network.
@@ -21,9 +21,9 @@ from pipeline.core.crawl_states import CrawlLimits, CrawlState
 from pipeline.core.fleet_host import TOMBSTONE_S, CrawlTerms, FleetHostState
 from pipeline.core.politeness import FetchReport, HostPolicy
 from pipeline.core.urls import url_hash
-from pipeline.io.bigtable import CrawlRecord
-from pipeline.io.crawls import FleetCrawl
-from pipeline.transforms.fleet import FleetCells, crawl_policy
+from pipeline.io.bigtable import COUNTERS
+from pipeline.io.crawls import Crawl
+from pipeline.transforms.schedule import HostCells, crawl_policy
 
 HOST = "bench.test"
 ROBOTS = b"User-agent: *\nDisallow: /private/\nCrawl-delay: 1\n"
@@ -44,9 +44,9 @@ class Cell:
 
 def _policy(per_host: int | None, max_pages: int) -> HostPolicy:
     limits = CrawlLimits(max_pages=max_pages, max_pages_per_host=per_host)
-    record = CrawlRecord("c", "running", (), max_pages, per_host, None, None, 0.0)
-    crawl = FleetCrawl(id="c", state=CrawlState.RUNNING, reason="", seeds=(), limits=limits,
-                       created_at=0.0, started_at=0.0, ended_at=None, record=record)
+    crawl = Crawl(id="c", state=CrawlState.RUNNING, reason="", seeds=(), limits=limits,
+                  created_at=0.0, started_at=0.0, ended_at=None,
+                  counters=dict.fromkeys(COUNTERS, 0))
     return crawl_policy(HostPolicy(user_agent="bench/1.0"), crawl)
 
 
@@ -60,7 +60,7 @@ def run(crawls: int, urls: int, policy: HostPolicy, end: bool,
 
     def event(offers: tuple[str, list] | None = None) -> None:
         nonlocal now
-        store = FleetCells(cells["fields"], cells["queues"], cells["seen"], cells["tombstones"])
+        store = HostCells(cells["fields"], cells["queues"], cells["seen"], cells["tombstones"])
         host = (store.read(with_seen=offers is not None,
                            crawl_id=offers[0] if offers else None) or FleetHostState(HOST))
         if offers is not None:
