@@ -97,7 +97,7 @@ def build_crawler(
     stored = fetched | "StorePages" >> StorePages(
         out, None, agent=agent_token(config.policy.user_agent), duplicates=duplicates,
         extractor=extractor_named(extractor), parse_attempts=parse_attempts,
-        page_step=page_step,
+        page_step=page_step, counts=counts,
     )
     rows = (scheduled.rows, replayed.rows, stored.rows) | "AllRows" >> beam.Flatten()
     rows | "WritePagesTable" >> WritePagesTable(out, None)

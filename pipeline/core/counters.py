@@ -130,7 +130,8 @@ class Maximum(StrEnum):
 # the frontier balance (pipeline.core.crawl_states.FrontierBalance), the host schedulers'
 # counters and the rows in each state. The rest are counted for the whole job only.
 RECORD_COUNTERS: tuple[Counter, ...] = (
-    Counter.BATCHES_PUBLISHED, Counter.BATCHES_RECEIVED, Counter.URLS_DECODED,
+    Counter.BATCHES_PUBLISHED, Counter.BATCHES_RECEIVED, Counter.LINK_BATCHES_EMITTED,
+    Counter.BATCHES_PUBLISHED_LINKS, Counter.URLS_DECODED,
     Counter.URLS_INVALID, Counter.URLS_OFFERED, Counter.URLS_ACCEPTED, Counter.URLS_REDRIVEN,
     Counter.REQUESTS, Counter.ROBOTS_REQUESTS, Counter.HOSTS_ACTIVATED, Counter.HOSTS_IDLED,
     Counter.LEASES_EXPIRED, Counter.HOSTS_THROTTLED_FOR_DUPLICATES, Counter.URLS_OVERFLOWED,

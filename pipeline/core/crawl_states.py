@@ -138,13 +138,17 @@ class FrontierBalance:
 
     Each pair is counted where the work leaves one stage and where it arrives at the next, and
     a stage counts what it received before anything it made of it can be counted further on:
-    so while any of the crawl's work is between two stages, one pair is out of balance. A
+    so while any of the crawl's work is between two stages, one pair is out of balance. (A
+    page's row can be written before its links' batch is published: the links' own pair
+    covers that hop.) A
     pair's far side may run ahead of its near side (a message read before its publisher's
     count is written, a bundle retried): the balance holds when each far side has caught up.
     """
 
     published: int = 0  # frontier messages of the crawl Pub/Sub took (seeds included)
     received: int = 0  # ... the frontier's readers decoded
+    links_emitted: int = 0  # link batches the store made of the crawl's pages
+    links_published: int = 0  # ... Pub/Sub took
     routed: int = 0  # URLs the readers sent on to their hosts' keys
     offered: int = 0  # ... the hosts' schedulers took
     accepted: int = 0  # URLs the hosts accepted (new to their seen-sets)
@@ -154,7 +158,8 @@ class FrontierBalance:
     def settled(self) -> bool:
         """Nothing of the crawl is in flight between stages or waiting in a host's state."""
         return (self.received >= self.published and self.offered >= self.routed
-                and self.terminal >= self.accepted)
+                and self.terminal >= self.accepted
+                and self.links_published >= self.links_emitted)
 
 
 def crawl_over(state: CrawlState, *, now: float, deadline: float | None,

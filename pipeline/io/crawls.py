@@ -157,6 +157,8 @@ class Crawl:
         c = self.counters
         return FrontierBalance(
             published=c["batches_published"], received=c["batches_received"],
+            links_emitted=c["link_batches_emitted"],
+            links_published=c["batches_published_links"],
             routed=c["urls_decoded"], offered=c["urls_offered"],
             accepted=c["accepted"] + c["urls_redriven"], terminal=self.terminal)
 

@@ -21,6 +21,7 @@ from apache_beam.pvalue import PBegin, PCollection
 
 from pipeline.core.counters import Counter, published
 from pipeline.core.records import (
+    BatchKind,
     DeadLetter,
     FrontierBatch,
     HostBatch,
@@ -221,6 +222,8 @@ class PublishFn(beam.DoFn):
             counter.inc()
             if self._counts is not None:
                 self._counts.add(crawl_id, Counter.BATCHES_PUBLISHED)
+                if kind == BatchKind.LINKS:  # the far side of the store's link batches
+                    self._counts.add(crawl_id, Counter.BATCHES_PUBLISHED_LINKS)
         self._pending = []
         self._sent = []
 

@@ -33,6 +33,7 @@ from pipeline.core.records import (
     PageState,
 )
 from pipeline.core.urls import host_key
+from pipeline.io.bigtable import BigtableConfig
 from pipeline.io.redrive import replay_result
 from pipeline.metrics import crawl_counter
 from pipeline.transforms.pages import (
@@ -41,6 +42,7 @@ from pipeline.transforms.pages import (
     ParsePages,
     WriteResponses,
 )
+from pipeline.transforms.resources import CrawlCounts, worker_resources
 
 log = logging.getLogger(__name__)
 
@@ -59,16 +61,26 @@ class StoreOutputs(NamedTuple):
 class LinksLeaveFn(beam.DoFn):
     """A stored page -> its link batch ('links'), counted as it leaves, and the page without
     it (main): near-duplicate flagging changes only the row, so the links need not travel to
-    the host's key with it."""
+    the host's key with it. With `counts` (the Bigtable of the crawl records) each batch is
+    counted in its crawl's record too, before its page's row can be: the near side of the
+    links' hop in the crawl's balance (pipeline.core.crawl_states.FrontierBalance)."""
 
-    def __init__(self) -> None:
+    def __init__(self, counts: BigtableConfig | None = None) -> None:
         self._link_batches = crawl_counter(Counter.LINK_BATCHES_EMITTED)
+        self._counts_config = counts
+        self._counts: CrawlCounts | None = None
+
+    def setup(self) -> None:
+        if self._counts_config is not None:
+            self._counts = worker_resources().crawl_counts(self._counts_config)
 
     def process(self, page: StoredPage) -> Iterator[object]:
         if page.links is None:
             yield page
             return
         self._link_batches.inc()
+        if self._counts is not None:
+            self._counts.add(page.links.crawl_id, Counter.LINK_BATCHES_EMITTED)
         yield TaggedOutput(LINKS, page.links)
         yield dataclasses.replace(page, links=None)
 
@@ -93,14 +105,19 @@ class StorePages(beam.PTransform):
     (a quality or language filter, say). Every page it receives must leave it, with its row:
     a page it rejects keeps its row (state `filtered` and a reason) and drops its text, so
     the crawl still accounts for every URL.
+
+    counts: the Bigtable of the crawl records, whose link counts the store keeps (the crawler's
+    own graph passes it; see LinksLeaveFn).
     """
 
     def __init__(self, out: str, crawl_id: str | None, agent: str | None = None,
                  duplicates: DuplicatePolicy | None = None, fast: bool = False,
                  extractor: TextExtractor | None = None,
                  page_step: beam.PTransform | None = None,
-                 parse_attempts: int = PARSE_ATTEMPTS) -> None:
+                 parse_attempts: int = PARSE_ATTEMPTS,
+                 counts: BigtableConfig | None = None) -> None:
         super().__init__()
+        self._counts = counts
         self._parse_attempts = parse_attempts
         self._out = out
         self._crawl_id = crawl_id
@@ -124,7 +141,7 @@ class StorePages(beam.PTransform):
         if self._page_step is not None:
             pages = pages | "PageStep" >> self._page_step
         deduped = pages | "DedupContent" >> DedupContent(self._out, self._crawl_id)
-        split = deduped | "LinksLeave" >> beam.ParDo(LinksLeaveFn()).with_output_types(
+        split = deduped | "LinksLeave" >> beam.ParDo(LinksLeaveFn(self._counts)).with_output_types(
             StoredPage).with_outputs(LINKS, main="pages")
         judged = split.pages | "FlagNearDuplicates" >> FlagNearDuplicates(self._duplicates)
         rows = judged.pages | "Rows" >> beam.ParDo(RowsFn()).with_output_types(PageRow)
