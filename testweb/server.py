@@ -44,6 +44,7 @@ class LoggedRequest:
     path: str  # path and query, as requested
     arrival_ns: int  # when the request line arrived (kernel receive time; epoch ns)
     status: int
+    user_agent: str = ""  # the User-Agent header: which crawl asked, when several share a web
 
 
 def read_request_log(path: str | Path) -> list[LoggedRequest]:
@@ -52,13 +53,15 @@ def read_request_log(path: str | Path) -> list[LoggedRequest]:
     with open(path, encoding="utf-8") as log:
         for number, line in enumerate(log, 1):
             fields = line.rstrip("\n").split("\t")
-            if len(fields) != 4:
+            if len(fields) not in (4, 5):
                 raise ValueError(
-                    f"{path}:{number}: expected host, path, arrival_ns and status separated by "
-                    f"tabs, got {line!r}; is this a request log written by testweb.serve?"
+                    f"{path}:{number}: expected host, path, arrival_ns, status and user agent "
+                    f"separated by tabs, got {line!r}; is this a request log written by "
+                    "testweb.serve?"
                 )
-            host, request_path, arrival, status = fields
-            requests.append(LoggedRequest(host, request_path, int(arrival), int(status)))
+            host, request_path, arrival, status, *agent = fields
+            requests.append(LoggedRequest(host, request_path, int(arrival), int(status),
+                                          agent[0] if agent else ""))
     return requests
 
 
@@ -67,10 +70,12 @@ class _RequestLog:
         self._file: IO[str] | None = open(path, "a", encoding="utf-8")  # noqa: SIM115
         self._lock = threading.Lock()
 
-    def write(self, host: str, path: str, arrival_ns: int, status: int) -> None:
+    def write(self, host: str, path: str, arrival_ns: int, status: int,
+              user_agent: str = "") -> None:
+        agent = " ".join(user_agent.split())  # no tab or line break can break the line
         with self._lock:
             if self._file is not None:
-                self._file.write(f"{host}\t{path}\t{arrival_ns}\t{status}\n")
+                self._file.write(f"{host}\t{path}\t{arrival_ns}\t{status}\t{agent}\n")
                 self._file.flush()
 
     def close(self) -> None:
@@ -232,7 +237,8 @@ class _Handler(BaseHTTPRequestHandler):
                                                     not web.is_robots_path(host, path))
         response = web.render(host, path, nth, host_nth=host_nth or None,
                               now=self.arrival_ns / 1e9)
-        server.log.write(host, path, self.arrival_ns, response.status)
+        server.log.write(host, path, self.arrival_ns, response.status,
+                         self.headers.get("User-Agent", ""))
         if response.delay_before > 0 and server.stopping.wait(response.delay_before):
             self.close_connection = True  # stopped while delaying: the answer never comes
             return
