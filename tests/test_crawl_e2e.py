@@ -14,34 +14,19 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from pipeline.core.records import RecordPointer
-from pipeline.io.pages_table import query_pages
 from pipeline.io.segments import read_response, read_text
 from pipeline.local.runtime import CrawlSummary, run_local_crawl
 from pipeline.options import CrawlOptions
-from testweb.audit import AuditReport, audit_crawl
+from tests.e2e_web import LIMITS, QUEUE_CAP, SPEC, USER_AGENT, audit, page_rows
+from testweb.audit import AuditReport
 from testweb.server import LoggedRequest, read_request_log, serve
 from testweb.web import FaultHost, WebSpec
 
 pytestmark = pytest.mark.slow
-
-USER_AGENT = "beam-crawler-test/1.0"
-# The web and the limits every full audit of this suite uses (tests/test_service_e2e.py too).
-SPEC = WebSpec(hosts=40, pages_per_host=20, hang_seconds=5.0, faults=True)
-LIMITS: dict[str, Any] = dict(min_delay=0.2, max_crawl_delay=5.0, max_body_bytes=1024 * 1024,
-                              max_calendar_pages=30, circuit_failures=3, circuit_seconds=4.0)
-QUEUE_CAP = 6
-
-
-def page_rows(out: str, crawl_id: str) -> list[dict]:
-    table = query_pages(out, crawl_id, "SELECT * FROM pages")
-    columns = [c[0] for c in query_pages(out, crawl_id, "DESCRIBE SELECT * FROM pages")]
-    return [dict(zip(columns, row, strict=True)) for row in table]
-
 
 @dataclass
 class Crawled:
@@ -50,14 +35,6 @@ class Crawled:
     rows: list[dict]
     requests: list[LoggedRequest]
     near_pairs: set[frozenset[str]]
-
-
-def audit(web, requests: list[LoggedRequest], rows: list[dict], *, budget_per_host: int,
-          max_depth: int | None = None) -> AuditReport:
-    return audit_crawl(
-        web.web, requests, rows, seeds=web.seeds, max_depth=max_depth,
-        max_pages_per_host=budget_per_host, user_agent=USER_AGENT, read_response=read_response,
-        read_text=read_text, **LIMITS)
 
 
 @pytest.fixture(scope="module")

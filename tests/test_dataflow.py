@@ -24,6 +24,7 @@ from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.dataflow.internal import apiclient
 from google.cloud import dataflow
 from google.protobuf import wrappers_pb2
+from pipeline.transforms.fleet import FleetSchedulerFn
 
 from pipeline.core.budget import BlockPageBudget, LocalPageBudget
 from pipeline.core.crawl_states import CLOUD_STATE_TTL_S
@@ -40,7 +41,6 @@ from pipeline.main import (
 from pipeline.options import CrawlOptions
 from pipeline.transforms.budget import BigtablePageClaims
 from pipeline.transforms.crawl_watch import WatchCrawlsFn
-from pipeline.transforms.fleet import FleetSchedulerFn
 from pipeline.transforms.frontier import PublishFn
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from pipeline.transforms.fleet import FleetConfig, FleetSchedulerFn
 
 from pipeline.core.budget import BlockPageBudget
 from pipeline.core.crawl_states import CrawlLimits, CrawlState
@@ -14,7 +15,6 @@ from pipeline.core.politeness import HostPolicy
 from pipeline.io.bigtable import BigtableConfig, open_tables
 from pipeline.io.crawls import create_fleet_crawl, read_fleet_crawl
 from pipeline.io.fetch import FetchConfig
-from pipeline.transforms.fleet import FleetConfig, FleetSchedulerFn
 from tests.test_fleet_crawls import emulator  # noqa: F401  (the module's emulator fixture)
 
 

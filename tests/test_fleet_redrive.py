@@ -12,6 +12,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_stream import TestStream
+from pipeline.transforms.fleet import FleetConfig
 
 from pipeline.core.crawl_states import CrawlLimits
 from pipeline.core.politeness import HostPolicy
@@ -33,7 +34,6 @@ from pipeline.io.redrive import run_redrive
 from pipeline.io.resources import RESOURCES
 from pipeline.io.segments import SegmentWriter, read_response, read_text
 from pipeline.local.emulators import ensure_subscription, ensure_topic
-from pipeline.transforms.fleet import FleetConfig
 from pipeline.transforms.resources import worker_resources
 
 PAGE = (b"<html><head><title>Fixed</title></head><body><article><p>"

@@ -14,11 +14,11 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from pipeline.transforms.fleet import ROWS
 
 from pipeline.core.crawl_states import CrawlLimits
 from pipeline.core.records import FrontierBatch, SeenMarks
 from pipeline.io.crawls import create_fleet_crawl
-from pipeline.transforms.fleet import ROWS
 from pipeline.transforms.resources import worker_resources
 from tests.test_fleet_crawls import emulator  # noqa: F401  (the module's emulator fixture)
 from tests.test_fleet_robots import TEXT, Fleet, tables, tagged  # noqa: F401  (fixture)

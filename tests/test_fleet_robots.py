@@ -12,6 +12,14 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from pipeline.transforms.fleet import (
+    ROBOTS,
+    ROWS,
+    DecodeFleetFrontierFn,
+    FleetCells,
+    FleetConfig,
+    FleetSchedulerFn,
+)
 
 from pipeline.core.crawl_states import CrawlAction, CrawlLimits
 from pipeline.core.fleet_host import FleetHostState
@@ -21,14 +29,6 @@ from pipeline.core.urls import url_hash
 from pipeline.io.bigtable import BigtableConfig, open_tables
 from pipeline.io.crawls import apply_action, create_fleet_crawl
 from pipeline.io.fetch import FetchConfig
-from pipeline.transforms.fleet import (
-    ROBOTS,
-    ROWS,
-    DecodeFleetFrontierFn,
-    FleetCells,
-    FleetConfig,
-    FleetSchedulerFn,
-)
 from pipeline.transforms.resources import worker_resources
 from tests.test_fleet_crawls import emulator  # noqa: F401  (the module's emulator fixture)
 from tests.test_scheduler import FakePool, FakeState, FakeTimer

@@ -12,6 +12,7 @@ import pickle
 import uuid
 
 import pytest
+from pipeline.transforms.fleet import ROWS, FleetCells, crawl_records
 
 from pipeline.core.crawl_states import CrawlAction, CrawlLimits, CrawlState
 from pipeline.core.fleet_host import CrawlTerms, FleetHostState
@@ -19,7 +20,6 @@ from pipeline.core.politeness import HostPolicy
 from pipeline.core.robots_relay import RobotsErrand
 from pipeline.core.urls import url_hash
 from pipeline.io.crawls import apply_action, create_fleet_crawl
-from pipeline.transforms.fleet import ROWS, FleetCells, crawl_records
 from pipeline.transforms.resources import worker_resources
 from tests.test_fleet_crawls import emulator  # noqa: F401  (the module's emulator fixture)
 from tests.test_fleet_robots import Fleet, tables, tagged  # noqa: F401  (its fixture)

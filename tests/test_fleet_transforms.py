@@ -3,6 +3,8 @@ host, and each crawl's limits over the fleet's defaults."""
 
 from __future__ import annotations
 
+from pipeline.transforms.fleet import DecodeFleetFrontierFn, crawl_policy
+
 from pipeline.core.crawl_states import CrawlLimits, CrawlState
 from pipeline.core.politeness import HostPolicy
 from pipeline.core.records import (
@@ -20,7 +22,6 @@ from pipeline.core.robots_relay import RobotsFetch, RobotsReply
 from pipeline.core.urls import url_hash
 from pipeline.io.bigtable import CrawlRecord
 from pipeline.io.crawls import FleetCrawl
-from pipeline.transforms.fleet import DecodeFleetFrontierFn, crawl_policy
 from pipeline.transforms.frontier import REDRIVE
 
 BASE = HostPolicy(user_agent="fleet/1.0", min_delay=1.0, max_crawl_delay=30.0, max_depth=None,

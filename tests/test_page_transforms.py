@@ -172,6 +172,27 @@ def test_flag_near_duplicates_flags_copies_and_throttles_a_host_serving_them():
                     equal_to([("throttle", "http://a.test/3")]), label="signals")
 
 
+def test_two_crawls_of_one_host_are_not_each_others_near_copies():
+    """Two crawls of one host fetch the same pages: each crawl's pages are judged against its
+    own earlier pages only, so neither is flagged, nor is the host slowed, for the other's."""
+    import dataclasses
+
+    policy = DuplicatePolicy(window=4, min_pages=4, throttle_share=0.5, release_share=0.25)
+    pages = [judge_response(_stored(dataclasses.replace(
+        result(f"http://a.test/{i}", body=other_html(i), fetched_at=float(i)), crawl_id=crawl)))
+        for i in range(5) for crawl in ("c1", "c2")]
+    stream = TestStream()
+    for page in pages:
+        stream = stream.add_elements([TimestampedValue(page, page.row.fetched_at)])
+    stream = stream.advance_watermark_to_infinity()
+    with TestPipeline(options=beam.options.pipeline_options.PipelineOptions(
+            streaming=True)) as p:
+        flagged = p | stream | FlagNearDuplicates(policy)
+        assert_that(flagged.pages | beam.Map(lambda pg: pg.row.near_duplicate_of),
+                    equal_to([None] * 10), label="pages")
+        assert_that(flagged.host_signals, equal_to([]), label="signals")
+
+
 def _boom(tree, url):
     raise RecursionError("too deep")
 

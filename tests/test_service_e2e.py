@@ -1,9 +1,10 @@
 """End to end: the crawl service on one machine. The control API (real uvicorn, httpx) in front
-of the local fleet (one DirectRunner pipeline for every crawl) with both emulators, crawling
-the synthetic web, judged by the web's own request log and the stored rows.
+of the one engine (the DirectRunner pipeline serving every crawl) with the session's emulators,
+crawling the synthetic web, judged by the web's own request log and the stored rows.
 
-- two crawls at once over the same hosts: the auditor finds no spacing violation across them,
-  and each crawl's rows and counters add up;
+- two crawls at once over the web tests/test_crawl_e2e.py crawls with `crawler crawl`, each
+  with its own user agent: each passes the same full audit on its own requests and rows, the
+  spacing holds across both, and each crawl's rows and counters add up;
 - pause proven at the server: once `pause` has returned, no request reaches the web apart from
   those already in flight, until `resume`; the crawl then continues and ends `done`;
 - a cancelled crawl ends `cancelled` with every waiting URL in a `cancelled` row;
@@ -21,22 +22,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pipeline.core.politeness import HostPolicy
-from pipeline.io.bigtable import BigtableConfig, open_tables
-from pipeline.io.fetch import FetchConfig
+from pipeline.io.bigtable import open_tables
 from pipeline.io.pages_table import query_pages
-from pipeline.local.emulators import (
-    EmulatorMissing,
-    ensure_topic,
-    start_bigtable_emulator,
-    start_pubsub_emulator,
-)
 from pipeline.local.fleet import FleetSettings, LocalFleet
+from pipeline.options import CrawlOptions
 from pipeline.service.app import create_app
 from pipeline.service.auth import TokenSet
-from pipeline.service.control import CrawlControl, FleetDefaults, PubSubFrontier
+from pipeline.service.control import CrawlControl, PubSubFrontier
 from pipeline.service.server import ApiServer
 from tests.crawl_api import CrawlApi
+from tests.e2e_web import LIMITS, QUEUE_CAP, SPEC, USER_AGENT, audit, page_rows
 from testweb.audit import audit_politeness
 from testweb.server import read_request_log, serve
 from testweb.web import WebSpec
@@ -44,34 +39,29 @@ from testweb.web import WebSpec
 pytestmark = pytest.mark.slow
 
 TOKEN = "service-e2e-token-" + uuid.uuid4().hex
-PROJECT = "service-e2e"
-MIN_DELAY = 0.3
-MAX_CRAWL_DELAY = 1.0
-AGENT = "fleet-test/1.0"
-SPEC = WebSpec(hosts=6, pages_per_host=20, hang_seconds=2.0, seed_hosts=2)
+PROJECT = "local-crawler"
+BUDGET_PER_HOST = SPEC.pages_per_host + 20
 
 
 class Service(CrawlApi):
-    def __init__(self, tmp: Path) -> None:
+    """The API and the engine behind it, crawling `spec` as served on loopback."""
+
+    def __init__(self, tmp: Path, spec: WebSpec = SPEC) -> None:
         self.log_path = tmp / "requests.tsv"
         self.out = str(tmp / "out")
-        self.web = serve(SPEC, self.log_path)
-        self.bigtable = BigtableConfig(PROJECT, f"i-{uuid.uuid4().hex[:10]}", timeout_s=10)
-        self.tables = open_tables(self.bigtable, create=True)
-        topic = ensure_topic(PROJECT, f"frontier-{uuid.uuid4().hex[:8]}")
-        policy = HostPolicy(user_agent=AGENT, min_delay=MIN_DELAY,
-                            max_crawl_delay=MAX_CRAWL_DELAY, fetch_timeout=2.0,
-                            lease_grace=1.0, bloom_capacity=4000)
+        self.web = serve(spec, self.log_path)
+        options = CrawlOptions(
+            seeds=(), out=self.out, project=PROJECT, bigtable_instance=f"i{uuid.uuid4().hex[:10]}",
+            resolve=(self.web.resolve_arg,), fetch_timeout=2.0, lease_grace=1.0,
+            host_queue_cap=QUEUE_CAP, max_pages=None, user_agent=USER_AGENT, **LIMITS)
+        self.tables = open_tables(options.bigtable_config(), create=True)
         self.settings = FleetSettings(
-            project=PROJECT, bigtable=self.bigtable, frontier_topic=topic, out=self.out,
-            policy=policy, fetch=FetchConfig(user_agent=AGENT, timeout=2.0,
-                                             connect_timeout=2.0),
-            resolve=(self.web.resolve_arg,), state_ttl_s=1.0, quiet_s=3.0,
-        )
+            options=options, frontier_topic=f"frontier-{uuid.uuid4().hex[:8]}",
+            dead_letter_topic=f"dead-{uuid.uuid4().hex[:8]}",
+            dead_letter_subscription=f"dead-kept-{uuid.uuid4().hex[:8]}")
         self.fleet = LocalFleet(self.settings).start()
-        self.frontier = PubSubFrontier(topic)
-        control = CrawlControl(self.tables, self.frontier,
-                               FleetDefaults(min_delay=MIN_DELAY, user_agent=AGENT),
+        self.frontier = PubSubFrontier(self.fleet.topic)
+        control = CrawlControl(self.tables, self.frontier, options.limits(),
                                propagation_s=self.settings.state_ttl_s)
         self.server = ApiServer(create_app(control, TokenSet([TOKEN]))).start()
         self.client = httpx.Client(base_url=self.server.url, timeout=30,
@@ -86,8 +76,8 @@ class Service(CrawlApi):
         self.web.stop()
 
     def create(self, **limits) -> str:
-        body = {"seeds": self.web.seeds, "max_pages": 10_000,
-                "max_pages_per_host": SPEC.pages_per_host + 20} | limits
+        body = {"seeds": self.web.seeds, "max_pages": 100_000,
+                "max_pages_per_host": BUDGET_PER_HOST} | limits
         answer = self.client.post("/crawls", json=body)
         assert answer.status_code == 201, answer.text
         return answer.json()["id"]
@@ -98,26 +88,12 @@ class Service(CrawlApi):
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory) -> Iterator[Service]:
-    started = []
+def service(emulators, tmp_path_factory) -> Iterator[Service]:
+    running = Service(tmp_path_factory.mktemp("service"))
     try:
-        for start in (start_bigtable_emulator, start_pubsub_emulator):
-            started.append(start())
-    except EmulatorMissing as exc:
-        for emulator in started:
-            emulator.stop()
-        pytest.skip(str(exc))
-    with pytest.MonkeyPatch.context() as patch:
-        for emulator in started:
-            for variable, value in emulator.env.items():
-                patch.setenv(variable, value)
-        running = Service(tmp_path_factory.mktemp("service"))
-        try:
-            yield running
-        finally:
-            running.close()
-            for emulator in started:
-                emulator.stop()
+        yield running
+    finally:
+        running.close()
 
 
 def _adds_up(service: Service, crawl: dict) -> None:
@@ -133,20 +109,47 @@ def _adds_up(service: Service, crawl: dict) -> None:
     assert crawl["frontier"] == 0
 
 
-def test_two_crawls_at_once_over_the_same_hosts_keep_the_spacing_and_add_up(service):
-    first = service.create()
-    second = service.create()
-    done = [service.wait_for(c, lambda crawl: crawl["state"] == "done", f"{c} done")
-            for c in (first, second)]
+def test_a_crawl_started_through_the_api_passes_the_crawl_audit(service):
+    """The crawl tests/test_crawl_e2e.py makes with `crawler crawl`, started through POST
+    /crawls: the same full audit, the crawl ending by itself."""
+    crawl_id = service.create()
+    crawl = service.wait_for(crawl_id, lambda c: c["state"] == "done", f"{crawl_id} done",
+                             timeout=400)
+    assert crawl["reason"] == "drained" and crawl["counters"]["fetched"] > 500, crawl
+    _adds_up(service, crawl)
+    rows = page_rows(service.out, crawl_id)
+    report = audit(service.web, read_request_log(service.log_path), rows,
+                   budget_per_host=BUDGET_PER_HOST)
+    assert report.violations == [], "\n".join(report.violations[:40])
+
+
+def test_two_crawls_at_once_over_the_same_hosts_keep_the_spacing_and_add_up(emulators,
+                                                                             tmp_path):
+    """Two crawls of one fleet over the same hosts, each with its own user agent: the spacing
+    holds over both crawls' requests together, one robots.txt request serves both, each crawl
+    fetches every page once (its own seen-set) and its rows and counters add up."""
+    service = Service(tmp_path, WebSpec(hosts=6, pages_per_host=20, hang_seconds=2.0,
+                                        seed_hosts=2))
+    try:
+        agents = {"first": USER_AGENT, "second": USER_AGENT.replace("test", "other")}
+        ids = {name: service.create(user_agent=agent) for name, agent in agents.items()}
+        done = [service.wait_for(crawl_id, lambda c: c["state"] == "done", f"{crawl_id} done")
+                for crawl_id in ids.values()]
+        requests = read_request_log(service.log_path)
+    finally:
+        service.close()
     for crawl in done:
         assert crawl["reason"] == "drained" and crawl["counters"]["fetched"] > 0
         _adds_up(service, crawl)
-    # Both crawls fetched the same pages: each has its own seen-set.
-    assert {r["url"] for r in service.rows(first) if r["state"] == "fetched"} == {
-        r["url"] for r in service.rows(second) if r["state"] == "fetched"}
-    requests = read_request_log(service.log_path)
-    report = audit_politeness(service.web.web, requests, min_delay=MIN_DELAY,
-                              max_crawl_delay=MAX_CRAWL_DELAY)
+    fetched = {name: [r["url"] for r in service.rows(crawl_id) if r["state"] == "fetched"]
+               for name, crawl_id in ids.items()}
+    assert sorted(fetched["first"]) == sorted(fetched["second"])
+    pages = Counter((r.user_agent, r.host, r.path) for r in requests
+                    if r.path != "/robots.txt" and r.status == 200)
+    assert pages and max(pages.values()) == 1  # each crawl asked for each page once
+    assert {agent for agent, _, _ in pages} == set(agents.values())
+    report = audit_politeness(service.web.web, requests, min_delay=LIMITS["min_delay"],
+                              max_crawl_delay=LIMITS["max_crawl_delay"])
     assert report.ok, report.summary()
     # One robots.txt request per host for both crawls, not one each.
     robots = Counter(r.host for r in requests if r.path == "/robots.txt")
@@ -246,8 +249,9 @@ def test_crawler_serve_is_one_command_for_emulators_fleet_and_api(tmp_path):
                     time.sleep(0.5)  # polling the API for a condition; the deadline bounds it
             assert 0 < crawl["counters"]["fetched"] <= 15  # the page budget holds
             assert crawl["counters"]["over_budget"] > 0
-            assert crawl["counters"]["accepted"] == sum(
-                v for k, v in crawl["counters"].items() if k not in ("accepted", "bytes"))
+            terminal = ("fetched", "redirected", "failed", "disallowed", "filtered",
+                        "duplicate", "over_budget", "dead_lettered", "cancelled")
+            assert crawl["counters"]["accepted"] == sum(crawl["counters"][s] for s in terminal)
         finally:
             process.send_signal(signal.SIGTERM)
             try:

@@ -338,9 +338,10 @@ class _BagUrlLog:
 
 
 class HostContentFn(beam.DoFn):
-    """Keyed by host: flags near-duplicate pages and tells the host's scheduler when the host
-    serves mostly duplicates (see pipeline.core.near_duplicates). State: one HostIndex, its
-    fingerprints and window in CONTENT, its URLs in the URLS bag.
+    """Keyed by host within a crawl (host_of_crawl): flags near-duplicate pages and tells the
+    host's scheduler when the host serves mostly duplicates (see
+    pipeline.core.near_duplicates). State: one HostIndex, its fingerprints and window in
+    CONTENT, its URLs in the URLS bag.
 
     CONTENT keeps the state id and coder under which earlier versions pickled a whole
     HostContent, so a running job updated to this code keeps its hosts' indexes: such a value
@@ -382,6 +383,12 @@ def _restored_index(host: str, stored: object, urls_state) -> HostIndex:
         return HostIndex(_BagUrlLog(urls_state))
 
 
+def host_of_crawl(page: StoredPage) -> str:
+    """The near-duplicate index's key: the page's host within its crawl (a crawl id holds no
+    space, so the key reads back unambiguously)."""
+    return f"{page.row.crawl_id} {page.row.host}"
+
+
 def _fingerprinted(page: StoredPage) -> bool:
     # Pages whose text was hashed (first copies and exact duplicates) join the host's index.
     return page.row.simhash is not None
@@ -389,8 +396,10 @@ def _fingerprinted(page: StoredPage) -> bool:
 
 class FlagNearDuplicates(beam.PTransform):
     """StoredPage -> NearDuplicateOutputs: pages whose text nearly repeats (simhash) an earlier
-    page of their host get `near_duplicate_of`; `host_signals` tells a host's scheduler to slow
-    down while the host serves mostly duplicates, and to resume once it does not."""
+    page of their host in their crawl get `near_duplicate_of`; `host_signals` tells a host's
+    scheduler to slow down while the host serves the crawl mostly duplicates, and to resume
+    once it does not. Crawls are judged apart: two crawls of one host fetch the same pages,
+    and neither's pages are copies of the other's."""
 
     def __init__(self, policy: DuplicatePolicy | None = None) -> None:
         super().__init__()
@@ -402,7 +411,7 @@ class FlagNearDuplicates(beam.PTransform):
         ).with_output_types(StoredPage)
         judged = (
             fingerprinted
-            | "KeyByHost" >> beam.Map(lambda page: (page.row.host, page))
+            | "KeyByHost" >> beam.Map(lambda page: (host_of_crawl(page), page))
             .with_output_types(tuple[str, StoredPage])
             | "NearDuplicates" >> beam.ParDo(HostContentFn(self._policy))
             .with_output_types(StoredPage)
