@@ -123,21 +123,16 @@ def test_a_crawl_started_through_the_api_passes_the_crawl_audit(service):
     assert report.violations == [], "\n".join(report.violations[:40])
 
 
-def test_two_crawls_at_once_over_the_same_hosts_keep_the_spacing_and_add_up(emulators,
-                                                                             tmp_path):
+def test_two_crawls_at_once_over_the_same_hosts_keep_the_spacing_and_add_up(small_service):
     """Two crawls of one fleet over the same hosts, each with its own user agent: the spacing
     holds over both crawls' requests together, one robots.txt request serves both, each crawl
     fetches every page once (its own seen-set) and its rows and counters add up."""
-    service = Service(tmp_path, WebSpec(hosts=6, pages_per_host=20, hang_seconds=2.0,
-                                        seed_hosts=2))
-    try:
-        agents = {"first": USER_AGENT, "second": USER_AGENT.replace("test", "other")}
-        ids = {name: service.create(user_agent=agent) for name, agent in agents.items()}
-        done = [service.wait_for(crawl_id, lambda c: c["state"] == "done", f"{crawl_id} done")
-                for crawl_id in ids.values()]
-        requests = read_request_log(service.log_path)
-    finally:
-        service.close()
+    service = small_service
+    agents = {"first": USER_AGENT, "second": USER_AGENT.replace("test", "other")}
+    ids = {name: service.create(user_agent=agent) for name, agent in agents.items()}
+    done = [service.wait_for(crawl_id, lambda c: c["state"] == "done", f"{crawl_id} done")
+            for crawl_id in ids.values()]
+    requests = read_request_log(service.log_path)
     for crawl in done:
         assert crawl["reason"] == "drained" and crawl["counters"]["fetched"] > 0
         _adds_up(service, crawl)
@@ -156,7 +151,20 @@ def test_two_crawls_at_once_over_the_same_hosts_keep_the_spacing_and_add_up(emul
     assert robots and max(robots.values()) == 1, robots
 
 
-def test_pause_holds_at_the_server_resume_continues_cancel_ends_every_waiting_url(service):
+@pytest.fixture
+def small_service(emulators, tmp_path) -> Iterator[Service]:
+    """A service of its own over a web of a few plain hosts."""
+    running = Service(tmp_path, WebSpec(hosts=6, pages_per_host=20, hang_seconds=2.0,
+                                        seed_hosts=2))
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+def test_pause_holds_at_the_server_resume_continues_cancel_ends_every_waiting_url(
+        small_service):
+    service = small_service
     crawl_id = service.create()
     service.wait_for(crawl_id, lambda c: c["counters"]["fetched"] >= 10, "10 pages fetched")
     answer = service.client.post(f"/crawls/{crawl_id}/pause")
