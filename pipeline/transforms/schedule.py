@@ -200,7 +200,8 @@ def outcome_row(crawl_id: str, host: str, outcome: Outcome) -> PageRow:
         state=str(outcome.state),
         reason=outcome.reason,
         http_status=outcome.http_status,
-        attempts=entry.attempt + (1 if outcome.http_status is not None else 0),
+        attempts=entry.attempt + (1 if outcome.requested or outcome.http_status is not None
+                                  else 0),
     )
 
 
