@@ -325,3 +325,30 @@ def test_an_event_keeps_the_armed_timer_unless_it_needs_the_host_sooner(armed, n
         assert wake == min(armed, needed)
         assert wake <= armed and wake <= needed
 
+
+def test_a_fetch_started_by_one_copy_of_the_dofn_is_collected_by_a_later_copy(host):
+    """A runner may make a new copy of the DoFn for every bundle (Beam's DirectRunner does,
+    round-tripping it through pickle): the fetch one copy started is collected by the next,
+    not lost with the copy that started it, which would expire its lease and fetch the URL
+    again."""
+    import gc
+
+    from pipeline.transforms.schedule import HostSchedulerFn
+
+    hosts = host.hosts
+    host.offer("a")
+    host.fire(0.0)
+    assert len(hosts.pool.submitted) == 1
+    hosts.fn = HostSchedulerFn(hosts.config, clock=lambda: hosts.pool.clock[0],
+                               submit=hosts.pool.submit)
+    gc.collect()  # the first copy and whatever only it held are gone
+    hosts.fn.setup()
+    hosts.fn.start_bundle()
+    hosts.pool.finish(0, status=404)
+    host.fire(0.5)  # the new copy collects the robots.txt answer ...
+    host.fire(1.0)  # ... so the page goes a delay later, not after the lease ran out
+    assert [(u, t) for u, t, _ in hosts.pool.submitted] == [
+        (f"http://{HOST}/robots.txt", 0.0), (f"http://{HOST}/a", 1.0)]
+    host.pool.finish(1)
+    out = host.fire(2.0)
+    assert [r.url for r in out if isinstance(r, FetchResult)] == [f"http://{HOST}/a"]

@@ -168,6 +168,7 @@ class CrawlRecords:
 
 
 _RECORDS = Shared()
+_HELD: list[WorkerResources] = []
 
 
 def crawl_records() -> CrawlRecords:
@@ -375,6 +376,10 @@ class HostSchedulerFn(beam.DoFn):
     def setup(self) -> None:
         self._overrides = tuple(parse_resolve(spec) for spec in self._config.resolve)
         self._resources = worker_resources()
+        # Fetches run across bundles, and a runner may copy the DoFn for every bundle (the
+        # DirectRunner does): the process's resources, running fetches included, live while
+        # someone holds them, so the scheduler holds the last ones it acquired.
+        _HELD[:] = [self._resources]
         self._records = crawl_records()
         self._counts = self._resources.crawl_counts(self._config.bigtable)
 
