@@ -35,7 +35,9 @@ def frontier_rows(tables, prefix: str) -> list[bytes]:
 @pytest.mark.parametrize("block", [1, 16])
 def test_the_page_budget_is_exact_across_hosts_and_the_rest_ends_over_budget(
         scheduler_run, block):
-    run = scheduler_run(ScriptedWeb(), budget_block=block)
+    """Five pages for three hosts of four URLs each (two of them waiting in overflow chunks
+    on each host): five page requests, seven rows `over_budget`, and no chunk left."""
+    run = scheduler_run(ScriptedWeb(), budget_block=block, queue_cap=2)
     crawl = run.crawl(max_pages=5)
     for host in ("a.test", "b.test", "c.test"):
         run.offer(0.0, crawl, urls(host, 4))
@@ -46,6 +48,8 @@ def test_the_page_budget_is_exact_across_hosts_and_the_rest_ends_over_budget(
     assert len(over) == 7 and {r.reason for r in over} == {"crawl page budget spent"}
     assert result.crawls[crawl].pages_claimed >= 5
     assert result.crawls[crawl].budget_exhausted
+    assert result.crawls[crawl].counters["urls_overflowed"] == 6
+    assert frontier_rows(run.tables, f"{crawl}/") == []  # read back, then deleted
 
 
 def test_the_host_budget_caps_each_host_and_the_rest_ends_over_budget(scheduler_run):
@@ -64,17 +68,19 @@ def test_the_host_budget_caps_each_host_and_the_rest_ends_over_budget(scheduler_
 # --- the time budget ---------------------------------------------------------------------------
 
 def test_the_time_budget_ends_every_waiting_url_at_the_deadline_parked_hosts_included(
-        scheduler_run):
+        scheduler_run, bigtable_tables):
     """max_duration_s 10: no request starts at or after the deadline, a request started
     near it may run at most the grace past it, and every URL still waiting then (on a busy
     host, and on a host parked for an hour) ends `over_budget` with reason `time budget` at
-    the deadline, counted in the crawl's record."""
+    the deadline, counted in the crawl's record; those waiting in overflow chunks come back
+    and end the same way, a queue's worth per firing."""
     web = ScriptedWeb({"http://parked.test/": http_error(503)})
-    run = scheduler_run(web, circuit_failures=1, circuit_seconds=3600.0, fetch_timeout=30.0)
+    run = scheduler_run(web, circuit_failures=1, circuit_seconds=3600.0, fetch_timeout=30.0,
+                        queue_cap=8)
     crawl = run.crawl(max_duration_s=10.0)
     run.offer(0.0, crawl, urls("busy.test", 30))
     run.offer(0.0, crawl, ["http://parked.test/", *urls("parked.test", 3, "p")])
-    result = run.run((14.0, 0.25))
+    result = run.run((22.0, 0.25))
     result.check_invariants()
     deadline = 10.0
     assert max(r.start for r in result.requests) < deadline
@@ -85,9 +91,14 @@ def test_the_time_budget_ends_every_waiting_url_at_the_deadline_parked_hosts_inc
     assert {r.reason for r in over} == {"time budget"}
     assert {r.url for r in over} >= set(urls("parked.test", 3, "p"))
     assert len([r for r in over if r.host == "busy.test"]) >= 20
-    ends = [end.at for end in result.left if end.row.reason == "time budget"]
-    assert deadline <= min(ends) and max(ends) <= deadline + 0.25
-    assert result.crawls[crawl].counters["urls_over_time"] == len(over)
+    at_deadline = [end.at for end in result.left if end.row.host == "parked.test"
+                   or end.row.url in urls("busy.test", 8)]
+    assert max(at_deadline) <= deadline + 0.25
+    assert deadline <= min(end.at for end in result.left if end.row.reason == "time budget")
+    counters = result.crawls[crawl].counters
+    assert counters["urls_over_time"] == len(over)
+    assert counters["urls_overflowed"] == 22  # 30 URLs for a queue of 8
+    assert frontier_rows(bigtable_tables, f"{crawl}/") == []  # read back, then deleted
     # The parked host was asleep for an hour: the deadline woke it, not a turn of its own.
     assert len(result.requests_to("parked.test", pages=True)) == 1
 
@@ -116,15 +127,17 @@ def test_a_paused_crawl_makes_no_request_until_it_is_resumed_and_the_other_crawl
 
 def test_cancel_ends_every_waiting_url_with_a_cancelled_row_and_spares_the_other_crawl(
         scheduler_run):
-    run = scheduler_run(ScriptedWeb())
+    run = scheduler_run(ScriptedWeb(), queue_cap=4)
     gone = run.crawl("gone")
     kept = run.crawl("kept")
     for host in ("a.test", "b.test"):
         run.offer(0.0, gone, urls(host, 10, "g"))
         run.offer(0.0, kept, urls(host, 3, "k"))
     run.act(3.5, gone, CrawlAction.CANCEL)
-    result = run.run((12.0, 0.25))
+    result = run.run((20.0, 0.25))
     result.check_invariants()
+    assert result.crawls[gone].counters["urls_overflowed"] == 12  # 6 past the cap per host
+    assert frontier_rows(run.tables, f"{gone}/") == []  # read back, ended, deleted
     states = result.states(gone)
     cancelled = [r for r in result.rows(gone, "cancelled")]
     assert cancelled and {r.reason for r in cancelled} == {"crawl cancelled"}

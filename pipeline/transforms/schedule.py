@@ -638,6 +638,14 @@ class HostSchedulerFn(beam.DoFn):
             lease = state.lease
             state.wake_at = lease.expires_at if lease else max(state.next_allowed, now)
         if state.wake_at is None:
+            if any(crawl.overflow_deleted < crawl.overflow_read
+                   for crawl in state.crawls.values()):
+                # Overflow chunks read back in this bundle whose URLs all ended in it (a
+                # spent budget, a cancel) go in a later bundle, once this one's reading is
+                # durable: one more firing deletes them, which no work of the host would
+                # bring, and without it they would wait for the table's garbage collection.
+                wake.set(Timestamp.of(now))
+                return
             if state.tidy_at is not None:
                 # Idle with tombstones: one firing when the oldest one's horizon passes
                 # forgets it. Not kept as wake_at, which says when work is due: an offer
