@@ -52,6 +52,7 @@ from pipeline.core.politeness import HostPolicy
 from pipeline.core.records import (
     FetchResult,
     FrontierBatch,
+    HostSignal,
     PageRow,
     RecordPointer,
     RobotsAnswer,
@@ -388,6 +389,10 @@ class SchedulerRun:
         """Publish a batch of the crawl's URLs on the frontier at `at`."""
         batch = FrontierBatch(crawl_id, depth, tuple(urls), redirect_hops=redirect_hops)
         self._at(at, lambda _now: [batch.to_bytes()])
+
+    def signal(self, at: float, signal: HostSignal) -> None:
+        """Publish a host signal (as the store does) at `at`."""
+        self._at(at, lambda _now: [signal.to_bytes()])
 
     def mark_seen(self, at: float, crawl_id: str, urls: Sequence[str],
                   issued: bool = False) -> None:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import pytest
 
+from pipeline.core.records import HostSignal
 from tests.harness_scheduler import (
+    Answer,
     ScriptedWeb,
     http_error,
     network_error,
@@ -190,10 +192,16 @@ def test_a_server_error_once_is_retried_first_after_a_backoff_and_fetched(schedu
         assert (ended.row.state, ended.row.attempts, ended.result.attempt) == ("fetched", 2, 1)
 
 
-@pytest.mark.parametrize("error", ["connect_reset", "protocol", "timeout"])
+@pytest.mark.parametrize("answer, error", [
+    (network_error("connect_reset", elapsed=0.5), "connect_reset"),
+    (network_error("protocol", elapsed=0.5), "protocol"),
+    # The body stalls midway: an answer that broke off is a failure, not a page.
+    (Answer(status=200, body=b"<html>half", error="timeout", elapsed=0.5), "timeout"),
+    (network_error("timeout", elapsed=0.5), "timeout"),  # no answer comes at all
+], ids=["connection-reset", "garbage-status-line", "body-stalls-midway", "answer-never-comes"])
 def test_a_page_that_never_answers_fails_after_every_attempt_with_growing_backoff(
-        scheduler_run, error):
-    web = ScriptedWeb({"http://a.test/broken": network_error(error, elapsed=0.5)})
+        scheduler_run, answer, error):
+    web = ScriptedWeb({"http://a.test/broken": answer})
     run = scheduler_run(web, retry_base=4.0)
     crawl = run.crawl()
     run.offer(0.0, crawl, ["http://a.test/broken", "http://a.test/fine"])
@@ -293,7 +301,7 @@ def test_traps_end_filtered_without_a_request(scheduler_run):
     calendar = [f"http://t.test/archive/2026/{month:02d}" for month in range(1, 6)]
     run.offer(0.0, crawl, ["http://t.test/", *calendar, "http://t.test/loop/x/x/x/",
                            "http://t.test/loop/x/x/", "http://t.test/chain/1"])
-    result = run.run((12.0, 0.25))
+    result = run.run((14.0, 0.25))
     result.check_invariants(min_delay=0.5)
     requested = {r.path for r in result.requests}
     states = result.states()
@@ -331,3 +339,81 @@ def test_a_run_is_the_same_every_time(scheduler_run):
     first = once()
     assert "a.test/6" in first and first.count("request") >= 15
     assert once() == first
+
+
+def test_a_redirect_loop_ends_once_each_url_is_seen(scheduler_run):
+    web = ScriptedWeb({"http://m.test/loop/a": redirect("/loop/b"),
+                       "http://m.test/loop/b": redirect("/loop/a", status=302)})
+    run = scheduler_run(web)
+    crawl = run.crawl()
+    run.offer(0.0, crawl, ["http://m.test/loop/a"], depth=1)
+    result = run.run((6.0, 0.25))
+    result.check_invariants()
+    a, b = result.row("http://m.test/loop/a"), result.row("http://m.test/loop/b")
+    assert (a.state, a.http_status, a.reason) == (
+        "redirected", 301, "HTTP 301 to http://m.test/loop/b")
+    assert (b.state, b.http_status, b.reason) == (
+        "redirected", 302, "HTTP 302 to http://m.test/loop/a")
+    assert a.depth == b.depth == 1
+    assert [r.path for r in result.pages_requested()] == ["/loop/a", "/loop/b"]
+
+
+def test_session_ids_are_dropped_so_each_page_is_fetched_once(scheduler_run):
+    """The frontier normalises every URL once: a session id in the path or the query makes
+    no new page, however many links carry one."""
+    web = ScriptedWeb({"http://s.test/": page("/a;jsessionid=X1", "/a?sid=2", "/b?x=1&PHPSESSID=9",
+                                              "/b?x=1")})
+    run = scheduler_run(web)
+    crawl = run.crawl()
+    run.offer(0.0, crawl, ["http://s.test/;jsessionid=ABC", "http://s.test/?sessionid=1"])
+    result = run.run((6.0, 0.25))
+    result.check_invariants()
+    pages = [r.path for r in result.pages_requested()]
+    assert pages == ["/", "/a", "/b?x=1"]
+    assert set(result.states()) == {"http://s.test/", "http://s.test/a", "http://s.test/b?x=1"}
+
+
+def test_a_host_serving_mostly_copies_is_slowed_down_until_its_pages_are_distinct_again(
+        scheduler_run):
+    """The store's throttle signal (most of the host's recent pages were duplicates) widens
+    the host's delay by duplicate_slowdown; its release brings the delay back."""
+    run = scheduler_run(ScriptedWeb(), duplicate_slowdown=4.0)
+    crawl = run.crawl()
+    run.offer(0.0, crawl, [f"http://copies.test/{n}" for n in range(10)])
+    run.signal(3.5, HostSignal(crawl, "http://copies.test/0", "throttle"))
+    run.signal(10.0, HostSignal(crawl, "http://copies.test/0", "release"))
+    result = run.run((24.0, 0.25))
+    result.check_invariants()
+    starts = [r.start for r in result.requests]
+    # (when a request started, how long after the one before it)
+    gaps = [(b, b - a) for a, b in zip(starts, starts[1:], strict=False)]
+    assert all(gap < 1.5 for at, gap in gaps if at < 3.5)
+    # Slowed from the first request after the signal; the release shortens no wait already
+    # begun, so the request due then still goes four delays after the one before.
+    assert [gap for at, gap in gaps if 3.5 < at <= 11.0] == pytest.approx([4.25, 4.25])
+    late = [gap for at, gap in gaps if at > 11.0]
+    assert len(late) >= 5 and all(gap < 1.5 for gap in late)
+    assert result.crawls[crawl].counters["hosts_throttled_for_duplicates"] == 1
+
+
+def test_a_host_failing_each_path_s_first_request_is_retried_path_by_path_never_parked(
+        scheduler_run):
+    """A warming cache: every path answers 503 with Retry-After once, then 200. With the
+    default circuit breaker (10 failures in a row), each path's retry is the host's very next
+    request, after the Retry-After, so the failures never run up to the circuit's limit and
+    the host is never parked."""
+    paths = [f"/warming/{n}" for n in range(12)]
+    web = ScriptedWeb({f"http://w.test{path}": [http_error(503, retry_after="2"), page()]
+                       for path in paths})
+    run = scheduler_run(web)
+    crawl = run.crawl()
+    run.offer(0.0, crawl, [f"http://w.test{path}" for path in paths])
+    result = run.run((64.0, 0.5))
+    result.check_invariants()
+    pages = result.requests_to("w.test", pages=True)
+    assert len(pages) == 2 * len(paths)
+    for first, second in zip(pages[::2], pages[1::2], strict=True):
+        assert (first.path, first.status, second.status) == (second.path, 503, 200)
+        assert second.start - first.end >= 2.0
+    assert result.crawls[crawl].counters["hosts_parked"] == 0
+    assert {(r.state, r.attempts) for r in result.rows()} == {("fetched", 2)}
