@@ -477,9 +477,8 @@ class SchedulerRun:
         stream = stream.advance_watermark_to_infinity()
         assert _RUN is None, "one scheduler run at a time"
         _RUN = self
-        # Held for the run: the process's shared resources live while someone holds them
-        # (Beam's Shared), and the runner makes a new copy of a DoFn for every bundle, so
-        # without this the running fetches would go with the copy that started them.
+        # The process's shared resources and crawl-record cache as the run's DoFns get them,
+        # closed and cleared after it: the counts written, a later run reading afresh.
         resources, records = worker_resources(), crawl_records()
         try:
             # The runner as a local crawl runs it (pipeline.local.direct_runner): the same

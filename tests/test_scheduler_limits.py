@@ -203,3 +203,28 @@ def test_a_crawl_that_can_do_no_more_wakes_its_parked_host_which_ends_its_urls_a
         assert 8.0 <= ended.at <= 8.25  # at the wake, not an hour later
     assert result.crawls[crawl].counters["hosts_woken"] == 1
     assert frontier_rows(bigtable_tables, f"~asleep/{crawl}/") == []  # the note was taken
+
+
+# --- a resumed crawl ----------------------------------------------------------------------------
+
+def test_a_resumed_crawl_s_seen_marks_keep_its_done_urls_unrequested_and_spend_its_host_budget(
+        scheduler_run):
+    """Marks of what the crawl did before it stopped: requested pages (issued) count against
+    its host budget, and no marked URL is requested or given a row again; another crawl on
+    the host is not touched by them."""
+    run = scheduler_run(ScriptedWeb())
+    resumed = run.crawl("resumed", max_pages_per_host=4)
+    other = run.crawl("other")
+    offered = urls("a.test", 6)
+    run.mark_seen(0.0, resumed, offered[:2], issued=True)
+    run.mark_seen(0.0, resumed, offered[2:3])
+    run.offer(0.0, resumed, offered)
+    run.offer(0.0, other, offered)
+    result = run.run((16.0, 0.25))
+    result.check_invariants()
+    assert result.states(resumed) == {offered[3]: "fetched", offered[4]: "fetched",
+                                      offered[5]: "over_budget"}
+    assert result.row(offered[5], resumed).reason == "host page budget 4 spent"
+    assert set(result.states(other)) == set(offered)
+    requested = [r.url for r in result.pages_requested()]
+    assert sorted(requested) == sorted(offered + offered[3:5])
