@@ -334,7 +334,9 @@ def test_a_run_is_the_same_every_time(scheduler_run):
         crawl = run.crawl("same")
         run.offer(0.0, crawl, [f"http://a.test/{n}" for n in range(1, 5)] + ["http://a.test/no"])
         run.offer(0.5, crawl, [f"http://b.test/{n}" for n in range(8)])
-        return run.run((24.0, 0.25)).timeline().replace(crawl, "C")
+        result = run.run((24.0, 0.25))
+        result.check_invariants()
+        return result.timeline().replace(crawl, "C")
 
     first = once()
     assert "a.test/6" in first and first.count("request") >= 15
