@@ -167,21 +167,15 @@ def test_a_queue_past_its_cap_spills_to_bigtable_chunks_that_come_back_in_order(
 
 # --- waking hosts asleep with a crawl's URLs ----------------------------------------------------
 
-def _parked_with_urls(scheduler_run):
-    """A crawl whose host p.test is parked for an hour with three URLs waiting, while q.test
-    fetches; the host notes itself asleep (pipeline.io.sleepers)."""
-    web = ScriptedWeb({"http://p.test/": http_error(503)})
-    run = scheduler_run(web, circuit_failures=1, circuit_seconds=3600.0)
-    return run, web
-
-
 @pytest.mark.parametrize("ending", ["page budget", "cancel"])
 def test_a_crawl_that_can_do_no_more_wakes_its_parked_host_which_ends_its_urls_at_once(
         scheduler_run, bigtable_tables, ending):
     """p.test sleeps parked for an hour with URLs of a crawl whose page budget is then spent
     by q.test (or which is cancelled): the watch's pass takes the host's note and returns a
     wake for it, and fed that wake the host ends those URLs at once."""
-    run, _ = _parked_with_urls(scheduler_run)
+    # One failure parks p.test for an hour.
+    run = scheduler_run(ScriptedWeb({"http://p.test/": http_error(503)}), circuit_failures=1,
+                        circuit_seconds=3600.0)
     crawl = run.crawl(max_pages=4 if ending == "page budget" else 100)
     waiting = urls("p.test", 3, "w")
     run.offer(0.0, crawl, ["http://p.test/", *waiting])
