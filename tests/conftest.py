@@ -126,3 +126,19 @@ def gcs_emulator() -> Iterator[str]:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+# --------------------------------------------------------------------------------------------
+# The host scheduler on a TestStream with the runner's processing time as its clock
+# (tests/harness_scheduler.py).
+
+
+@pytest.fixture
+def scheduler_run(bigtable_config: BigtableConfig, bigtable_tables: BigtableTables):
+    """`scheduler_run(web, **knobs)`: a SchedulerRun on this test's own Bigtable instance."""
+    from tests.harness_scheduler import SchedulerRun
+
+    def make(web, **knobs) -> SchedulerRun:
+        return SchedulerRun(bigtable_config, bigtable_tables, web, **knobs)
+
+    return make

@@ -1,5 +1,6 @@
 """The crawl's other public transforms in pipelines of their own: ReadFrontier and
-ScheduleFetches on a TestStream, ReplayDeadLetters and WritePagesTable in batch and streaming."""
+ScheduleFetches on a TestStream, ReplayDeadLetters and WritePagesTable in batch and streaming,
+PublishFrontier against the Pub/Sub emulator."""
 
 from __future__ import annotations
 
@@ -13,17 +14,20 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipeline.core.budget import LocalPageBudget
+from pipeline.core.crawl_states import CrawlLimits
 from pipeline.core.politeness import HostPolicy
 from pipeline.core.records import DeadLetter, FrontierBatch, HostBatch, PageRow, RecordPointer
 from pipeline.core.urls import url_hash
+from pipeline.io.crawls import create_crawl
 from pipeline.io.fetch import FetchConfig, FetchResponse
 from pipeline.io.pages_table import pages_glob, query_pages
 from pipeline.io.segments import SegmentWriter
 from pipeline.transforms.frontier import ReadFrontier
-from pipeline.transforms.schedule import ScheduleConfig, ScheduleFetches
+from pipeline.transforms.resources import worker_resources
+from pipeline.transforms.schedule import ScheduleFetches, SchedulerConfig
 from pipeline.transforms.store import ReplayDeadLetters
 from pipeline.transforms.table import WritePagesTable
+from tests.conftest import fresh_name
 
 STREAMING = PipelineOptions(streaming=True)
 
@@ -31,21 +35,24 @@ STREAMING = PipelineOptions(streaming=True)
 def test_read_frontier_groups_urls_by_host_and_passes_redriven_letters_on():
     batch = FrontierBatch("c1", 2, ("http://a.test/x", "HTTP://A.TEST/y#frag",
                                     "http://b.test/z", "not a url"), kind="links")
+    other = FrontierBatch("c2", 0, ("http://a.test/w",), kind="seeds")
     letter = DeadLetter("c1", "parse", "http://a.test/p", url_hash("http://a.test/p"), "bug", 3)
-    payloads = (TestStream().add_elements([batch.to_bytes(), b"{not json", letter.to_bytes()])
+    payloads = (TestStream().add_elements([batch.to_bytes(), b"{not json", letter.to_bytes(),
+                                           other.to_bytes()])
                 .advance_watermark_to_infinity())
     with TestPipeline(options=STREAMING) as p:
-        frontier = p | ReadFrontier("", "c1", payloads=payloads)
-        assert_that(frontier.batches | beam.Map(lambda kv: (kv[0], kv[1].depth, tuple(
-            url for url, _, _ in kv[1].entries))),
-                    equal_to([("a.test", 2, ("http://a.test/x", "http://a.test/y")),
-                              ("b.test", 2, ("http://b.test/z",))]), label="batches")
+        frontier = p | ReadFrontier(None, payloads=payloads)
+        assert_that(frontier.batches | beam.Map(lambda kv: (kv[0], kv[1][0], kv[1][1].depth, tuple(
+            url for url, _, _ in kv[1][1].entries))),
+                    equal_to([("a.test", "c1", 2, ("http://a.test/x", "http://a.test/y")),
+                              ("b.test", "c1", 2, ("http://b.test/z",)),
+                              ("a.test", "c2", 0, ("http://a.test/w",))]), label="batches")
         assert_that(frontier.redrive, equal_to([letter]), label="redrive")
 
 
 def test_read_frontier_wants_a_full_subscription_path():
     with pytest.raises(ValueError, match="projects/P/subscriptions/S"):
-        ReadFrontier("frontier", "c1")
+        ReadFrontier("frontier")
 
 
 # ScheduleFetches on a TestStream: the test's processing time jumps far ahead, and the
@@ -76,35 +83,38 @@ def _answer(fetch, url: str) -> Future:
     return future
 
 
-def _host_batch(host: str, *paths: str) -> tuple[str, HostBatch]:
+def _host_batch(crawl_id: str, host: str, *paths: str) -> tuple[str, tuple[str, HostBatch]]:
     urls = [f"http://{host}/{path}" for path in paths]
-    return host, HostBatch(depth=1, kind="links",
-                           entries=tuple((u, url_hash(u), None) for u in urls))
+    return host, (crawl_id, HostBatch(depth=1, kind="links",
+                                      entries=tuple((u, url_hash(u), None) for u in urls)))
 
 
-def test_schedule_fetches_fetches_what_robots_allows_and_ends_the_rest_in_rows():
+def test_schedule_fetches_fetches_what_robots_allows_and_ends_the_rest_in_rows(
+        bigtable_config, bigtable_tables):
+    crawl_id = fresh_name("c")
+    create_crawl(bigtable_tables, crawl_id, seeds=(), limits=CrawlLimits(max_pages=100),
+                 at=0.0)
     policy = HostPolicy(user_agent="testbot", min_delay=1.0, fetch_timeout=5.0,
                         max_attempts=1)
-    config = ScheduleConfig(crawl_id="c1", policy=policy,
-                            fetch=FetchConfig(user_agent="testbot"))
+    config = SchedulerConfig(policy=policy, fetch=FetchConfig(user_agent="testbot"),
+                             bigtable=bigtable_config)
     stream = (
         TestStream()
-        .add_elements([_host_batch("a.test", "1", "private/2", "missing"),
-                       _host_batch("b.test", "3")])
+        .add_elements([_host_batch(crawl_id, "a.test", "1", "private/2", "missing"),
+                       _host_batch(crawl_id, "b.test", "3")])
     )
     for _ in range(12):  # each step fires every timer that is due: one request per host
         stream = stream.advance_processing_time(100_000)
     stream = stream.advance_watermark_to_infinity()
     with TestPipeline(options=STREAMING) as p:
-        scheduled = p | stream | ScheduleFetches(
-            config, LocalPageBudget("c-transforms", None), _clock, submit=_answer)
+        scheduled = p | stream | ScheduleFetches(config, _clock, submit=_answer)
         assert_that(scheduled.fetched | beam.Map(lambda r: (r.url, r.http_status, r.depth)),
                     equal_to([("http://a.test/1", 200, 1), ("http://a.test/missing", 404, 1),
                               ("http://b.test/3", 200, 1)]), label="fetched")
         assert_that(scheduled.rows | beam.Map(lambda r: (r.url, str(r.state))),
                     equal_to([("http://a.test/private/2", "disallowed")]), label="rows")
-        assert_that(scheduled.spill, equal_to([]), label="spill")
         assert_that(scheduled.robots, equal_to([]), label="robots")  # robots.txt on the host
+    worker_resources().close()
 
 
 def test_replay_dead_letters_reads_the_stored_response_or_says_why_it_cannot(tmp_path):
@@ -167,28 +177,18 @@ def test_write_pages_table_writes_every_row_of_a_stream(tmp_path):
     assert pages_glob(str(tmp_path), "c1")
 
 
-def test_publish_frontier_publishes_every_batch_to_its_topic(pubsub_emulator_installed,
-                                                              monkeypatch):
+def test_publish_frontier_publishes_every_batch_to_its_topic(emulators):
     import time
-    import uuid
 
     from google.cloud import pubsub_v1
 
-    from pipeline.local.emulators import (
-        ensure_subscription,
-        ensure_topic,
-        start_pubsub_emulator,
-    )
+    from pipeline.local.emulators import ensure_subscription, ensure_topic
     from pipeline.transforms.frontier import PublishFrontier
-    from pipeline.transforms.resources import worker_resources
 
-    emulator = start_pubsub_emulator()
+    topic = ensure_topic("test-project", fresh_name("frontier"))
+    subscription = ensure_subscription("test-project", topic, fresh_name("sub"))
+    batches = [FrontierBatch("c1", d, (f"http://a.test/{d}",)) for d in range(3)]
     try:
-        monkeypatch.setenv("PUBSUB_EMULATOR_HOST", emulator.host_port)
-        suffix = uuid.uuid4().hex[:8]
-        topic = ensure_topic("test-project", f"frontier-{suffix}")
-        subscription = ensure_subscription("test-project", topic, f"sub-{suffix}")
-        batches = [FrontierBatch("c1", d, (f"http://a.test/{d}",)) for d in range(3)]
         with TestPipeline() as p:
             _ = p | beam.Create(batches) | PublishFrontier(topic)
         received: list[FrontierBatch] = []
@@ -203,5 +203,4 @@ def test_publish_frontier_publishes_every_batch_to_its_topic(pubsub_emulator_ins
                         m.ack_id for m in answer.received_messages])
         assert sorted(received, key=lambda b: b.depth) == batches
     finally:
-        worker_resources().close()  # its publisher talks to the emulator stopped below
-        emulator.stop()
+        worker_resources().close()  # its publisher

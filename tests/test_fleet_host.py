@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from pipeline.core.crawl_states import CrawlState
 from pipeline.core.fleet_host import RECHECK_S, CrawlTerms, FleetHostState
-from pipeline.core.politeness import FetchReport, HostPolicy, LeaseKind
+from pipeline.core.politeness import TIME_BUDGET_REASON, FetchReport, HostPolicy, LeaseKind
 from pipeline.core.records import PageState
 from pipeline.core.robots import UNREACHABLE_RETRY_SECONDS
 from pipeline.core.robots_relay import (
@@ -113,7 +113,8 @@ def test_a_crawl_out_of_time_ends_its_waiting_urls_over_budget():
     host.offer("a", urls("a", "1", "2"), 0, policy(1.0))
     decision = host.next_action(0.0, {"a": CrawlTerms(policy=policy(1.0), time_spent=True)})
     assert [(o.state, o.reason) for _, d in decision.decisions for o in d.outcomes] == [
-        (PageState.OVER_BUDGET, "crawl time budget spent")] * 2
+        (PageState.OVER_BUDGET, TIME_BUDGET_REASON)] * 2
+    assert TIME_BUDGET_REASON == "time budget"  # the reason rows and counters name
     assert decision.fetch is None and not host.busy
 
 

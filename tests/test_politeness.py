@@ -380,6 +380,11 @@ def test_network_failure_past_the_attempt_limit_ends_failed_with_reason():
                               2.0, policy)
     assert [o.state for o in decision.outcomes] == [PageState.FAILED]
     assert "timeout" in decision.outcomes[0].reason
+    # The failed request is one of the URL's attempts (its row counts max_attempts).
+    assert decision.outcomes[0].requested and decision.outcomes[0].entry.attempt == 0
+    state.offer(urls("b"), 0, policy)
+    (spent,) = state.next_action(9.0, policy, budget_spent=lambda: True).outcomes
+    assert spent.state is PageState.OVER_BUDGET and not spent.requested
 
 
 def test_retry_after_http_date():

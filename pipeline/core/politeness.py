@@ -156,6 +156,9 @@ class Outcome:
     reason: str
     http_status: int | None = None
     blocked: bool = False  # refused: the host's address is not public (reason says which)
+    # A request for the URL was made at this attempt and its failure decided the outcome:
+    # the attempt counts among the URL's attempts (entry.attempt counts the earlier ones).
+    requested: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -701,7 +704,7 @@ class HostState:
             return Decision(page_done=entry, wake_at=self._wake_after_event(policy))
         return Decision(
             outcomes=(Outcome(entry, PageState.FAILED,
-                              f"{what} after {entry.attempt + 1} attempts"),),
+                              f"{what} after {entry.attempt + 1} attempts", requested=True),),
             wake_at=self._wake_after_event(policy),
         )
 

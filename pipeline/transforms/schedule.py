@@ -173,6 +173,7 @@ class CrawlRecords:
 
 
 _RECORDS = Shared()
+_HELD: list[WorkerResources] = []
 
 
 def crawl_records() -> CrawlRecords:
@@ -205,7 +206,8 @@ def outcome_row(crawl_id: str, host: str, outcome: Outcome) -> PageRow:
         state=str(outcome.state),
         reason=outcome.reason,
         http_status=outcome.http_status,
-        attempts=entry.attempt + (1 if outcome.http_status is not None else 0),
+        attempts=entry.attempt + (1 if outcome.requested or outcome.http_status is not None
+                                  else 0),
     )
 
 
@@ -379,6 +381,10 @@ class HostSchedulerFn(beam.DoFn):
     def setup(self) -> None:
         self._overrides = tuple(parse_resolve(spec) for spec in self._config.resolve)
         self._resources = worker_resources()
+        # Fetches run across bundles, and a runner may copy the DoFn for every bundle (the
+        # DirectRunner does): the process's resources, running fetches included, live while
+        # someone holds them, so the scheduler holds the last ones it acquired.
+        _HELD[:] = [self._resources]
         self._records = crawl_records()
         self._counts = self._resources.crawl_counts(self._config.bigtable)
 
@@ -642,6 +648,14 @@ class HostSchedulerFn(beam.DoFn):
             lease = state.lease
             state.wake_at = lease.expires_at if lease else max(state.next_allowed, now)
         if state.wake_at is None:
+            if any(crawl.overflow_deleted < crawl.overflow_read
+                   for crawl in state.crawls.values()):
+                # Overflow chunks read back in this bundle whose URLs all ended in it (a
+                # spent budget, a cancel) go in a later bundle, once this one's reading is
+                # durable: one more firing deletes them, which no work of the host would
+                # bring, and without it they would wait for the table's garbage collection.
+                wake.set(Timestamp.of(now))
+                return
             if state.tidy_at is not None:
                 # Idle with tombstones: one firing when the oldest one's horizon passes
                 # forgets it. Not kept as wake_at, which says when work is due: an offer

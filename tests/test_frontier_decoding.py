@@ -1,9 +1,7 @@
-"""The fleet's Beam shell without Beam's runner: decoding every crawl's frontier messages by
-host, and each crawl's limits over the fleet's defaults."""
+"""The engine's Beam shell without Beam's runner: decoding every crawl's frontier messages by
+host (DecodeFrontierFn), and each crawl's limits over the shared policy (crawl_policy)."""
 
 from __future__ import annotations
-
-from pipeline.transforms.fleet import DecodeFleetFrontierFn, crawl_policy
 
 from pipeline.core.crawl_states import CrawlLimits, CrawlState
 from pipeline.core.politeness import HostPolicy
@@ -13,6 +11,7 @@ from pipeline.core.records import (
     HostBatch,
     HostSeenMarks,
     HostSignal,
+    HostWake,
     RecordPointer,
     RobotsAnswer,
     RobotsRequest,
@@ -20,21 +19,20 @@ from pipeline.core.records import (
 )
 from pipeline.core.robots_relay import RobotsFetch, RobotsReply
 from pipeline.core.urls import url_hash
-from pipeline.io.bigtable import CrawlRecord
-from pipeline.io.crawls import FleetCrawl
-from pipeline.transforms.frontier import REDRIVE
+from pipeline.io.crawls import Crawl
+from pipeline.transforms.frontier import REDRIVE, DecodeFrontierFn
+from pipeline.transforms.schedule import crawl_policy
 
-BASE = HostPolicy(user_agent="fleet/1.0", min_delay=1.0, max_crawl_delay=30.0, max_depth=None,
+BASE = HostPolicy(user_agent="shared/1.0", min_delay=1.0, max_crawl_delay=30.0, max_depth=None,
                   max_pages_per_host=None, bloom_capacity=400_000)
 
 
-def _crawl(limits: CrawlLimits) -> FleetCrawl:
-    record = CrawlRecord("c1", "running", (), limits.max_pages, None, None, None, 0.0)
-    return FleetCrawl(id="c1", state=CrawlState.RUNNING, reason="", seeds=(), limits=limits,
-                      created_at=0.0, started_at=0.0, ended_at=None, record=record)
+def _crawl(limits: CrawlLimits, started_at: float = 0.0) -> Crawl:
+    return Crawl(id="c1", state=CrawlState.RUNNING, reason="", seeds=(), limits=limits,
+                 created_at=0.0, started_at=started_at, ended_at=None, counters={})
 
 
-def test_a_crawl_s_own_limits_override_the_fleet_s_defaults():
+def test_a_crawl_s_own_limits_override_the_shared_defaults():
     policy = crawl_policy(BASE, _crawl(CrawlLimits(
         max_pages=100, max_pages_per_host=10, max_depth=2, min_delay=45.0,
         user_agent="mine/2.0")))
@@ -43,14 +41,21 @@ def test_a_crawl_s_own_limits_override_the_fleet_s_defaults():
     assert policy.max_crawl_delay == 45.0  # a floor above the cap lifts the cap
     assert policy.bloom_capacity == 40  # sized from the crawl's host budget
     assert policy.fetch_timeout == BASE.fetch_timeout
+    assert policy.deadline is None
     defaults = crawl_policy(BASE, _crawl(CrawlLimits(max_pages=100)))
     assert (defaults.user_agent, defaults.min_delay, defaults.max_depth) == (
-        "fleet/1.0", 1.0, None)
+        "shared/1.0", 1.0, None)
     assert defaults.bloom_capacity == 400
 
 
+def test_a_crawl_s_time_budget_is_a_deadline_from_its_last_start():
+    timed = crawl_policy(BASE, _crawl(CrawlLimits(max_pages=100, max_duration_s=60.0),
+                                      started_at=1000.0))
+    assert timed.deadline == 1060.0
+
+
 def test_every_crawl_s_messages_are_keyed_by_host_with_their_crawl():
-    decode = DecodeFleetFrontierFn()
+    decode = DecodeFrontierFn()
     first = FrontierBatch("c1", 0, ("http://a.test/x", "http://b.test/y"), kind="seeds")
     second = FrontierBatch("c2", 1, ("http://A.test/z",))
     got = [item for batch in (first, second) for item in decode.process(batch.to_bytes())]
@@ -60,10 +65,12 @@ def test_every_crawl_s_messages_are_keyed_by_host_with_their_crawl():
     assert all(isinstance(batch, HostBatch) for _, (_, batch) in got)
     signal = HostSignal("c2", "http://a.test/z", "throttle")
     assert list(decode.process(signal.to_bytes())) == [("a.test", ("c2", signal))]
+    wake = HostWake("c1", "b.test:8080")  # to the key of the host asleep
+    assert list(decode.process(wake.to_bytes())) == [("b.test:8080", ("c1", wake))]
 
 
 def test_malformed_messages_are_counted_and_dropped_not_raised():
-    decode = DecodeFleetFrontierFn()
+    decode = DecodeFrontierFn()
     for payload in (b"not json", b'{"version":1,"kind":"dead_letter","crawl_id":"c1"}',
                     b'{"version":1,"kind":"no-such-kind","crawl_id":"c1"}'):
         assert list(decode.process(payload)) == []
@@ -72,7 +79,7 @@ def test_malformed_messages_are_counted_and_dropped_not_raised():
 def test_a_redriven_dead_letter_leaves_for_the_store_whatever_its_crawl():
     """A dead letter `crawler redrive` sent back goes out on 'redrive' whole (the store
     parses its stored response again), not to a host's key and not dropped."""
-    decode = DecodeFleetFrontierFn()
+    decode = DecodeFrontierFn()
     letters = [DeadLetter(crawl_id, "parse", "http://a.test/x", 7, "boom", 3,
                           warc=RecordPointer("c/warc/s.warc.gz", 10, 20), depth=2,
                           fetched_at=1.5) for crawl_id in ("c1", "c2")]
@@ -81,9 +88,9 @@ def test_a_redriven_dead_letter_leaves_for_the_store_whatever_its_crawl():
 
 
 def test_a_resumed_crawl_s_seen_marks_are_keyed_by_host_with_their_crawl():
-    """As DecodeFrontierFn's split_by_host does for one crawl: normalised, grouped by host,
-    `issued` kept, an unreadable URL counted and left out."""
-    decode = DecodeFleetFrontierFn()
+    """As split_by_host does: normalised, grouped by host, `issued` kept, an unreadable URL
+    counted and left out."""
+    decode = DecodeFrontierFn()
     issued = SeenMarks("c1", ("http://A.test/x#top", "http://b.test/y", "http://a.test/z"),
                        issued=True)
     seen = SeenMarks("c2", ("http://a.test/x", "not a url"))
@@ -100,8 +107,8 @@ def test_a_resumed_crawl_s_seen_marks_are_keyed_by_host_with_their_crawl():
 
 def test_robots_requests_and_answers_are_keyed_by_the_host_they_are_for_with_their_crawl():
     """A request goes to the key of the host that fetches, an answer to the key of the host
-    that asked (the keys the one-crawl ReadFrontier gives them), each with its crawl."""
-    decode = DecodeFleetFrontierFn()
+    that asked, each with its crawl."""
+    decode = DecodeFrontierFn()
     request = RobotsRequest("c1", "b.test:8080", "http://b.test:8080/robots.txt", "a.test",
                             "e1")
     fetch = RobotsFetch.of("http://b.test:8080/robots.txt", 200,

@@ -1,0 +1,44 @@
+"""A crawl's page budget across worker processes, against the Bigtable emulator: every process
+claims the crawl's pages in blocks from its record (pipeline.transforms.budget), so max_pages
+holds job-wide, and the record still reads as the crawl."""
+
+from __future__ import annotations
+
+from pipeline.core.budget import BlockPageBudget
+from pipeline.core.crawl_states import CrawlLimits, CrawlState
+from pipeline.io.crawls import create_crawl, read_crawl
+from pipeline.transforms.budget import shared_page_budget
+from pipeline.transforms.resources import worker_resources
+from tests.conftest import fresh_name
+
+
+def _claims(budget) -> int:
+    claimed = 0
+    while budget.try_claim():
+        claimed += 1
+        assert claimed <= 100, "the budget never ran out"
+    return claimed
+
+
+def test_a_crawls_max_pages_holds_across_worker_processes(bigtable_config, bigtable_tables):
+    crawl_id = fresh_name("b")
+    create_crawl(bigtable_tables, crawl_id, seeds=("http://a.test/",),
+                 limits=CrawlLimits(max_pages=7), at=0.0)
+    try:
+        # One process spends what the record lets it claim, block by block ...
+        first = _claims(shared_page_budget(bigtable_config, crawl_id, 7, block=3))
+        assert shared_page_budget(bigtable_config, crawl_id, 7, block=3).spent
+        # ... and another process (its own block table) finds nothing left.
+        saved = dict(BlockPageBudget._blocks)
+        BlockPageBudget._blocks.pop(crawl_id)
+        try:
+            second = _claims(shared_page_budget(bigtable_config, crawl_id, 7, block=3))
+        finally:
+            BlockPageBudget._blocks.update(saved)
+        assert (first, second) == (7, 0)
+        # The claim counter lives in the crawl's record, which still reads as before.
+        crawl = read_crawl(bigtable_tables, crawl_id)
+        assert crawl.state is CrawlState.RUNNING and crawl.limits.max_pages == 7
+        assert crawl.budget_exhausted and crawl.pages_claimed >= 7
+    finally:
+        worker_resources().close()
