@@ -24,7 +24,7 @@ from pipeline.options import CrawlOptions
 from tests.e2e_web import LIMITS, QUEUE_CAP, SPEC, USER_AGENT, audit, page_rows
 from testweb.audit import AuditReport
 from testweb.server import LoggedRequest, read_request_log, serve
-from testweb.web import FaultHost, WebSpec
+from testweb.web import RETRY_AFTER_503, WARMING_PAGES, FaultHost, SyntheticWeb, WebSpec
 
 pytestmark = pytest.mark.slow
 
@@ -35,6 +35,7 @@ class Crawled:
     rows: list[dict]
     requests: list[LoggedRequest]
     near_pairs: set[frozenset[str]]
+    web: SyntheticWeb
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,7 @@ def crawled(emulators, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cra
         near_pairs = {frozenset(pair) for pair in web.web.near_duplicate_pairs()}
     print(summary)
     print(report.summary())
-    yield Crawled(summary, report, rows, requests, near_pairs)
+    yield Crawled(summary, report, rows, requests, near_pairs, web.web)
 
 
 def test_the_crawl_is_polite_complete_exactly_once_and_ends_by_itself(crawled):
@@ -66,6 +67,24 @@ def test_the_crawl_is_polite_complete_exactly_once_and_ends_by_itself(crawled):
     assert summary.pages_fetched == sum(r["state"] == "fetched" for r in rows) > 500
     # The local runner's 30 s empty-pull stall must not hold hosts back.
     assert summary.max_due_lag_ms < 5000, summary.max_due_lag_ms
+
+
+def test_a_host_failing_each_paths_first_request_is_crawled_path_by_path_never_parked(
+        crawled):
+    """The warming host fails every path's first request with a Retry-After: each path is
+    retried as the host's very next request and fetched, the host never parked (the default
+    circuit breaker). A crawler that moved on to fresh URLs after each 503 saw a growing run
+    of failures, backed off ever longer and then parked the host for an hour."""
+    warming = crawled.web.fault_host(FaultHost.WARMING)
+    pages = [r for r in crawled.requests if r.host == warming and r.path != "/robots.txt"]
+    assert len(pages) == 2 * (1 + WARMING_PAGES)
+    for first, second in zip(pages[::2], pages[1::2], strict=True):
+        assert (first.path, first.status, second.status) == (second.path, 503, 200)
+        assert second.arrival_ns - first.arrival_ns >= RETRY_AFTER_503 * 1e9
+    rows = [r for r in crawled.rows if crawled.web.split_url(r["url"])[0] == warming]
+    assert len(rows) == 1 + WARMING_PAGES
+    assert {(r["state"], r["attempts"]) for r in rows} == {("fetched", 2)}
+    assert crawled.report.stats["circuit_probes"] == 0
 
 
 def test_every_fault_ends_each_url_in_its_right_state(crawled):

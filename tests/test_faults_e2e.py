@@ -1,12 +1,20 @@
-"""End to end, one fault at a time: the real pipeline on Beam's DirectRunner crawls a web made
-of one fault host (WebSpec.only_faults), and each test checks what that fault must leave
-behind, on top of what every crawl must: it ends by itself, the auditor finds nothing wrong in
-the server's request log and the stored rows (politeness, Retry-After, parked-host probes,
-exactly-once, the right state and reason per URL), and the counters add up.
+"""End to end, one fault at a time, for the faults only a real server and the whole crawl
+show: a connection reset, bodies cut, mis-labelled and poisonous, copies stored once and a
+host serving copies slowed through the frontier, and the time budget ending a crawl within
+seconds. (Every fault host in one crawl, with the default circuit breaker, is
+tests/test_crawl_e2e.py's crawl.) The real pipeline
+on Beam's DirectRunner crawls a web made of one fault host (WebSpec.only_faults), and each
+test checks what that fault must leave behind, on top of what every crawl must: it ends by
+itself, the auditor finds nothing wrong in the server's request log and the stored rows, and
+the counters add up.
 
-The Pub/Sub and Bigtable emulators start once for the module; each crawl gets its own crawl
-id, topics and subscriptions. A fault host's crawl is shared by the tests of its faults (the
-bodies host carries five of them), so every test pays for its crawl at most once.
+The scheduler's own decisions about faults (backoff, Retry-After, the circuit breaker,
+redirect loops and chains, traps, session ids) are tests/test_scheduler_faults.py's, on a
+scripted web with a fake clock, in seconds.
+
+The emulators are the session's; each crawl gets its own crawl id, topics and subscriptions.
+A fault host's crawl is shared by the tests of its faults, so every test pays for its crawl at
+most once.
 """
 
 from __future__ import annotations
@@ -16,7 +24,6 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +39,8 @@ from pipeline.options import CrawlOptions
 from testweb.audit import AuditReport, audit_crawl
 from testweb.server import LoggedRequest, read_request_log, serve
 from testweb.web import (
-    CHAIN_LENGTH,
     COPIES_EXACT,
     COPIES_NEAR,
-    RECOVERING_FAILURES,
-    RETRY_AFTER_503,
-    RETRY_AFTER_ERRORS_503,
-    WARMING_PAGES,
     FaultHost,
     SyntheticWeb,
     WebSpec,
@@ -192,19 +194,7 @@ def _pointer(row: dict[str, Any], prefix: str) -> RecordPointer:
 
 
 RESET = Setup(FaultHost.RESET)
-BAD_STATUS = Setup(FaultHost.BAD_STATUS)
-STALL = Setup(FaultHost.STALL)
-HANG = Setup(FaultHost.HANG)
-ERRORS = Setup(FaultHost.ERRORS)
-BUSY = Setup(FaultHost.BUSY)
-# Two failures park a host: the recovering host is parked before it recovers, and the dead
-# host (two URLs, two attempts each) is probed twice while parked, in seconds rather than the
-# minute that three attempts' doubling backoff would take.
-RECOVERING = Setup(FaultHost.RECOVERING, circuit_failures=2)
-DEAD = Setup(FaultHost.DEAD, max_attempts=2, circuit_failures=2)
 BODIES = Setup(FaultHost.BODIES, read_dead_letters=True)
-MAZE = Setup(FaultHost.MAZE)
-SESSIONS = Setup(FaultHost.SESSIONS)
 COPIES = Setup(FaultHost.COPIES)
 
 
@@ -221,9 +211,6 @@ def _good_neighbours(outcome: FaultCrawl, *paths: str) -> None:
 
 @pytest.mark.parametrize("setup, path, error, status", [
     pytest.param(RESET, "/broken/reset.html", "connect_reset", 0, id="connection-reset"),
-    pytest.param(BAD_STATUS, "/broken/status.html", "protocol", 0, id="garbage-status-line"),
-    pytest.param(STALL, "/broken/stall.html", "timeout", 200, id="body-stalls-midway"),
-    pytest.param(HANG, "/broken/hang.html", "timeout", 503, id="answer-never-comes"),
 ])
 def test_a_page_that_never_answers_fails_after_every_attempt(
     crawl: Callable[[Setup], FaultCrawl], setup: Setup, path: str, error: str, status: int,
@@ -237,86 +224,6 @@ def test_a_page_that_never_answers_fails_after_every_attempt(
     # Three requests, each one the server logged with what it (would have) answered.
     assert [r.status for r in outcome.requests_for(path)] == [status] * 3
     _good_neighbours(outcome, "/about.html", "/news.html")
-
-
-# --- HTTP errors and Retry-After ------------------------------------------------------------
-
-
-@pytest.mark.parametrize("status", [408, 500, 502, 503, 504])
-def test_a_server_error_once_is_retried_and_fetched(
-    crawl: Callable[[Setup], FaultCrawl], status: int,
-) -> None:
-    outcome = crawl(ERRORS)
-    outcome.assert_sound()
-    path = f"/errors/{status}.html"
-    row = outcome.row(path)
-    assert (row["state"], row["http_status"], row["attempts"]) == ("fetched", 200, 2)
-    assert row["reason"] == "" and row["wet_file"]
-    first, second = outcome.requests_for(path)
-    assert (first.status, second.status) == (status, 200)
-    if status == 503:  # Retry-After (delta-seconds) holds the whole host back
-        later = [r for r in outcome.requests if r.arrival_ns > first.arrival_ns]
-        assert later and later[0].arrival_ns - first.arrival_ns >= RETRY_AFTER_ERRORS_503 * 1e9
-    _good_neighbours(outcome, *(f"/notes/{n}.html" for n in range(1, 6)))
-
-
-def test_429_with_an_http_date_retry_after_is_waited_out(
-    crawl: Callable[[Setup], FaultCrawl],
-) -> None:
-    outcome = crawl(BUSY)
-    outcome.assert_sound()
-    row = outcome.row("/busy/report.html")
-    assert (row["state"], row["http_status"], row["attempts"]) == ("fetched", 200, 2)
-    assert row["reason"] == ""
-    first, second = outcome.requests_for("/busy/report.html")
-    assert (first.status, second.status) == (429, 200)
-    answer = outcome.web.render(outcome.host, "/busy/report.html", 1,
-                                now=first.arrival_ns / 1e9)
-    retry_at = parsedate_to_datetime(answer.header("Retry-After") or "").timestamp()
-    # No request of any kind to the host before the date the server named.
-    later = [r for r in outcome.requests if r.arrival_ns > first.arrival_ns]
-    assert later and min(r.arrival_ns for r in later) / 1e9 >= retry_at
-    _good_neighbours(outcome, "/busy/notes.html")
-
-
-# --- hosts that fail for a while, or for good ---------------------------------------------
-
-
-def test_a_recovering_host_is_parked_then_crawled_to_completion(
-    crawl: Callable[[Setup], FaultCrawl],
-) -> None:
-    outcome = crawl(RECOVERING)
-    outcome.assert_sound()
-    pages = [r for r in outcome.requests if r.path != "/robots.txt"]
-    assert [r.status for r in pages[:RECOVERING_FAILURES]] == [503] * RECOVERING_FAILURES
-    assert {r.status for r in pages[RECOVERING_FAILURES:]} == {200}
-    # Parked after its failures: the probe that found it back came a circuit period later.
-    gap = pages[RECOVERING_FAILURES].arrival_ns - pages[RECOVERING_FAILURES - 1].arrival_ns
-    assert gap >= CIRCUIT_SECONDS * 1e9
-    assert outcome.report.stats["circuit_probes"] >= 1
-    home = outcome.row("/")
-    assert (home["state"], home["http_status"], home["attempts"]) == ("fetched", 200, 3)
-    recovered = [r for r in outcome.rows if "/recovered/" in r["url"]]
-    assert len(recovered) == 3
-    assert {(r["state"], r["http_status"], r["attempts"]) for r in recovered} == {
-        ("fetched", 200, 1)}
-
-
-def test_a_dead_host_gets_one_probe_per_circuit_period_then_gives_up(
-    crawl: Callable[[Setup], FaultCrawl],
-) -> None:
-    outcome = crawl(DEAD)
-    outcome.assert_sound()
-    for path in ("/", "/status.html"):
-        row = outcome.row(path)
-        assert (row["state"], row["http_status"], row["attempts"]) == ("failed", 503, 2)
-        assert row["reason"] == "HTTP 503 after 2 attempts"
-    pages = [r for r in outcome.requests if r.path != "/robots.txt"]
-    assert [r.status for r in pages] == [503] * 4  # 2 URLs x 2 attempts, nothing more
-    parked_gaps = [(b.arrival_ns - a.arrival_ns) / 1e9
-                   for a, b in zip(pages[1:], pages[2:], strict=False)]
-    assert len(parked_gaps) == 2 and min(parked_gaps) >= CIRCUIT_SECONDS
-    assert outcome.report.stats["circuit_probes"] == 2
 
 
 # --- bodies ---------------------------------------------------------------------------------
@@ -382,64 +289,6 @@ def test_a_poison_page_is_dead_lettered_and_its_host_crawled(
                      "/big/oversized.html", "/big/bomb.html")
 
 
-# --- redirects and traps ------------------------------------------------------------------
-
-
-def test_a_redirect_loop_ends_once_each_url_is_seen(
-    crawl: Callable[[Setup], FaultCrawl],
-) -> None:
-    outcome = crawl(MAZE)
-    outcome.assert_sound()
-    a, b = outcome.row("/loop/a"), outcome.row("/loop/b")
-    assert (a["state"], a["http_status"], a["reason"]) == (
-        "redirected", 301, f"HTTP 301 to {outcome.url('/loop/b')}")
-    assert (b["state"], b["http_status"], b["reason"]) == (
-        "redirected", 302, f"HTTP 302 to {outcome.url('/loop/a')}")
-    assert a["depth"] == b["depth"] == 1
-    assert len(outcome.requests_for("/loop/a")) == len(outcome.requests_for("/loop/b")) == 1
-
-
-def test_a_redirect_chain_too_long_is_cut(crawl: Callable[[Setup], FaultCrawl]) -> None:
-    outcome = crawl(MAZE)
-    outcome.assert_sound()
-    for hop in range(1, MAX_REDIRECT_HOPS + 2):
-        row = outcome.row(f"/chain/{hop}")
-        assert (row["state"], row["http_status"]) == ("redirected", 301)
-        assert len(outcome.requests_for(f"/chain/{hop}")) == 1
-    cut = outcome.row(f"/chain/{MAX_REDIRECT_HOPS + 2}")
-    assert (cut["state"], cut["http_status"]) == ("filtered", None)
-    assert cut["reason"] == (f"redirect chain longer than {MAX_REDIRECT_HOPS} hops "
-                             f"({MAX_REDIRECT_HOPS + 1})")
-    assert not outcome.requests_for(f"/chain/{MAX_REDIRECT_HOPS + 2}")
-    assert not [r for r in outcome.rows if r["url"] == outcome.url(f"/chain/{CHAIN_LENGTH}")]
-
-
-def test_a_path_trap_stops_at_a_repeated_segment(crawl: Callable[[Setup], FaultCrawl]) -> None:
-    outcome = crawl(MAZE)
-    outcome.assert_sound()
-    first, second = outcome.row("/loop/x/"), outcome.row("/loop/x/x/")
-    assert (first["state"], second["state"]) == ("fetched", "fetched")
-    assert second["depth"] == first["depth"] + 1
-    trap = outcome.row("/loop/x/x/x/")
-    assert (trap["state"], trap["reason"]) == (
-        "filtered", "trap: repeated path segment 'x' (3 times)")
-    assert not [r for r in outcome.requests if "x/x/x/" in r.path]
-
-
-def test_session_ids_are_dropped_so_each_page_is_fetched_once(
-    crawl: Callable[[Setup], FaultCrawl],
-) -> None:
-    outcome = crawl(SESSIONS)
-    outcome.assert_sound()
-    assert len(outcome.rows) == 7
-    for row in outcome.rows:
-        assert (row["state"], row["http_status"], row["attempts"]) == ("fetched", 200, 1)
-        assert "sid" not in row["url"].lower() and ";" not in row["url"]
-    pages = [r.path for r in outcome.requests if r.path != "/robots.txt"]
-    assert len(pages) == len(set(pages)) == 7
-    assert not [p for p in pages if "sid" in p.lower() or ";" in p]
-
-
 # --- copies -------------------------------------------------------------------------------
 
 
@@ -495,60 +344,6 @@ def test_a_host_serving_mostly_copies_is_slowed_down(
 
 
 # --- crawls that end ----------------------------------------------------------------------
-
-
-def test_every_fault_host_ends_by_itself_with_the_default_circuit_breaker(
-    emulators: None, tmp_path: Path,
-) -> None:
-    """All fault hosts in one crawl, with the crawler's own circuit defaults (10 failures in a
-    row park a host for an hour): it drains by itself. The warming host, whose every path
-    fails its first request with a Retry-After, is crawled path by path (each retried right
-    after its 503) and never parked; a crawler that moved on to fresh URLs after each 503
-    saw a growing run of failures, backed off ever longer and then parked the host for an
-    hour (measured: 12 of its URLs still waiting after 150 s), which the time budget here
-    turns into a failure."""
-    defaults = CrawlOptions(seeds=())
-    spec = replace(SPEC, only_faults=tuple(FaultHost))
-    crawl_id = f"faults-all-{uuid.uuid4().hex[:8]}"
-    max_duration = 150.0
-    log_path = tmp_path / "requests.tsv"
-    with serve(spec, log_path) as served:
-        opts = CrawlOptions(
-            seeds=tuple(served.seeds), out=str(tmp_path / "out"), crawl_id=crawl_id,
-            min_delay=MIN_DELAY, max_crawl_delay=MAX_CRAWL_DELAY, user_agent=USER_AGENT,
-            resolve=(served.resolve_arg,), fetch_timeout=FETCH_TIMEOUT, max_pages=10_000,
-            max_pages_per_host=BUDGET, max_body_bytes=MAX_BODY,
-            max_calendar_pages=MAX_CALENDAR_PAGES, progress=False, max_duration=max_duration,
-        )
-        summary = run_local_crawl(opts)
-        requests = read_request_log(log_path)
-        web = served.web
-        seeds = served.seeds
-    rows = _rows(opts.out, crawl_id)
-    print(summary)
-    assert summary.reason == "drained", summary
-    assert summary.elapsed_s < max_duration
-    report = audit_crawl(
-        web, requests, rows, seeds=seeds, min_delay=MIN_DELAY, max_crawl_delay=MAX_CRAWL_DELAY,
-        max_depth=None, max_pages_per_host=BUDGET, user_agent=USER_AGENT,
-        read_response=read_response, read_text=read_text, max_attempts=defaults.max_attempts,
-        max_calendar_pages=MAX_CALENDAR_PAGES, max_redirect_hops=MAX_REDIRECT_HOPS,
-        max_body_bytes=MAX_BODY, circuit_failures=defaults.circuit_failures,
-        circuit_seconds=defaults.circuit_seconds,
-    )
-    assert report.violations == [], "\n".join(report.violations[:40])
-    assert summary.accepted == len(rows) == sum(summary.by_state.values())
-    assert report.stats["circuit_probes"] == 0
-    warming = web.fault_host(FaultHost.WARMING)
-    pages = [r for r in requests if r.host == warming and r.path != "/robots.txt"]
-    assert len(pages) == 2 * (1 + WARMING_PAGES)
-    # Each path's retry is the host's very next request: 503, then 200 for the same path.
-    for first, second in zip(pages[::2], pages[1::2], strict=True):
-        assert (first.path, first.status, second.status) == (second.path, 503, 200)
-        assert second.arrival_ns - first.arrival_ns >= RETRY_AFTER_503 * 1e9
-    warming_rows = [r for r in rows if web.split_url(r["url"])[0] == warming]
-    assert len(warming_rows) == 1 + WARMING_PAGES
-    assert {(r["state"], r["attempts"]) for r in warming_rows} == {("fetched", 2)}
 
 
 def test_a_time_budget_ends_the_crawl_with_every_waiting_url_in_one_row(
