@@ -56,7 +56,8 @@ def run(argv: list[str] | None = None):
     opts = CrawlOptions(seeds=tuple(args.seeds), out=args.out, max_pages=args.max_pages,
                         min_delay=args.min_delay, resolve=tuple(args.resolve), progress=False)
     summary = run_local_crawl(opts, page_step=MinimumLength(args.min_words))
-    print(f"crawl {opts.crawl_id}: {summary.status}; output under {args.out}/{opts.crawl_id}")
+    print(f"crawl {opts.crawl_id}: {summary.state} ({summary.reason}); output under "
+          f"{args.out}/{opts.crawl_id}")
     return summary
 
 

@@ -48,10 +48,11 @@ def test_a_crawl_ended_by_its_time_budget_exits_0_with_its_summary(
 
     seen = {}
 
-    def crawled(opts, on_progress=None):
+    def crawled(opts, on_progress=None, on_status_page=None):
         seen["opts"] = opts
         return runtime.CrawlSummary(
-            crawl_id=opts.crawl_id, out_dir=str(tmp_path), status="time_budget_spent",
+            crawl_id=opts.crawl_id, out_dir=str(tmp_path), state="done",
+            reason="time budget spent",
             elapsed_s=31.0, pages_fetched=3, pages_per_s=0.1, requests=4, accepted=9,
             rows_written=9, by_state={"fetched": 3, "over_budget": 6}, bytes_fetched=0,
             max_duration=30.0, urls_over_time=6)
@@ -67,4 +68,4 @@ def test_a_crawl_ended_by_its_time_budget_exits_0_with_its_summary(
     assert exited.value.code == 0
     assert seen["opts"].max_duration == 30.0
     out = capsys.readouterr().out
-    assert "time_budget_spent" in out and "6 URLs still waiting ended over budget" in out
+    assert "done (time budget spent)" in out and "6 URLs still waiting ended over budget" in out

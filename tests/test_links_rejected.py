@@ -50,7 +50,7 @@ def test_the_summary_reads_only_the_rejected_links_counters() -> None:
 
 
 def test_the_summary_shows_rejected_links_by_reason(capsys) -> None:
-    summary = CrawlSummary(crawl_id="c1", out_dir="/tmp/out/c1", status="drained",
+    summary = CrawlSummary(crawl_id="c1", out_dir="/tmp/out/c1", state="done", reason="drained",
                            elapsed_s=3.0, pages_fetched=2, pages_per_s=0.7, requests=3,
                            accepted=2, rows_written=2, by_state={"fetched": 2},
                            bytes_fetched=2000, links_rejected={"host": 2, "scheme": 1234})

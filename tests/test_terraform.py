@@ -286,14 +286,19 @@ def test_the_dashboard_and_alerts_read_counters_the_code_keeps(terraform) -> Non
 
 def test_the_api_is_given_every_setting_it_reads_naming_the_resources_the_code_uses(
         terraform) -> None:
+    from pipeline.options import OPTIONS
     from pipeline.service.cloud import CloudSettings
 
     env = locals_of(terraform)["api_env"]
-    crawl_defaults = locals_of(terraform)["api_crawl_defaults"]
-    # PORT is Cloud Run's own (reserved); a crawl's defaults follow the job's parameters.
-    assert set(env) | {"PORT", "CRAWLER_MIN_DELAY", "CRAWLER_USER_AGENT"} == set(
+    # PORT is Cloud Run's own (reserved); a crawl's defaults are var.crawl_defaults, one
+    # CRAWLER_<NAME> each, for exactly the per-crawl options the API takes defaults for.
+    defaults = {opt.dest for opt in OPTIONS if opt.per_crawl and opt.serve}
+    assert set(env) | {"PORT"} | {f"CRAWLER_{name.upper()}" for name in defaults} == set(
         CloudSettings.ENV.values())
-    assert "CRAWLER_MIN_DELAY" in crawl_defaults and "CRAWLER_USER_AGENT" in crawl_defaults
+    variables = (ROOT / "terraform" / "variables.tf").read_text()
+    block = variables[variables.index('variable "crawl_defaults"'):]
+    allowed = re.search(r"contains\(\[([^\]]*)\], name\)", block).group(1)
+    assert {name.strip().strip('"') for name in allowed.split(",")} == defaults
     assert set(CloudSettings.REQUIRED) <= {
         field for field, variable in CloudSettings.ENV.items() if variable in env}
     topics = resources(terraform, "google_pubsub_topic")
