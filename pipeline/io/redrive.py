@@ -1,12 +1,14 @@
 """Dead letters back into the crawl, once the bug that made them is fixed.
 
 A page the parser could not handle (stage "parse") is stored `dead_lettered` and published to
-the crawl's dead-letter topic, where the subscription `dead-letters-CRAWL_ID-redrive`, created
-when the crawl starts, keeps it. The fleet (`crawler serve`, the Dataflow job) publishes every
-crawl's letters to one topic, kept by one subscription (pipeline.io.resources: the fleet's
-`crawler-dead-letters-redrive`). After a fix is deployed, `crawler redrive CRAWL_ID` moves
-every kept letter of the crawl onto the frontier topic the crawl reads (its own, or the
-fleet's), leaving other crawls' letters on a shared subscription; `crawler crawl --resume --redrive`
+the dead-letter topic of the engine running the crawl: `crawler crawl` names its topics after
+its crawl (the subscription `dead-letters-CRAWL_ID-redrive`, created when the crawl starts,
+keeps the letters); `crawler serve` and the Dataflow job publish every crawl's letters to one
+topic, kept by one subscription (pipeline.io.resources: the fleet's
+`crawler-dead-letters-redrive`). The crawl's record names its route. After a fix is
+deployed, `crawler redrive CRAWL_ID` moves every kept letter of the crawl onto the frontier
+topic the crawl reads, leaving other crawls' letters on a shared subscription and counting the
+letters moved in the crawl's record; `crawler crawl --resume --redrive`
 rebuilds the letters of a local crawl that has ended from its pages table (its emulators, and
 the letters they kept, ended with it) and publishes them before fetching resumes. The pipeline
 routes a letter to the store with the response rebuilt from its WARC record (replay_result):
@@ -14,9 +16,9 @@ the page is parsed again without a second request to its host, and its new termi
 replaces the `dead_lettered` one (same Bigtable row key; the Parquet view hides a
 `dead_lettered` row once its URL has another row).
 
-This module owns the one-shot crawls' topic and subscription names, which subscription and
-topic a crawl's letters move between, rebuilding a fetch result from a letter, and moving
-letters; it does not parse pages or know about Beam.
+This module owns the topic and subscription names of a crawl `crawler crawl` runs, which
+subscription and topic a crawl's letters move between, rebuilding a fetch result from a
+letter, and moving letters; it does not parse pages or know about Beam.
 """
 
 from __future__ import annotations
@@ -101,7 +103,7 @@ class RedriveRoute:
 
 
 def crawl_route(project: str, crawl_id: str) -> RedriveRoute:
-    """A one-shot crawl's route: its own subscription and frontier topic."""
+    """The route of a crawl `crawler crawl` runs: its own subscription and frontier topic."""
     return RedriveRoute(
         subscription=f"projects/{project}/subscriptions/{redrive_subscription_name(crawl_id)}",
         topic=f"projects/{project}/topics/{frontier_topic_name(crawl_id)}")
@@ -109,8 +111,9 @@ def crawl_route(project: str, crawl_id: str) -> RedriveRoute:
 
 def fleet_route(project: str, *, topic: str = RESOURCES.frontier_topic,
                 subscription: str = RESOURCES.dead_letter_subscription) -> RedriveRoute:
-    """A fleet crawl's route: the fleet's dead-letter subscription, shared by every crawl,
-    and the fleet's frontier topic (names, as `crawler serve` and terraform/ make them)."""
+    """The route of a crawl the control API started: the fleet's dead-letter subscription,
+    shared by every crawl, and the fleet's frontier topic (names, as `crawler serve` and
+    terraform/ make them)."""
     return RedriveRoute(subscription=f"projects/{project}/subscriptions/{subscription}",
                         topic=f"projects/{project}/topics/{topic}", shared=True)
 
@@ -131,7 +134,7 @@ def redrive(project: str, crawl_id: str, *, route: RedriveRoute | None = None,
             limit: int | None = None, on_moved: Callable[[int], None] | None = None,
             pull_timeout_s: float = 1.0) -> RedriveReport:
     """Move the crawl's kept dead letters onto the frontier topic of `route` (default: the
-    one-shot crawl's own, crawl_route); returns how many.
+    crawl's own, crawl_route); returns how many.
 
     A batch is acknowledged only after Pub/Sub has accepted every letter of it on the
     frontier, so a crash in between sends some letters twice (each is then parsed twice; the
@@ -232,9 +235,8 @@ def moved_back(tables: BigtableTables, crawl_id: str, n: int) -> None:
 
 def add_redrive_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("crawl_id", help="crawl whose dead letters to send back; its record "
-                                         "in Bigtable says whether it is a fleet crawl "
-                                         "(started through the control API) or a one-shot "
-                                         "`crawler crawl`")
+                                         "in Bigtable names the frontier topic and dead-letter "
+                                         "subscription of the engine that runs it")
     parser.add_argument("--project", default="local-crawler",
                         help="Pub/Sub and Bigtable project (default: %(default)s)")
     parser.add_argument("--bigtable-instance", default="local",
@@ -243,15 +245,15 @@ def add_redrive_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max", type=int, default=None,
                         help="move at most this many letters (default: all)")
     parser.add_argument("--frontier-topic", default=RESOURCES.frontier_topic,
-                        help="a fleet crawl's letters go back to this frontier topic, the "
-                             "fleet's (default: %(default)s, as `crawler serve` and terraform/ "
-                             "name it); a one-shot crawl's go to its own frontier-CRAWL_ID")
+                        help="the letters of a crawl whose record names no frontier topic (one "
+                             "the control API started) go back to this one, the fleet's "
+                             "(default: %(default)s, as `crawler serve` and terraform/ name "
+                             "it)")
     parser.add_argument("--dead-letter-subscription",
                         default=RESOURCES.dead_letter_subscription,
-                        help="a fleet crawl's letters are taken from this subscription, which "
-                             "keeps every fleet crawl's (default: %(default)s); the other "
-                             "crawls' letters stay on it. A one-shot crawl's come from its own "
-                             "dead-letters-CRAWL_ID-redrive")
+                        help="... and are taken from this subscription, which keeps every "
+                             "such crawl's (default: %(default)s); the other crawls' letters "
+                             "stay on it")
 
 
 def redrive_route(tables: BigtableTables, project: str, crawl_id: str, *,
@@ -274,10 +276,9 @@ def redrive_route(tables: BigtableTables, project: str, crawl_id: str, *,
 
 
 def run_redrive(args: argparse.Namespace) -> int:
-    """`crawler redrive`: for a running crawl (a fleet crawl, on Dataflow or `crawler serve`;
-    or a local one-shot crawl whose emulators were started outside it). A local one-shot
-    crawl that has ended continues with `crawler crawl --resume --redrive`, which does the
-    same before it starts fetching."""
+    """`crawler redrive`: for a running crawl (on Dataflow, `crawler serve`, or a `crawler
+    crawl` whose emulators were started outside it). A local crawl that has ended continues
+    with `crawler crawl --resume --redrive`, which does the same before it starts fetching."""
     from pipeline.io.bigtable import BigtableConfig, CrawlNotFound, open_tables
 
     if "PUBSUB_EMULATOR_HOST" not in os.environ and args.project == "local-crawler":
