@@ -161,3 +161,13 @@ class Hosts:
         """(URL, start) of every request submitted so far, of one host or all."""
         return [(url, at) for url, at, _ in self.pool.submitted
                 if host is None or host_key(url) == host]
+
+
+# One host many crawls share, for the tests of pipeline.core.fleet_host.
+SHARED_HOST = "shared.test"
+
+
+def crawl_urls(crawl: str, *paths: str) -> list[tuple[str, int, str | None]]:
+    """URLs of crawl `crawl` on SHARED_HOST, as a host is offered them (url, hash, rejection)."""
+    found = [f"http://{SHARED_HOST}/{crawl}/{p}" for p in paths]
+    return [(u, url_hash(u), None) for u in found]

@@ -20,7 +20,7 @@ from protego import Protego
 
 from pipeline.core.records import PageState, RecordPointer
 from pipeline.core.urls import host_key
-from tests.test_testweb import extract_links, normalise_url
+from tests.harness_links import extract_links, normalise_url
 from testweb.audit import AuditReport, audit_crawl
 from testweb.server import LoggedRequest, RunningWeb, read_request_log, serve
 from testweb.web import (

@@ -24,18 +24,13 @@ from pipeline.core.robots_relay import (
     RobotsReply,
 )
 from pipeline.core.urls import url_hash
-
-HOST = "shared.test"
+from tests.harness_hosts import SHARED_HOST as HOST
+from tests.harness_hosts import crawl_urls as urls
 
 
 def policy(min_delay: float, agent: str = "testbot") -> HostPolicy:
     return HostPolicy(user_agent=agent, min_delay=min_delay, fetch_timeout=3.0, lease_grace=1.0,
                       max_attempts=3, retry_base=0.5, retry_cap=5.0)
-
-
-def urls(crawl: str, *paths: str) -> list[tuple[str, int, str | None]]:
-    found = [f"http://{HOST}/{crawl}/{p}" for p in paths]
-    return [(u, url_hash(u), None) for u in found]
 
 
 def terms_of(policies, states) -> dict[str, CrawlTerms]:

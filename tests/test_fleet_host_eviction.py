@@ -16,7 +16,8 @@ from pipeline.core.fleet_host import TOMBSTONE_S, CrawlTerms, FleetHostState, To
 from pipeline.core.politeness import FetchReport, HostPolicy, LeaseKind
 from pipeline.core.records import PageState
 from pipeline.core.robots_relay import RobotsErrand, RobotsFetch, RobotsReply
-from tests.test_fleet_host import HOST, urls
+from tests.harness_hosts import SHARED_HOST as HOST
+from tests.harness_hosts import crawl_urls as urls
 
 ROBOTS = b"User-agent: *\nDisallow: /a/private/\nDisallow: /c/private/\n"
 

@@ -3,8 +3,6 @@ unit and property tests, and MinHashDedup in a batch TestPipeline and per window
 
 from __future__ import annotations
 
-import random
-
 import apache_beam as beam
 import numpy as np
 import pytest
@@ -29,22 +27,7 @@ from pipeline.core.minhash import (
     signature,
 )
 from pipeline.transforms.minhash import MinHashDedup
-
-WORDS = ["tide", "harbour", "master", "noon", "tuesday", "boat", "crew", "storm", "lamp",
-         "keeper", "winter", "sea", "gull", "rope", "anchor", "pier", "sail", "mast", "deck",
-         "cargo", "port", "light", "wave", "fog", "bell", "chart", "compass"]
-
-
-def text(seed: int, n: int = 300) -> str:
-    rng = random.Random(seed)
-    return " ".join(rng.choice(WORDS) for _ in range(n))
-
-
-def edit(original: str, rate: float, seed: int) -> str:
-    """Substitute about `rate` of the words."""
-    rng = random.Random(seed)
-    return " ".join(rng.choice(WORDS) + "x" if rng.random() < rate else w
-                    for w in original.split())
+from tests.harness_texts import edit, text
 
 
 # --------------------------------------------------------------------------- pure parts

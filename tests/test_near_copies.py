@@ -30,7 +30,7 @@ from pipeline.core.minhash import (
 from pipeline.core.near_copies import BandBucket, BucketEntry, Verdict, fingerprint
 from pipeline.metrics import LocalTally
 from pipeline.transforms.near_copies import FindNearCopies
-from tests.test_minhash import text
+from tests.harness_texts import text
 
 PARAMS = MinHashParams()
 

@@ -14,6 +14,7 @@ import glob
 import http.server
 import socket
 import threading
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -23,7 +24,6 @@ from warcio.archiveiterator import ArchiveIterator
 from pipeline.io.bigtable import BigtableConfig, read_page
 from pipeline.io.events import events_subscription_name, pull_events
 from pipeline.io.pages_table import query_pages
-from pipeline.local.emulators import find_sdk_root, start_bigtable_emulator, start_pubsub_emulator
 from pipeline.local.runtime import run_local_crawl
 from pipeline.options import CrawlOptions
 
@@ -111,10 +111,7 @@ def _public_site(links: list[str], redirect_to: str) -> http.server.ThreadingHTT
 
 
 @pytest.fixture(scope="module")
-def crawl(tmp_path_factory) -> Iterator[dict]:
-    root = find_sdk_root()
-    if root is None or not (root / "platform" / "bigtable-emulator").exists():
-        pytest.skip("the Bigtable and Pub/Sub emulators are not installed")
+def crawl(emulators, tmp_path_factory) -> Iterator[dict]:
     private = PrivateService()
     port4 = private.listen(socket.AF_INET, "127.0.0.1")
     port6 = private.listen(socket.AF_INET6, "::1")
@@ -130,28 +127,23 @@ def crawl(tmp_path_factory) -> Iterator[dict]:
     thread = threading.Thread(target=site.serve_forever, daemon=True)
     thread.start()
     tmp = tmp_path_factory.mktemp("ssrf")
-    mp = pytest.MonkeyPatch()
     try:
-        with start_pubsub_emulator() as pubsub, start_bigtable_emulator() as bigtable:
-            mp.setenv("PUBSUB_EMULATOR_HOST", pubsub.host_port)
-            mp.setenv("BIGTABLE_EMULATOR_HOST", bigtable.host_port)
-            opts = CrawlOptions(
-                seeds=(f"http://{PUBLIC_HOST}:{site_port}/",), out=str(tmp / "out"),
-                crawl_id="c-ssrf", min_delay=0.2, fetch_timeout=2.0, progress=False,
-                resolve=(f"{PUBLIC_HOST}:{site_port}:127.0.0.1",),
-            )
-            summary = run_local_crawl(opts)
-            columns = [c[0] for c in query_pages(opts.out, opts.crawl_id,
-                                                 "DESCRIBE SELECT * FROM pages")]
-            rows = [dict(zip(columns, r, strict=True))
-                    for r in query_pages(opts.out, opts.crawl_id, "SELECT * FROM pages")]
-            config = BigtableConfig(project=opts.project, instance=opts.bigtable_instance)
-            stored = {url: read_page(config, opts.crawl_id, url) for url in secret_urls}
-            subscription = (f"projects/{opts.project}/subscriptions/"
-                            f"{events_subscription_name(opts.crawl_id)}")
-            events = list(pull_events(subscription, max_events=None, timeout_s=1.0))
+        opts = CrawlOptions(
+            seeds=(f"http://{PUBLIC_HOST}:{site_port}/",), out=str(tmp / "out"),
+            crawl_id=f"c-ssrf-{uuid.uuid4().hex[:8]}", min_delay=0.2, fetch_timeout=2.0,
+            progress=False, resolve=(f"{PUBLIC_HOST}:{site_port}:127.0.0.1",),
+        )
+        summary = run_local_crawl(opts)
+        columns = [c[0] for c in query_pages(opts.out, opts.crawl_id,
+                                             "DESCRIBE SELECT * FROM pages")]
+        rows = [dict(zip(columns, r, strict=True))
+                for r in query_pages(opts.out, opts.crawl_id, "SELECT * FROM pages")]
+        config = BigtableConfig(project=opts.project, instance=opts.bigtable_instance)
+        stored = {url: read_page(config, opts.crawl_id, url) for url in secret_urls}
+        subscription = (f"projects/{opts.project}/subscriptions/"
+                        f"{events_subscription_name(opts.crawl_id)}")
+        events = list(pull_events(subscription, max_events=None, timeout_s=1.0))
     finally:
-        mp.undo()
         site.shutdown()
         site.server_close()
         private.stop()

@@ -11,7 +11,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
+from urllib.parse import urljoin
 
 import lxml.html
 import pytest
@@ -20,6 +20,7 @@ import trafilatura
 from protego import Protego
 
 from pipeline.core.records import PageState
+from tests.harness_links import extract_links
 from testweb.cli import add_testweb_arguments, run_testweb
 from testweb.server import RunningWeb, read_request_log, serve
 from testweb.web import (
@@ -233,41 +234,6 @@ def test_depths_and_states_do_not_depend_on_fetch_order(
 
 
 # --- markup ----------------------------------------------------------------------------------
-
-
-SESSION_PARAMETERS = {"sid", "sessionid", "session_id", "jsessionid", "phpsessid",
-                      "aspsessionid"}
-
-
-def normalise_url(url: str) -> str:
-    """The crawler's normal form, written out independently of the web's own model: tracking
-    and session-id parameters dropped (session ids also as ;jsessionid= path parameters)."""
-    parts = urlsplit(url)
-    host = (parts.hostname or "").lower()
-    netloc = host if parts.port in (None, 80) else f"{host}:{parts.port}"
-    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
-             if not k.startswith("utm_") and k.lower() not in SESSION_PARAMETERS]
-    query.sort(key=lambda kv: kv[0])
-    path = "/".join(segment.split(";jsessionid=")[0] for segment in parts.path.split("/"))
-    return urlunsplit((parts.scheme.lower(), netloc, path or "/", urlencode(query), ""))
-
-
-def extract_links(url: str, body: bytes, charset: str) -> tuple[set[str], list[str]]:
-    doc = lxml.html.fromstring(body.decode(charset))
-    base = url
-    for element in doc.iter("base"):
-        base = urljoin(url, element.get("href", ""))
-        break
-    hrefs = [a.get("href") for a in doc.iter("a") if a.get("href") is not None]
-    robots = " ".join(m.get("content", "") for m in doc.iter("meta")
-                      if m.get("name", "").lower() == "robots").lower()
-    if "nofollow" in robots:
-        return set(), hrefs
-    found = {normalise_url(urljoin(base, a.get("href"))) for a in doc.iter("a")
-             if a.get("href") is not None and "nofollow" not in (a.get("rel") or "").split()}
-    found |= {normalise_url(urljoin(base, link.get("href"))) for link in doc.iter("link")
-              if link.get("rel") == "canonical"}
-    return found, hrefs
 
 
 def test_written_links_resolve_to_the_ground_truth(small_web: SyntheticWeb) -> None:

@@ -23,7 +23,7 @@ import trafilatura
 from pipeline.core.fingerprints import content_hash, hamming, simhash
 from pipeline.core.parse import PageParseError, parse_page
 from pipeline.core.records import PageState
-from tests.test_testweb import extract_links, normalise_url
+from tests.harness_links import extract_links, normalise_url
 from testweb.cli import add_testweb_arguments, run_testweb
 from testweb.server import RunningWeb, read_request_log, serve
 from testweb.web import (
