@@ -187,7 +187,7 @@ def test_bigtable_rows_say_why_and_point_at_nothing(crawl):
 def test_nothing_of_the_private_service_reaches_warc_wet_or_events(crawl):
     ports = [str(p) for p in crawl["ports"]]
     records = 0
-    for path in glob.glob(f"{crawl['out']}/c-ssrf/w*/*.gz"):
+    for path in glob.glob(f"{crawl['out']}/{crawl['opts'].crawl_id}/w*/*.gz"):
         with open(path, "rb") as handle:
             for record in ArchiveIterator(handle):
                 records += 1
