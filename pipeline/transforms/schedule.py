@@ -83,6 +83,9 @@ ROBOTS = "robots"
 # What a host's scheduler is handed, with the id of the crawl it belongs to.
 HostMessage = HostBatch | HostSeenMarks | HostSignal | HostWake | RobotsRequest | RobotsAnswer
 
+# How a fetch is started: (fetch function, url) -> the future of its response.
+Submit = Callable[[Callable[[str], FetchResponse], str], Future[FetchResponse]]
+
 # How soon to look again when a fetch is still running at the time the host became due.
 _POLL_MIN = 0.02
 _POLL_MAX = 0.5
@@ -364,8 +367,7 @@ class HostSchedulerFn(beam.DoFn):
         self,
         config: SchedulerConfig,
         clock: Callable[[], float] = time.time,
-        submit: Callable[[Callable[[str], FetchResponse], str], Future[FetchResponse]]
-        | None = None,
+        submit: Submit | None = None,
     ) -> None:
         self._config = config
         self._clock = clock
@@ -738,8 +740,7 @@ class ScheduleFetches(beam.PTransform):
         self,
         config: SchedulerConfig,
         clock: Callable[[], float] = time.time,
-        submit: Callable[[Callable[[str], FetchResponse], str], Future[FetchResponse]]
-        | None = None,
+        submit: Submit | None = None,
     ) -> None:
         super().__init__()
         self._config = config
