@@ -13,11 +13,13 @@ from apache_beam.testing.test_stream import TestStream as BeamTestStream
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipeline.core import pages as store
+from pipeline.core.crawl_states import CrawlLimits
 from pipeline.core.politeness import HostPolicy
 from pipeline.core.records import DeadLetter, FetchResult, PageState
 from pipeline.core.urls import url_hash
 from pipeline.graph import build_crawler
-from pipeline.io.bigtable import pages_by_host
+from pipeline.io.bigtable import open_tables, pages_by_host
+from pipeline.io.crawls import create_crawl
 from pipeline.io.fetch import FetchConfig
 from pipeline.io.segments import SegmentWriter, read_text
 from pipeline.local.emulators import ensure_subscription, ensure_topic
@@ -117,3 +119,41 @@ def test_meta_robots_are_read_for_the_agent_of_the_crawl_that_fetched_the_page(
         assert_that(outcome,
                     equal_to([(PageState.FETCHED, "" if kept else
                                "meta robots noindex: text not stored", kept)]))
+
+
+def test_a_redriven_page_is_read_for_the_agent_of_its_own_crawl(bigtable_config, emulators,
+                                                               tmp_path):
+    """Two crawls of the fleet stored the same page, whose meta robots keep crawlbot out;
+    their letters come back: the page of the crawl whose agent is crawlbot keeps no text,
+    the other's does. The store's own agent (the fleet's, testbot) is neither."""
+    project, out = bigtable_config.project, str(tmp_path / "out")
+    crawls = {"crawlbot/1.0": fresh_name("cb"), "otherbot/2.0": fresh_name("ob")}
+    letters = []
+    with open_tables(bigtable_config, create=False) as tables:
+        for agent, crawl_id in crawls.items():
+            create_crawl(tables, crawl_id, seeds=(), at=1.0,
+                         limits=CrawlLimits(max_pages=10, user_agent=agent))
+            with SegmentWriter(out, crawl_id, "warc", "w1") as warc:
+                pointer = warc.write_response("http://agents.test/page", 100.0, 200, HTML,
+                                              NOINDEX_FOR_CRAWLBOT)
+            letters.append(DeadLetter(crawl_id, "parse", "http://agents.test/page",
+                                      url_hash("http://agents.test/page"), "an old bug", 3,
+                                      warc=pointer, depth=0, fetched_at=100.0))
+    config = SchedulerConfig(policy=HostPolicy(user_agent="testbot/1.0"),
+                             fetch=FetchConfig(user_agent="testbot/1.0"),
+                             bigtable=bigtable_config)
+    stream = (BeamTestStream().add_elements([letter.to_bytes() for letter in letters])
+              .advance_watermark_to_infinity())
+    try:
+        with beam.Pipeline(options=PipelineOptions(flags=[], streaming=True)) as p:
+            build_crawler(p, config, out=out, topic=ensure_topic(project, fresh_name("f")),
+                          dead_letter_topic=ensure_topic(project, fresh_name("d")),
+                          payloads=stream)
+        rows = {row.crawl_id: row for row in pages_by_host(bigtable_config, "agents.test")}
+    finally:
+        worker_resources().close()
+    kept_out, kept = rows[crawls["crawlbot/1.0"]], rows[crawls["otherbot/2.0"]]
+    assert (kept_out.state, kept_out.reason, kept_out.wet) == (
+        PageState.FETCHED, "meta robots noindex: text not stored", None)
+    assert (kept.state, kept.reason) == (PageState.FETCHED, "")
+    assert "crawlbot not to index" in read_text(kept.wet)
