@@ -38,8 +38,8 @@ from fastapi import FastAPI
 
 from pipeline.core.crawl_states import CLOUD_STATE_TTL_S
 from pipeline.io.bigtable import BigtableConfig, open_tables
+from pipeline.io.fetch import DEFAULT_USER_AGENT
 from pipeline.io.resources import RESOURCES, CloudResources
-from pipeline.options import DEFAULT_USER_AGENT
 from pipeline.service.app import create_app
 from pipeline.service.auth import TokenFileError, load_tokens
 from pipeline.service.control import CrawlControl, FleetDefaults, PubSubFrontier
