@@ -46,6 +46,34 @@ def _flaky_parser(real_parse, failures: dict[str, int], calls: dict[str, int]):
     return parse
 
 
+def _letter(out: str, crawl_id: str, url: str, body: bytes) -> DeadLetter:
+    """A page's response stored in its crawl's WARC segment, and the dead letter for it."""
+    with SegmentWriter(out, crawl_id, "warc", fresh_name("w")) as warc:
+        pointer = warc.write_response(url, 100.0, 200, HTML, body)
+    return DeadLetter(crawl_id, "parse", url, url_hash(url), "an old bug", 3, warc=pointer,
+                      depth=0, fetched_at=100.0)
+
+
+def _replay(bigtable_config, out: str, letters: list[DeadLetter], *,
+            dead_letter_topic: str | None = None, **build) -> None:
+    """The letters back through the one graph (a TestStream for its frontier, on the
+    DirectRunner), whose store's own robots agent is testbot."""
+    project = bigtable_config.project
+    config = SchedulerConfig(policy=HostPolicy(user_agent="testbot/1.0"),
+                             fetch=FetchConfig(user_agent="testbot/1.0"),
+                             bigtable=bigtable_config)
+    stream = (BeamTestStream().add_elements([letter.to_bytes() for letter in letters])
+              .advance_watermark_to_infinity())
+    try:
+        with beam.Pipeline(options=PipelineOptions(flags=[], streaming=True)) as p:
+            build_crawler(p, config, out=out, topic=ensure_topic(project, fresh_name("f")),
+                          dead_letter_topic=dead_letter_topic or ensure_topic(
+                              project, fresh_name("d")),
+                          payloads=stream, **build)
+    finally:
+        worker_resources().close()
+
+
 def test_parse_attempts_and_a_page_step_take_effect_in_the_one_graph(
         bigtable_config, emulators, tmp_path, monkeypatch):
     """Seven attempts: a page the parser fails on six times is stored on the seventh (three,
@@ -54,31 +82,16 @@ def test_parse_attempts_and_a_page_step_take_effect_in_the_one_graph(
     project, crawl_id = bigtable_config.project, fresh_name("steps")
     out = str(tmp_path / "out")
     urls = {name: f"http://steps.test/{name}" for name in ("flaky", "broken")}
-    letters = []
-    with SegmentWriter(out, crawl_id, "warc", "w1") as warc:
-        for url in urls.values():
-            pointer = warc.write_response(url, 100.0, 200, HTML, PAGE)
-            letters.append(DeadLetter(crawl_id, "parse", url, url_hash(url), "an old bug", 3,
-                                      warc=pointer, depth=0, fetched_at=100.0))
-    frontier = ensure_topic(project, fresh_name("frontier"))
+    letters = [_letter(out, crawl_id, url, PAGE) for url in urls.values()]
     dead_letters = ensure_topic(project, fresh_name("dead-letters"))
     kept = ensure_subscription(project, dead_letters, fresh_name("kept"))
     calls: dict[str, int] = {}
     monkeypatch.setattr(store, "parse_page", _flaky_parser(
         store.parse_page, {urls["flaky"]: 6, urls["broken"]: 10**6}, calls))
-    config = SchedulerConfig(policy=HostPolicy(user_agent="testbot/1.0"),
-                             fetch=FetchConfig(user_agent="testbot/1.0"),
-                             bigtable=bigtable_config)
-    stream = (BeamTestStream().add_elements([letter.to_bytes() for letter in letters])
-              .advance_watermark_to_infinity())
-    try:
-        with beam.Pipeline(options=PipelineOptions(flags=[], streaming=True)) as p:
-            build_crawler(p, config, out=out, topic=frontier, dead_letter_topic=dead_letters,
-                          payloads=stream, parse_attempts=7, page_step=MarkPages("marked"))
-        rows = {row.url: row for row in pages_by_host(bigtable_config, "steps.test",
-                                                      crawl_id=crawl_id)}
-    finally:
-        worker_resources().close()
+    _replay(bigtable_config, out, letters, dead_letter_topic=dead_letters, parse_attempts=7,
+            page_step=MarkPages("marked"))
+    rows = {row.url: row for row in pages_by_host(bigtable_config, "steps.test",
+                                                  crawl_id=crawl_id)}
     assert calls == {urls["flaky"]: 7, urls["broken"]: 7}
     flaky, broken = rows[urls["flaky"]], rows[urls["broken"]]
     assert (flaky.state, flaky.reason) == (PageState.FETCHED, "marked")
@@ -126,32 +139,15 @@ def test_a_redriven_page_is_read_for_the_agent_of_its_own_crawl(bigtable_config,
     """Two crawls of the fleet stored the same page, whose meta robots keep crawlbot out;
     their letters come back: the page of the crawl whose agent is crawlbot keeps no text,
     the other's does. The store's own agent (the fleet's, testbot) is neither."""
-    project, out = bigtable_config.project, str(tmp_path / "out")
+    out = str(tmp_path / "out")
     crawls = {"crawlbot/1.0": fresh_name("cb"), "otherbot/2.0": fresh_name("ob")}
-    letters = []
     with open_tables(bigtable_config, create=False) as tables:
         for agent, crawl_id in crawls.items():
             create_crawl(tables, crawl_id, seeds=(), at=1.0,
                          limits=CrawlLimits(max_pages=10, user_agent=agent))
-            with SegmentWriter(out, crawl_id, "warc", "w1") as warc:
-                pointer = warc.write_response("http://agents.test/page", 100.0, 200, HTML,
-                                              NOINDEX_FOR_CRAWLBOT)
-            letters.append(DeadLetter(crawl_id, "parse", "http://agents.test/page",
-                                      url_hash("http://agents.test/page"), "an old bug", 3,
-                                      warc=pointer, depth=0, fetched_at=100.0))
-    config = SchedulerConfig(policy=HostPolicy(user_agent="testbot/1.0"),
-                             fetch=FetchConfig(user_agent="testbot/1.0"),
-                             bigtable=bigtable_config)
-    stream = (BeamTestStream().add_elements([letter.to_bytes() for letter in letters])
-              .advance_watermark_to_infinity())
-    try:
-        with beam.Pipeline(options=PipelineOptions(flags=[], streaming=True)) as p:
-            build_crawler(p, config, out=out, topic=ensure_topic(project, fresh_name("f")),
-                          dead_letter_topic=ensure_topic(project, fresh_name("d")),
-                          payloads=stream)
-        rows = {row.crawl_id: row for row in pages_by_host(bigtable_config, "agents.test")}
-    finally:
-        worker_resources().close()
+    _replay(bigtable_config, out, [_letter(out, crawl_id, "http://agents.test/page",
+                                           NOINDEX_FOR_CRAWLBOT) for crawl_id in crawls.values()])
+    rows = {row.crawl_id: row for row in pages_by_host(bigtable_config, "agents.test")}
     kept_out, kept = rows[crawls["crawlbot/1.0"]], rows[crawls["otherbot/2.0"]]
     assert (kept_out.state, kept_out.reason, kept_out.wet) == (
         PageState.FETCHED, "meta robots noindex: text not stored", None)
