@@ -1,7 +1,7 @@
 """The control API over HTTP: a real uvicorn server on a free port, a real httpx client, the
-session's Bigtable and Pub/Sub emulators behind it. Auth on every route, the JSON names of the
-issue, the status codes, crawl records with every counter, seeds on the fleet's frontier and
-counted in the record, page lookups, and schemathesis over the served OpenAPI schema."""
+shared Bigtable and Pub/Sub emulators behind it. Auth on every route, the JSON names of
+docs/api.md, the status codes, crawl records with every counter, seeds on the fleet's frontier
+and counted in the record, page lookups, and schemathesis over the served OpenAPI schema."""
 
 from __future__ import annotations
 

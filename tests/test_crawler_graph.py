@@ -1,7 +1,7 @@
 """The store stage of the crawler's one graph takes its knobs on every runner: parse_attempts
 and a page step set on build_crawler act on the pages it stores, and a page's meta robots are
 read for the robots agent of the crawl that fetched it. Pages come back through the graph's
-replay of dead letters (no request), on Beam's DirectRunner with the session's emulators."""
+replay of dead letters (no request), on Beam's DirectRunner with the shared emulators."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 redriven letter of any crawl again from its stored response into one new row, and `crawler
 redrive` finds a crawl's letters on the fleet's shared subscription (its record names no
 topics of its own) and sends them to the fleet's frontier, leaving other crawls' letters where
-they are. The session's emulators (tests/conftest.py)."""
+they are. The emulators the tests share (tests/conftest.py)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ subscription and sends them back while the fleet runs, and each page gets its ne
 from its stored response, with no request to its host.
 
 The fleet is `crawler serve`'s engine (pipeline.local.fleet: the one graph on Beam's
-DirectRunner, with the session's Pub/Sub and Bigtable emulators) under the cloud fleet's
+DirectRunner, with the shared Pub/Sub and Bigtable emulators) under the cloud fleet's
 resource names, in a project of its own, and the crawl is started as the control API starts
 one (a record naming no topics of its own, then its seeds on the frontier).
 """

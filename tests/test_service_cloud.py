@@ -1,6 +1,6 @@
 """The control API as Cloud Run runs it: settings from the environment, tokens from the mounted
 secret file, Google's clients against Pub/Sub and Bigtable. Offline, the same clients talk to
-the session's emulators through the variables they honour (BIGTABLE_EMULATOR_HOST,
+the shared emulators through the variables they honour (BIGTABLE_EMULATOR_HOST,
 PUBSUB_EMULATOR_HOST); nothing else differs from the cloud."""
 
 from __future__ import annotations
