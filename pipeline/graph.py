@@ -82,17 +82,18 @@ def build_crawler(
     its crawl's directory of `out` and its row in Bigtable and the crawl's Parquet table, and
     publishes links, and robots.txt errands and answers between hosts, back to `topic`.
     Dead letters `crawler redrive` sent back to the frontier are parsed again from their
-    stored responses by the same store, each into its new row; pages no parse attempt
-    (`parse_attempts`) could handle go to `dead_letter_topic`. `page_step` runs on the parsed
-    pages before their text is stored (see StorePages). With `events_topic`, each fetched
-    page's event (it names its crawl) goes there once its row is durable; with
-    `bigquery_table`, rows also go to BigQuery; with `watch`, the graph ends its crawls
-    itself (CrawlWatch)."""
+    stored responses by the same store, for their crawl's robots agent, each into its new
+    row; pages no parse attempt (`parse_attempts`) could handle go to `dead_letter_topic`.
+    `page_step` runs on the parsed pages before their text is stored (see StorePages). With
+    `events_topic`, each fetched page's event (it names its crawl) goes there once its row
+    is durable; with `bigquery_table`, rows also go to BigQuery; with `watch`, the graph
+    ends its crawls itself (CrawlWatch)."""
     counts = config.bigtable
     frontier = p | "ReadFrontier" >> ReadFrontier(subscription, counts=counts, payloads=payloads)
     scheduled = frontier.batches | "ScheduleFetches" >> ScheduleFetches(config, clock)
     # Dead letters of any crawl, sent back by `crawler redrive`: parsed again, no request.
-    replayed = frontier.redrive | "ReplayDeadLetters" >> ReplayDeadLetters()
+    replayed = frontier.redrive | "ReplayDeadLetters" >> ReplayDeadLetters(
+        config.bigtable, state_ttl_s=config.state_ttl_s)
     fetched = (scheduled.fetched, replayed.fetched) | "AllFetched" >> beam.Flatten()
     stored = fetched | "StorePages" >> StorePages(
         out, None, agent=agent_token(config.policy.user_agent), duplicates=duplicates,

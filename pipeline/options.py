@@ -36,10 +36,9 @@ from pipeline.core.near_duplicates import DuplicatePolicy
 from pipeline.core.politeness import HostPolicy
 from pipeline.io.bigtable import BigtableConfig
 from pipeline.io.dns import parse_resolve
-from pipeline.io.fetch import FetchConfig
+from pipeline.io.fetch import DEFAULT_USER_AGENT, FetchConfig
 from pipeline.io.resources import RESOURCES
 
-DEFAULT_USER_AGENT = "beam-crawler/0.1 (+https://github.com/beam-crawler)"
 LOCAL_PROJECT = "local-crawler"  # the project the local emulators accept
 # A crawl's record always holds a page budget; "no limit" is this many pages.
 MAX_PAGES_UNBOUNDED = 10**12

@@ -1,7 +1,7 @@
 """The control API over HTTP: a real uvicorn server on a free port, a real httpx client, the
-Bigtable and Pub/Sub emulators behind it. Auth on every route, the JSON names of the issue,
-the status codes, seeds on the fleet's frontier, page lookups, and schemathesis over the
-served OpenAPI schema."""
+shared Bigtable and Pub/Sub emulators behind it. Auth on every route, the JSON names of
+docs/api.md, the status codes, crawl records with every counter, seeds on the fleet's frontier
+and counted in the record, page lookups, and schemathesis over the served OpenAPI schema."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import json
 import logging
 import shutil
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from datetime import datetime
@@ -18,58 +17,35 @@ from pathlib import Path
 import httpx
 import pytest
 
+from pipeline.core.crawl_states import CrawlLimits
 from pipeline.core.records import FrontierBatch, PageRow, PageState
 from pipeline.core.urls import host_key, normalize_url, url_hash
-from pipeline.io.bigtable import BigtableConfig, PageRowWriter, open_tables
+from pipeline.io.bigtable import COUNTERS, BigtableConfig, PageRowWriter, open_tables
 from pipeline.io.segments import SegmentWriter
-from pipeline.local.emulators import (
-    EmulatorMissing,
-    ensure_subscription,
-    ensure_topic,
-    start_bigtable_emulator,
-    start_pubsub_emulator,
-)
+from pipeline.local.emulators import ensure_subscription, ensure_topic
 from pipeline.service.app import create_app
 from pipeline.service.auth import TokenFileError, TokenSet, load_tokens
-from pipeline.service.control import CrawlControl, FleetDefaults, PubSubFrontier
+from pipeline.service.control import CrawlControl, PubSubFrontier
 from pipeline.service.server import ApiServer
 from pipeline.service.status import mount_status_page
+from tests.conftest import fresh_name
+from tests.harness_api import pull_frontier_batches
 
 TOKEN = "t0ken-for-the-tests-" + uuid.uuid4().hex
 OTHER_TOKEN = "second-token-of-the-tests-" + uuid.uuid4().hex
 PROJECT = "api-test"
-DEFAULTS = FleetDefaults(min_delay=1.0, user_agent="testbot/1.0")
-
-
-@pytest.fixture(scope="module")
-def emulators() -> Iterator[None]:
-    started = []
-    try:
-        for start in (start_bigtable_emulator, start_pubsub_emulator):
-            started.append(start())
-    except EmulatorMissing as exc:
-        for emulator in started:
-            emulator.stop()
-        pytest.skip(str(exc))
-    with pytest.MonkeyPatch.context() as patch:
-        for emulator in started:
-            for variable, value in emulator.env.items():
-                patch.setenv(variable, value)
-        try:
-            yield
-        finally:
-            for emulator in started:
-                emulator.stop()
+# The limits a crawl that sets none gets (`crawler serve`'s flags); its page budget is its own.
+DEFAULTS = CrawlLimits(max_pages=1, min_delay=1.0, user_agent="testbot/1.0")
 
 
 class Fleet:
     """The API as served, and what it writes to: tables, frontier topic, a subscription."""
 
     def __init__(self) -> None:
-        config = BigtableConfig(PROJECT, f"i-{uuid.uuid4().hex[:10]}", timeout_s=10)
+        config = BigtableConfig(PROJECT, fresh_name("i"), timeout_s=10)
         self.tables = open_tables(config, create=True)
-        topic = ensure_topic(PROJECT, f"frontier-{uuid.uuid4().hex[:8]}")
-        self.subscription = ensure_subscription(PROJECT, topic, f"s-{uuid.uuid4().hex[:8]}")
+        topic = ensure_topic(PROJECT, fresh_name("frontier"))
+        self.subscription = ensure_subscription(PROJECT, topic, fresh_name("s"))
         self.frontier = PubSubFrontier(topic)
         self.control = CrawlControl(self.tables, self.frontier, DEFAULTS)
         self.app = create_app(self.control, TokenSet([TOKEN, OTHER_TOKEN]))
@@ -89,28 +65,6 @@ class Fleet:
     def frontier_batches(self, expected: int, timeout: float = 30.0) -> list[FrontierBatch]:
         """Pull until `expected` messages arrived (or the deadline passes)."""
         return pull_frontier_batches(self.subscription, expected, timeout)
-
-
-def pull_frontier_batches(subscription: str, expected: int,
-                          timeout: float = 30.0) -> list[FrontierBatch]:
-    """Pull `subscription` until `expected` frontier messages arrived (or the deadline
-    passes), acknowledging them."""
-    from google.cloud import pubsub_v1
-
-    subscriber = pubsub_v1.SubscriberClient()
-    got: list[FrontierBatch] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len(got) < expected and time.monotonic() < deadline:
-            answer = subscriber.pull(subscription=subscription, max_messages=100, timeout=5)
-            if answer.received_messages:
-                subscriber.acknowledge(subscription=subscription, ack_ids=[
-                    m.ack_id for m in answer.received_messages])
-            got.extend(FrontierBatch.from_bytes(m.message.data)
-                       for m in answer.received_messages)
-    finally:
-        subscriber.close()
-    return got
 
 
 @pytest.fixture(scope="module")
@@ -229,11 +183,17 @@ def test_a_new_crawl_is_201_with_the_issue_s_names_and_its_seeds_on_the_frontier
     assert (crawl["max_pages"], crawl["max_pages_per_host"], crawl["max_depth"],
             crawl["min_delay"], crawl["max_duration_s"], crawl["user_agent"]) == (
         40, 4, 2, 0.5, 120.0, "mybot/2.0")
-    assert crawl["counters"]["accepted"] == 0 and crawl["frontier"] == 0
-    assert fleet.client.get(f"/crawls/{crawl['id']}").json() == crawl
+    # Every counter of the record, none counted yet when it was created.
+    assert crawl["counters"] == dict.fromkeys(COUNTERS, 0) and crawl["frontier"] == 0
     batches = [b for b in fleet.frontier_batches(expected=1) if b.crawl_id == crawl["id"]]
     assert [(b.kind, b.depth, b.urls) for b in batches] == [
         ("seeds", 0, ("http://seed.test/a?b=1&a=2", "http://seed.test/b"))]
+    # The seeds are the crawl's first frontier message, in its balance: its watch waits for
+    # them to be read before it can call the crawl drained.
+    again = fleet.client.get(f"/crawls/{crawl['id']}").json()
+    assert again["pages_per_s"] in (None, 0.0)  # nothing fetched: no rate yet, or none
+    assert again == {**crawl, "counters": {**crawl["counters"], "batches_published": 1},
+                     "pages_per_s": again["pages_per_s"]}
 
 
 def test_limits_left_out_get_the_fleet_defaults(fleet):

@@ -8,9 +8,8 @@ import json
 import os
 import socket
 import time
-import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import apache_beam as beam
@@ -19,12 +18,16 @@ from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
+from google.api_core.exceptions import GoogleAPICallError
 from google.cloud import bigtable
 from google.cloud.bigtable.data import DeleteAllFromRow, RowMutationEntry, SetCell
 from google.cloud.bigtable.data.row_filters import PassAllFilter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipeline.core.counters import Counter as Count
+from pipeline.core.counters import rows_in
+from pipeline.core.crawl_states import CrawlAction, CrawlLimits, CrawlState, TransitionRefused
 from pipeline.core.records import PageRow, PageState, RecordPointer
 from pipeline.core.urls import host_key, normalize_url, url_hash
 from pipeline.io.bigtable import (
@@ -37,17 +40,15 @@ from pipeline.io.bigtable import (
     CrawlNotFound,
     PageRowWriter,
     PageWriteError,
-    create_crawl,
     host_prefix,
     open_tables,
     page_key,
     page_mutation,
     pages_by_host,
-    read_crawl,
     read_page,
     reversed_host,
-    set_crawl_status,
 )
+from pipeline.io.crawls import apply_action, create_crawl, read_crawl, restart_crawl
 from pipeline.io.lookup import (
     add_page_arguments,
     add_status_arguments,
@@ -58,49 +59,20 @@ from pipeline.io.lookup import (
 )
 from pipeline.io.pages_table import dict_to_row, row_to_dict
 from pipeline.io.segments import SegmentWriter
-from pipeline.local.emulators import EmulatorMissing, start_bigtable_emulator
 from pipeline.transforms.bigtable import (
     WritePagesToBigtable,
     WritePagesToBigtableFn,
 )
-from pipeline.transforms.resources import worker_resources
+from pipeline.transforms.resources import CrawlCounts, worker_resources
+from tests.conftest import fresh_name
 
 _VARIABLE = "BIGTABLE_EMULATOR_HOST"
-
-
-@pytest.fixture(scope="module")
-def emulator() -> Iterator[str]:
-    try:
-        running = start_bigtable_emulator()
-    except EmulatorMissing as exc:
-        pytest.skip(str(exc))
-    previous = os.environ.get(_VARIABLE)
-    os.environ[_VARIABLE] = running.host_port
-    try:
-        yield running.host_port
-    finally:
-        worker_resources().close()
-        if previous is None:
-            os.environ.pop(_VARIABLE, None)
-        else:
-            os.environ[_VARIABLE] = previous
-        running.stop()
+NO_LIMITS = CrawlLimits(max_pages=1_000_000)
 
 
 def _fresh_config(**kwargs: Any) -> BigtableConfig:
     # A new instance name per test: the emulator keeps each instance's tables apart.
-    return BigtableConfig("test-project", f"i-{uuid.uuid4().hex[:10]}", timeout_s=10, **kwargs)
-
-
-@pytest.fixture
-def config(emulator: str) -> BigtableConfig:
-    return _fresh_config()
-
-
-@pytest.fixture
-def tables(config: BigtableConfig) -> Iterator[BigtableTables]:
-    with open_tables(config, create=True) as opened:
-        yield opened
+    return BigtableConfig("test-project", fresh_name("i"), timeout_s=10, **kwargs)
 
 
 def page(url: str, crawl_id: str = "c1", **fields: Any) -> PageRow:
@@ -150,13 +122,13 @@ def test_row_key_groups_a_host_and_keeps_urls_apart() -> None:
         page_key(page("http://a.test/", crawl_id="a/b"))
 
 
-def test_every_shape_round_trips_field_by_field(tables: BigtableTables) -> None:
-    writer = PageRowWriter(tables)
+def test_every_shape_round_trips_field_by_field(bigtable_tables: BigtableTables) -> None:
+    writer = PageRowWriter(bigtable_tables)
     for row in SHAPES:
         writer.add(row)
     assert writer.flush() == len(SHAPES)
     for row in SHAPES:
-        stored = read_page(tables, row.crawl_id, row.url)
+        stored = read_page(bigtable_tables, row.crawl_id, row.url)
         assert stored == _expected(row), row.url
         for name, value in row_to_dict(row).items():
             assert row_to_dict(stored)[name] == value, name
@@ -243,7 +215,7 @@ def test_every_shape_is_what_the_client_would_send() -> None:
         assert page_mutation(row)._to_pb() == _client_built_entry(row)._to_pb(), row.url
 
 
-def test_any_row_round_trips(emulator: str) -> None:
+def test_any_row_round_trips(emulators: dict[str, str]) -> None:
     with open_tables(_fresh_config(), create=True) as opened:
 
         @settings(max_examples=40, deadline=None)
@@ -264,17 +236,17 @@ def _raw_cells(tables: BigtableTables, row: PageRow) -> list[tuple[bytes, bytes,
     return sorted((c.qualifier, c.value, c.timestamp_micros) for c in stored.cells)
 
 
-def test_writing_a_row_twice_stores_the_same_cells(tables: BigtableTables) -> None:
+def test_writing_a_row_twice_stores_the_same_cells(bigtable_tables: BigtableTables) -> None:
     row = SHAPES[0]
-    writer = PageRowWriter(tables)
+    writer = PageRowWriter(bigtable_tables)
     writer.add(row)
     writer.flush()
-    once = _raw_cells(tables, row)
+    once = _raw_cells(bigtable_tables, row)
     writer.add(row)
     writer.add(row)  # twice in one batch, too
     assert len(writer) == 1
     writer.flush()
-    assert _raw_cells(tables, row) == once
+    assert _raw_cells(bigtable_tables, row) == once
     # One version per stored column; None columns, defaults and what the key says have no
     # cell.
     assert [q for q, _, _ in once] == sorted(name.encode() for name in _cell_values(row))
@@ -285,8 +257,8 @@ def test_writing_a_row_twice_stores_the_same_cells(tables: BigtableTables) -> No
                     fetched_at=5.0)
     writer.add(replaced)
     writer.flush()
-    assert read_page(tables, row.crawl_id, row.url) == _expected(replaced)
-    qualifiers = {q for q, _, _ in _raw_cells(tables, row)}
+    assert read_page(bigtable_tables, row.crawl_id, row.url) == _expected(replaced)
+    qualifiers = {q for q, _, _ in _raw_cells(bigtable_tables, row)}
     assert b"wet_file" not in qualifiers and b"warc_file" in qualifiers
 
     # A row decided without a request replaces a fetched one whole: only its own cells stay.
@@ -294,63 +266,65 @@ def test_writing_a_row_twice_stores_the_same_cells(tables: BigtableTables) -> No
                  depth=2)
     writer.add(ended)
     writer.flush()
-    assert read_page(tables, row.crawl_id, row.url) == _expected(ended)
-    assert [(q, v) for q, v, _ in _raw_cells(tables, row)] == [
+    assert read_page(bigtable_tables, row.crawl_id, row.url) == _expected(ended)
+    assert [(q, v) for q, v, _ in _raw_cells(bigtable_tables, row)] == [
         (b"depth", (2).to_bytes(8, "big")), (b"reason", b"crawl page budget spent"),
         (b"state", b"over_budget"), (b"url", row.url.encode())]
 
 
 def test_a_url_decided_without_a_request_is_a_compact_row_findable_by_url(
-    tables: BigtableTables,
+    bigtable_tables: BigtableTables,
 ) -> None:
     filtered = page("http://compact.test/deep/a", state=PageState.FILTERED,
                     reason="depth 2 > max depth 1", depth=2)
     seed_over = page("http://compact.test/", state=PageState.OVER_BUDGET,
                      reason="crawl page budget spent")
-    writer = PageRowWriter(tables)
+    writer = PageRowWriter(bigtable_tables)
     writer.add(filtered)
     writer.add(seed_over)
     writer.flush()
-    assert [q for q, _, _ in _raw_cells(tables, filtered)] == [
+    assert [q for q, _, _ in _raw_cells(bigtable_tables, filtered)] == [
         b"depth", b"reason", b"state", b"url"]
-    assert [q for q, _, _ in _raw_cells(tables, seed_over)] == [b"reason", b"state", b"url"]
+    assert [q for q, _, _ in _raw_cells(bigtable_tables, seed_over)] == [
+        b"reason", b"state", b"url"]
     for row in (filtered, seed_over):
-        assert read_page(tables, None, row.url) == _expected(row)
-        looked_up = page_lookup(row.url, config=tables, crawl_id=None, with_text=False)
+        assert read_page(bigtable_tables, None, row.url) == _expected(row)
+        looked_up = page_lookup(row.url, config=bigtable_tables, crawl_id=None, with_text=False)
         assert (looked_up["state"], looked_up["reason"]) == (str(row.state), row.reason)
-    assert {r.url for r in pages_by_host(tables, "compact.test")} == {
+    assert {r.url for r in pages_by_host(bigtable_tables, "compact.test")} == {
         filtered.url, seed_over.url}
 
 
-def test_a_host_other_than_the_urls_own_keeps_its_cell(tables: BigtableTables) -> None:
+def test_a_host_other_than_the_urls_own_keeps_its_cell(bigtable_tables: BigtableTables) -> None:
     # The key's host is the URL's host key; a row naming another host must not lose it.
     row = page("http://www.other.test:8080/x", host="other.test", state=PageState.FILTERED,
                reason="scope")
-    writer = PageRowWriter(tables)
+    writer = PageRowWriter(bigtable_tables)
     writer.add(row)
     writer.flush()
-    assert b"host" in {q for q, _, _ in _raw_cells(tables, row)}
-    assert read_page(tables, row.crawl_id, row.url) == _expected(row)
+    assert b"host" in {q for q, _, _ in _raw_cells(bigtable_tables, row)}
+    assert read_page(bigtable_tables, row.crawl_id, row.url) == _expected(row)
 
 
-def test_rows_written_with_a_cell_per_column_still_read_back(tables: BigtableTables) -> None:
+def test_rows_written_with_a_cell_per_column_still_read_back(
+    bigtable_tables: BigtableTables,
+) -> None:
     # The layout before rows were compact: every non-null column a cell, key parts included.
     for row in SHAPES:
         full = [SetCell(PAGES_FAMILY, name.encode(), _cell_bytes(value), 0)
                 for name, value in row_to_dict(row).items() if value is not None]
-        tables.pages.bulk_mutate_rows([RowMutationEntry(page_key(row), full)])
+        bigtable_tables.pages.bulk_mutate_rows([RowMutationEntry(page_key(row), full)])
     for row in SHAPES:
-        assert read_page(tables, row.crawl_id, row.url) == _expected(row), row.url
+        assert read_page(bigtable_tables, row.crawl_id, row.url) == _expected(row), row.url
 
 
 def test_a_hosts_ended_queue_is_one_mutate_rows_request(
-    config: BigtableConfig, monkeypatch: pytest.MonkeyPatch,
+    bigtable_config: BigtableConfig, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # A spent budget turns a full host queue (2,000 URLs by default) into rows at once.
-    open_tables(config, create=True).close()
     rows = [page(f"http://queue.test/p{i}", state=PageState.OVER_BUDGET,
                  reason="crawl page budget spent", depth=1) for i in range(2000)]
-    fn = WritePagesToBigtableFn(config)
+    fn = WritePagesToBigtableFn(bigtable_config)
     fn.setup()
     fn.start_bundle()
     assert fn._store is not None
@@ -367,12 +341,12 @@ def test_a_hosts_ended_queue_is_one_mutate_rows_request(
         fn.process(row, timestamp=Timestamp(0), window=GlobalWindow())
     assert len(list(fn.finish_bundle())) == len(rows)
     assert calls == [len(rows)]
-    with open_tables(config, create=False) as opened:
+    with open_tables(bigtable_config, create=False) as opened:
         assert read_page(opened, "c1", rows[-1].url) == _expected(rows[-1])
 
 
 @pytest.mark.filterwarnings("ignore:Connecting to Bigtable emulator:RuntimeWarning")
-def test_flush_names_the_rows_it_could_not_write(emulator: str) -> None:
+def test_flush_names_the_rows_it_could_not_write(emulators: dict[str, str]) -> None:
     config = _fresh_config(pages_table="pages-without-family")
     admin = bigtable.Client(project=config.project, admin=True)
     admin.instance(config.instance).table(config.pages_table).create(
@@ -408,11 +382,11 @@ def _count_calls(monkeypatch: pytest.MonkeyPatch, tables: BigtableTables) -> lis
 
 
 def test_counters_are_one_read_modify_write_per_crawl_per_flush(
-    tables: BigtableTables, monkeypatch: pytest.MonkeyPatch
+    bigtable_tables: BigtableTables, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    calls = _count_calls(monkeypatch, tables)
+    calls = _count_calls(monkeypatch, bigtable_tables)
     now = [1_000.0]
-    batch = CrawlCounterBatch(tables, clock=lambda: now[0])
+    batch = CrawlCounterBatch(bigtable_tables, clock=lambda: now[0])
     states = list(PageState)
     expected: dict[str, Counter[str]] = {"a": Counter(), "b": Counter()}
     for i in range(300):
@@ -437,35 +411,37 @@ def test_counters_are_one_read_modify_write_per_crawl_per_flush(
 
     for crawl_id, counts in expected.items():
         # Counters live in the crawl's row whether or not the crawl has a record yet.
-        assert tables.crawls.read_row(crawl_id.encode()) is not None
-        create_crawl(tables, crawl_id, seeds=(), max_pages=None, max_pages_per_host=None,
-                     max_depth=None, min_delay=None, at=now[0])
-        assert read_crawl(tables, crawl_id).counters() == {
+        assert bigtable_tables.crawls.read_row(crawl_id.encode()) is not None
+        create_crawl(bigtable_tables, crawl_id, seeds=(), limits=NO_LIMITS, at=now[0])
+        assert dict(read_crawl(bigtable_tables, crawl_id).counters) == {
             name: counts.get(name, 0) for name in COUNTERS
         }
     with pytest.raises(ValueError, match="unknown crawl counter"):
         batch.add("a", "pages")
 
 
-def test_rate_samples_are_written_at_most_every_five_seconds(tables: BigtableTables) -> None:
-    create_crawl(tables, "r", seeds=("http://a.test/",), max_pages=10, max_pages_per_host=None,
-                 max_depth=None, min_delay=1.0, at=0.0)
+def test_rate_samples_are_written_at_most_every_five_seconds(
+    bigtable_tables: BigtableTables,
+) -> None:
+    create_crawl(bigtable_tables, "r", seeds=("http://a.test/",),
+                 limits=CrawlLimits(max_pages=10, min_delay=1.0), at=0.0)
     now = [10_000.0]
-    batch = CrawlCounterBatch(tables, clock=lambda: now[0])
+    batch = CrawlCounterBatch(bigtable_tables, clock=lambda: now[0])
     for _ in range(30):  # one flush a second, 10 pages each
         batch.add("r", "fetched", 10)
         batch.flush()
         now[0] += 1.0
-    record = read_crawl(tables, "r")
+    record = read_crawl(bigtable_tables, "r")
     times = [t for t, _ in record.samples]
     assert times == [10_000.0 + 5 * k for k in range(6)]
     assert [fetched for _, fetched in record.samples] == [10 + 50 * k for k in range(6)]
-    status = crawl_status("r", config=tables, now=10_030.0)
+    status = crawl_status("r", config=bigtable_tables, now=10_030.0)
     # Younger than a minute: measured from the first sample, 290 pages in 30 s.
     assert status["pages_per_s"] == pytest.approx(290 / 30)
     # Two minutes later nothing more was fetched (the pages after the last sample, at
     # 10,025, were counted within 5 s of it).
-    assert crawl_status("r", config=tables, now=10_150.0)["pages_per_s"] == pytest.approx(0.0)
+    later = crawl_status("r", config=bigtable_tables, now=10_150.0)
+    assert later["pages_per_s"] == pytest.approx(0.0)
     # Seconds 10,040-10,089 add a sample every 5 s (2 pages a second). At 10,090 the base is
     # the newest sample at least 60 s old, 10,025 (260 fetched): the window is 65 s.
     now[0] = 10_040.0
@@ -473,75 +449,78 @@ def test_rate_samples_are_written_at_most_every_five_seconds(tables: BigtableTab
         batch.add("r", "fetched", 2)
         batch.flush()
         now[0] += 1.0
-    status = crawl_status("r", config=tables, now=10_090.0)
+    status = crawl_status("r", config=bigtable_tables, now=10_090.0)
     assert status["counters"]["fetched"] == 400
     assert status["pages_per_s"] == pytest.approx((400 - 260) / 65)
     # 16 slots: the samples of 10,000 and 10,005 were overwritten by those of 80 s later.
-    times = [t for t, _ in read_crawl(tables, "r").samples]
+    times = [t for t, _ in read_crawl(bigtable_tables, "r").samples]
     assert times == [10_010.0, 10_015.0, 10_020.0, 10_025.0] + [
         10_040.0 + 5 * k for k in range(10)
     ]
 
 
-def test_the_time_budget_is_a_field_of_the_crawl_record(tables: BigtableTables) -> None:
-    record = create_crawl(tables, "timed", seeds=("http://a.test/",), max_pages=None,
-                          max_pages_per_host=None, max_depth=None, min_delay=1.0, at=5.0,
-                          max_duration=90.5)
-    assert read_crawl(tables, "timed") == record and record.max_duration == 90.5
-    set_crawl_status(tables, "timed", "running", 6.0)
-    set_crawl_status(tables, "timed", "time_budget_spent", 97.0)
-    done = read_crawl(tables, "timed")
-    assert (done.status, done.finished_at, done.max_duration) == ("time_budget_spent", 97.0,
-                                                                   90.5)
-    assert crawl_status("timed", config=tables, now=99.0)["budgets"]["max_duration"] == 90.5
-    untimed = create_crawl(tables, "untimed", seeds=(), max_pages=None, max_pages_per_host=None,
-                           max_depth=None, min_delay=None, at=5.0)
-    assert read_crawl(tables, "untimed").max_duration is None and untimed.max_duration is None
+def test_the_time_budget_is_a_limit_of_the_crawl_record(bigtable_tables: BigtableTables) -> None:
+    limits = CrawlLimits(max_pages=100, min_delay=1.0, max_duration_s=90.5)
+    record = create_crawl(bigtable_tables, "timed", seeds=("http://a.test/",), limits=limits,
+                          at=5.0)
+    assert read_crawl(bigtable_tables, "timed") == record
+    assert (record.limits.max_duration_s, record.deadline) == (90.5, 95.5)
+    done = apply_action(bigtable_tables, "timed", CrawlAction.FINISH, at=97.0,
+                        reason="time budget spent")
+    assert (done.state, done.reason, done.ended_at, done.limits.max_duration_s) == (
+        CrawlState.DONE, "time budget spent", 97.0, 90.5)
+    status = crawl_status("timed", config=bigtable_tables, now=99.0)
+    assert status["budgets"]["max_duration"] == 90.5
+    untimed = create_crawl(bigtable_tables, "untimed", seeds=(), limits=NO_LIMITS, at=5.0)
+    assert read_crawl(bigtable_tables, "untimed").limits.max_duration_s is None
+    assert untimed.deadline is None
 
 
-def test_crawl_record_lifecycle(tables: BigtableTables) -> None:
-    record = create_crawl(
-        tables, "life", seeds=("http://a.test/", "http://b.test/x"), max_pages=1000,
-        max_pages_per_host=50, max_depth=None, min_delay=0.25, at=100.5,
-    )
-    assert read_crawl(tables, "life") == record
-    assert record.status == "created" and record.frontier == 0
+def test_crawl_record_lifecycle(bigtable_tables: BigtableTables) -> None:
+    limits = CrawlLimits(max_pages=1000, max_pages_per_host=50, min_delay=0.25)
+    seeds = ("http://a.test/", "http://b.test/x")
+    record = create_crawl(bigtable_tables, "life", seeds=seeds, limits=limits, at=100.5)
+    assert read_crawl(bigtable_tables, "life") == record
+    assert (record.state, record.reason, record.frontier) == (CrawlState.RUNNING, "created", 0)
+    assert (record.created_at, record.started_at, record.ended_at) == (100.5, 100.5, None)
     with pytest.raises(CrawlExists, match="life"):
-        create_crawl(tables, "life", seeds=(), max_pages=None, max_pages_per_host=None,
-                     max_depth=None, min_delay=None, at=101.0)
-    assert read_crawl(tables, "life").seeds == ("http://a.test/", "http://b.test/x")
+        create_crawl(bigtable_tables, "life", seeds=(), limits=NO_LIMITS, at=101.0)
+    kept = read_crawl(bigtable_tables, "life")  # the refused create changed nothing
+    assert (kept.seeds, kept.limits, kept.created_at) == (seeds, limits, 100.5)
 
-    set_crawl_status(tables, "life", "running", 110.0)
-    running = read_crawl(tables, "life")
-    assert (running.status, running.started_at, running.finished_at) == ("running", 110.0, None)
-    set_crawl_status(tables, "life", "interrupted", 150.25)
-    set_crawl_status(tables, "life", "running", 200.0)  # resumed
-    resumed = read_crawl(tables, "life")
-    assert (resumed.started_at, resumed.finished_at) == (200.0, None)
-    set_crawl_status(tables, "life", "budget_spent", 260.0)
-    done = read_crawl(tables, "life")
-    assert (done.status, done.created_at, done.finished_at) == ("budget_spent", 100.5, 260.0)
-    assert (done.max_pages, done.max_pages_per_host, done.max_depth, done.min_delay) == (
-        1000, 50, None, 0.25,
-    )
-    status = crawl_status("life", config=tables, now=999.0)
+    paused = apply_action(bigtable_tables, "life", CrawlAction.PAUSE, at=150.25,
+                          reason="interrupted")
+    assert (paused.state, paused.reason, paused.ended_at) == (
+        CrawlState.PAUSED, "interrupted", None)
+    resumed = restart_crawl(bigtable_tables, "life", limits=limits, at=200.0, pages_claimed=0)
+    assert (resumed.state, resumed.started_at, resumed.ended_at) == (
+        CrawlState.RUNNING, 200.0, None)
+    done = apply_action(bigtable_tables, "life", CrawlAction.FINISH, at=260.0,
+                        reason="page budget spent")
+    assert (done.state, done.reason, done.created_at, done.ended_at) == (
+        CrawlState.DONE, "page budget spent", 100.5, 260.0)
+    assert done.limits == limits and done.seeds == seeds
+    status = crawl_status("life", config=bigtable_tables, now=999.0)
+    assert (status["status"], status["reason"]) == ("done", "page budget spent")
     assert status["elapsed_s"] == pytest.approx(60.0)  # finished: now does not matter
     assert status["pages_per_s"] is None
 
-    with pytest.raises(ValueError, match="unknown crawl status"):
-        set_crawl_status(tables, "life", "paused", 300.0)
+    with pytest.raises(TransitionRefused, match="cannot pause a crawl that is done"):
+        apply_action(bigtable_tables, "life", CrawlAction.PAUSE, at=300.0)
     with pytest.raises(CrawlNotFound):
-        set_crawl_status(tables, "never", "running", 300.0)
+        apply_action(bigtable_tables, "never", CrawlAction.PAUSE, at=300.0)
     with pytest.raises(CrawlNotFound):
-        read_crawl(tables, "never")
-    assert tables.crawls.read_row(b"never") is None  # a failed status change creates nothing
+        restart_crawl(bigtable_tables, "never", limits=limits, at=300.0, pages_claimed=0)
+    with pytest.raises(CrawlNotFound):
+        read_crawl(bigtable_tables, "never")
+    # A refused state change or restart creates nothing.
+    assert bigtable_tables.crawls.read_row(b"never") is None
 
 
-def test_lookup_by_any_spelling_and_newest_crawl(tables: BigtableTables) -> None:
+def test_lookup_by_any_spelling_and_newest_crawl(bigtable_tables: BigtableTables) -> None:
     # Crawl "z-old" was created first; the newest is chosen by its record, not its name.
     for crawl_id, created in (("z-old", 1000.0), ("a-new", 2000.0)):
-        create_crawl(tables, crawl_id, seeds=(), max_pages=None, max_pages_per_host=None,
-                     max_depth=None, min_delay=None, at=created)
+        create_crawl(bigtable_tables, crawl_id, seeds=(), limits=NO_LIMITS, at=created)
     old = page("http://example.test/a?b=2&a=1", crawl_id="z-old", http_status=404,
                state=PageState.FAILED, fetched_at=1500.0)
     new = page("http://example.test/a?b=2&a=1", crawl_id="a-new", http_status=200,
@@ -552,37 +531,36 @@ def test_lookup_by_any_spelling_and_newest_crawl(tables: BigtableTables) -> None
         page("http://example.test:8080/a", crawl_id="a-new"),
         page("http://example.test/c", crawl_id="z-old"),
     ]
-    writer = PageRowWriter(tables)
+    writer = PageRowWriter(bigtable_tables)
     for row in (old, new, *others):
         writer.add(row)
     writer.flush()
 
     spelling = "  HTTP://Example.TEST:80/./a?utm_source=x&a=1&b=2#top "
-    assert read_page(tables, None, spelling) == _expected(new)
-    assert read_page(tables, "z-old", spelling) == _expected(old)
-    assert read_page(tables, "other", spelling) is None
-    assert read_page(tables, None, "http://example.test/missing") is None
+    assert read_page(bigtable_tables, None, spelling) == _expected(new)
+    assert read_page(bigtable_tables, "z-old", spelling) == _expected(old)
+    assert read_page(bigtable_tables, "other", spelling) is None
+    assert read_page(bigtable_tables, None, "http://example.test/missing") is None
 
-    hosts = pages_by_host(tables, "example.test")
+    hosts = pages_by_host(bigtable_tables, "example.test")
     assert sorted((r.url, r.crawl_id) for r in hosts) == sorted(
         [(old.url, "z-old"), (new.url, "a-new"), (others[0].url, "a-new"),
          (others[3].url, "z-old")]
     )
-    assert {r.url for r in pages_by_host(tables, "example.test", crawl_id="z-old")} == {
+    assert {r.url for r in pages_by_host(bigtable_tables, "example.test", crawl_id="z-old")} == {
         old.url, others[3].url,
     }
-    assert [r.url for r in pages_by_host(tables, "Example.test:8080")] == [others[2].url]
-    assert len(pages_by_host(tables, "example.test", limit=2)) == 2
+    assert [r.url for r in pages_by_host(bigtable_tables, "Example.test:8080")] == [others[2].url]
+    assert len(pages_by_host(bigtable_tables, "example.test", limit=2)) == 2
 
-    looked_up = page_lookup(spelling, config=tables, crawl_id=None, with_text=False)
+    looked_up = page_lookup(spelling, config=bigtable_tables, crawl_id=None, with_text=False)
     assert looked_up["crawl_id"] == "a-new" and looked_up["url"] == new.url
     assert looked_up["fetched_at"] == "1970-01-01T00:23:20.000+00:00"
     assert "text" not in looked_up
     json.dumps(looked_up)  # a control API can serve it as it is
 
 
-def test_beam_transform_writes_rows_then_counters(config: BigtableConfig) -> None:
-    open_tables(config, create=True).close()
+def test_beam_transform_writes_rows_then_counters(bigtable_config: BigtableConfig) -> None:
     rows = [
         page(f"http://beam-{i % 7}.test/p{i}", crawl_id="beam-1" if i % 4 else "beam-2",
              state=list(PageState)[i % len(PageState)], http_status=200 if i % 2 else None,
@@ -590,22 +568,65 @@ def test_beam_transform_writes_rows_then_counters(config: BigtableConfig) -> Non
         for i in range(120)
     ]
     with BeamTestPipeline() as p:
-        written = p | beam.Create(rows) | WritePagesToBigtable(config)
+        written = p | beam.Create(rows) | WritePagesToBigtable(bigtable_config)
         assert_that(written, equal_to(rows))
+    # The process's counts are written by a thread of their own: all of them now.
+    worker_resources().crawl_counts(bigtable_config).flush()
 
-    with open_tables(config, create=False) as opened:
+    with open_tables(bigtable_config, create=False) as opened:
         for row in rows:
             assert read_page(opened, row.crawl_id, row.url) == _expected(row)
         for crawl_id in ("beam-1", "beam-2"):
             by_state = Counter(str(r.state) for r in rows if r.crawl_id == crawl_id)
-            create_crawl(opened, crawl_id, seeds=(), max_pages=None, max_pages_per_host=None,
-                         max_depth=None, min_delay=None, at=0.0)
-            counters = read_crawl(opened, crawl_id).counters()
+            create_crawl(opened, crawl_id, seeds=(), limits=NO_LIMITS, at=0.0)
+            counters = read_crawl(opened, crawl_id).counters
             assert {name: n for name, n in counters.items() if n} == dict(by_state)
 
 
+def test_a_process_writes_its_counts_one_increment_per_crawl_and_keeps_a_failed_write(
+    bigtable_tables: BigtableTables, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An hour between the thread's own writes: every write here is one this test asks for.
+    counts = CrawlCounts(bigtable_tables, flush_s=3600)
+    calls = _count_calls(monkeypatch, bigtable_tables)
+    try:
+        for _ in range(50):
+            counts.add("k1", Count.URLS_OFFERED)
+        counts.add("k1", Count.URLS_ACCEPTED, 30)
+        counts.add("k2", rows_in(PageState.FETCHED), 2)
+        counts.add("k2", Count.BYTES_FETCHED, 0)  # nothing to write
+        with pytest.raises(ValueError, match="crawl id"):
+            counts.add("a/b", Count.URLS_OFFERED)  # refused where it is counted
+        with pytest.raises(ValueError, match="whole job"):
+            counts.add("k1", Count.PAGES_STORED)
+        counts.flush()
+        assert sorted(calls) == [b"k1", b"k2"]
+
+        counted = bigtable_tables.crawls.read_modify_write_row
+        failures = [GoogleAPICallError("the emulator went away")]
+
+        def failing_once(row_key: bytes, rules: Any, **kwargs: Any) -> Any:
+            if failures:
+                raise failures.pop()
+            return counted(row_key, rules, **kwargs)
+
+        monkeypatch.setattr(bigtable_tables.crawls, "read_modify_write_row", failing_once)
+        counts.add("k1", Count.URLS_ACCEPTED, 5)
+        counts.flush()  # fails: the 5 wait for the next write
+        counts.add("k1", Count.URLS_ACCEPTED, 1)
+        counts.close()  # stops the thread and writes what is left
+        for crawl_id in ("k1", "k2"):
+            create_crawl(bigtable_tables, crawl_id, seeds=(), limits=NO_LIMITS, at=0.0)
+        written = {crawl_id: {name: n for name, n in read_crawl(bigtable_tables, crawl_id)
+                              .counters.items() if n} for crawl_id in ("k1", "k2")}
+        assert written == {"k1": {"urls_offered": 50, "accepted": 36}, "k2": {"fetched": 2}}
+        assert calls == [b"k1", b"k2", b"k1"]  # one increment per crawl and write
+    finally:
+        counts.close()
+
+
 @pytest.mark.filterwarnings("ignore:Connecting to Bigtable emulator:RuntimeWarning")
-def test_failed_row_write_counts_nothing_and_emits_nothing(emulator: str) -> None:
+def test_failed_row_write_counts_nothing_and_emits_nothing(emulators: dict[str, str]) -> None:
     config = _fresh_config(pages_table="pages-without-family")
     open_tables(config, create=True).close()
     admin = bigtable.Client(project=config.project, admin=True)
@@ -617,6 +638,7 @@ def test_failed_row_write_counts_nothing_and_emits_nothing(emulator: str) -> Non
         fn.process(row)
     with pytest.raises(PageWriteError):
         list(fn.finish_bundle())
+    worker_resources().crawl_counts(config).flush()  # whatever was counted is written now
     with open_tables(config, create=False) as opened:
         assert opened.crawls.read_row(b"c1") is None  # no counter moved
 
@@ -634,7 +656,7 @@ def _parse(add: Callable[[argparse.ArgumentParser], None], argv: list[str]) -> a
 
 
 def test_page_and_status_commands(
-    tables: BigtableTables, config: BigtableConfig, tmp_path: Any,
+    bigtable_tables: BigtableTables, bigtable_config: BigtableConfig, tmp_path: Any,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     wet = SegmentWriter(str(tmp_path), "cli", "wet", "w1")
@@ -643,17 +665,18 @@ def test_page_and_status_commands(
     wet.flush()
     row = page("http://cli.test/page", crawl_id="cli", http_status=200, wet=pointer,
                fetched_at=1_700_000_000.0, content_type="text/html")
-    create_crawl(tables, "cli", seeds=("http://cli.test/",), max_pages=100,
-                 max_pages_per_host=None, max_depth=3, min_delay=1.0, at=1_700_000_000.0)
-    set_crawl_status(tables, "cli", "running", 1_700_000_001.0)
-    writer = PageRowWriter(tables)
+    create_crawl(bigtable_tables, "cli", seeds=("http://cli.test/",),
+                 limits=CrawlLimits(max_pages=100, max_depth=3, min_delay=1.0),
+                 at=1_700_000_000.0)
+    writer = PageRowWriter(bigtable_tables)
     writer.add(row)
     writer.flush()
-    batch = CrawlCounterBatch(tables)
+    batch = CrawlCounterBatch(bigtable_tables)
     batch.add("cli", "accepted", 5)
     batch.count_row(row, bytes_fetched=1234)
     batch.flush()
-    connection = ["--project", config.project, "--bigtable-instance", config.instance]
+    connection = ["--project", bigtable_config.project,
+                  "--bigtable-instance", bigtable_config.instance]
 
     assert run_page(_parse(add_page_arguments,
                            ["HTTP://CLI.test/page#x", "--text", *connection])) == 0
@@ -695,9 +718,9 @@ def test_page_and_status_commands(
 
 
 def test_the_shared_page_budget_grants_exactly_its_limit_across_processes(
-    tables: BigtableTables, config: BigtableConfig
+    bigtable_tables: BigtableTables, bigtable_config: BigtableConfig
 ) -> None:
-    """Three 'processes' (separate block tables) and eight threads claim from one crawl
+    """Three 'processes' (separate block bigtable_tables) and eight threads claim from one crawl
     record: Bigtable's atomic increments make the pages granted exactly the limit."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -706,21 +729,23 @@ def test_the_shared_page_budget_grants_exactly_its_limit_across_processes(
 
     crawl_id, limit = "c-budget", 250
     processes = [type(f"Worker{i}", (BlockPageBudget,), {"_blocks": {}}) for i in range(3)]
-    claims = BigtablePageClaims(config, crawl_id)
+    claims = BigtablePageClaims(bigtable_config, crawl_id)
     budgets = [cls(crawl_id, limit, claims, 16) for cls in processes]
     with ThreadPoolExecutor(8) as pool:
         granted = sum(pool.map(lambda i: budgets[i % 3].try_claim(), range(1000)))
     assert granted == limit
     assert all(budget.spent for budget in budgets)
-    assert isinstance(shared_page_budget(config, crawl_id, 10), BlockPageBudget)
+    assert isinstance(shared_page_budget(bigtable_config, crawl_id, 10), BlockPageBudget)
 
 
-def test_overflow_chunks_round_trip_in_order_and_are_deleted(tables: BigtableTables) -> None:
+def test_overflow_chunks_round_trip_in_order_and_are_deleted(
+    bigtable_tables: BigtableTables,
+) -> None:
     from pipeline.core.records import FrontierEntry
     from pipeline.io.host_overflow import HostOverflow
 
-    overflow = HostOverflow(tables.frontier, "c-overflow")
-    other = HostOverflow(tables.frontier, "c-other")
+    overflow = HostOverflow(bigtable_tables.frontier, "c-overflow")
+    other = HostOverflow(bigtable_tables.frontier, "c-other")
     chunks = [(n, tuple(FrontierEntry(f"http://a.test/{n}/{i}", n * 10 + i, 2, i % 2, 1)
                         for i in range(3))) for n in range(12)]
     overflow.write("a.test", chunks)
@@ -736,13 +761,13 @@ def test_overflow_chunks_round_trip_in_order_and_are_deleted(tables: BigtableTab
 
 
 def test_overflow_chunks_carry_their_write_time_and_a_rewrite_wins(
-    tables: BigtableTables,
+    bigtable_tables: BigtableTables,
 ) -> None:
     """The frontier table's TTL counts from each cell's timestamp (terraform/bigtable.tf)."""
     from pipeline.core.records import FrontierEntry
     from pipeline.io.host_overflow import HostOverflow
 
-    overflow = HostOverflow(tables.frontier, "c-overflow-ttl")
+    overflow = HostOverflow(bigtable_tables.frontier, "c-overflow-ttl")
     first = (FrontierEntry("http://a.test/1", 1, 0, 0, 0),)
     second = (FrontierEntry("http://a.test/2", 2, 0, 0, 0),)
     before = time.time()
@@ -750,7 +775,7 @@ def test_overflow_chunks_carry_their_write_time_and_a_rewrite_wins(
     overflow.write("a.test", [(0, second)])  # a retried bundle that chose other URLs
     after = time.time()
     assert overflow.read("a.test", range(0, 1)) == {0: second}
-    row = tables.frontier.read_row(overflow.key("a.test", 0))
+    row = bigtable_tables.frontier.read_row(overflow.key("a.test", 0))
     assert row is not None
     stamps = [cell.timestamp_micros / 1e6 for cell in row.cells]
     assert stamps and all(before - 0.002 <= stamp <= after + 0.002 for stamp in stamps)

@@ -1,5 +1,5 @@
-"""The crawl's global page budget: exact in one process, and shared across processes in blocks
-with overshoot 0 and a bounded undershoot."""
+"""The crawl's global page budget, one kind for every runner: shared across processes in blocks
+with overshoot 0 and a bounded undershoot, and exact with one process."""
 
 from __future__ import annotations
 
@@ -10,14 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.core.budget import BlockPageBudget, LocalPageBudget
+from pipeline.core.budget import BlockPageBudget
 
 
 class Counter:
-    """An atomic counter, as Bigtable's ReadModifyWriteRow is."""
+    """An atomic counter, as Bigtable's ReadModifyWriteRow is; `start`: pages a resumed crawl
+    had claimed before (its record's pages_claimed)."""
 
-    def __init__(self) -> None:
-        self.total = 0
+    def __init__(self, start: int = 0) -> None:
+        self.total = start
         self.calls = 0
         self._lock = threading.Lock()
 
@@ -86,10 +87,43 @@ def test_no_limit_never_calls_the_counter():
     assert counter.calls == 0 and not budget.spent
 
 
-def test_local_budget_is_exact_and_counts_a_resumed_crawl():
-    budget = LocalPageBudget("c-local-test", 5)
-    budget.preclaim(3)
+@settings(max_examples=200, deadline=None)
+@given(limit=st.integers(0, 100), block=st.integers(1, 40), before=st.integers(0, 120))
+def test_one_process_spends_exactly_what_its_crawl_has_left(limit, block, before):
+    """A crawl on one machine: whatever the block, every page left is granted and no more,
+    counting the pages a resumed crawl had already claimed."""
+    budget = _processes(1)[0]("c1", limit, Counter(start=before), block)
+    granted = 0
+    while budget.try_claim():
+        granted += 1
+    assert granted == max(0, limit - before)
+    assert budget.spent and budget.left == 0
+
+
+def test_a_resumed_crawl_counts_what_it_claimed_before():
+    budget = _processes(1)[0]("c1", 5, Counter(start=3), 16)
     assert [budget.try_claim() for _ in range(4)] == [True, True, False, False]
+    assert budget.spent
+
+
+def test_left_is_what_this_process_holds_of_its_blocks():
+    counter = Counter()
+    budget = _processes(1)[0]("c1", 20, counter, 16)
+    assert budget.left == 0 and not budget.spent  # nothing claimed yet
+    assert budget.try_claim()
+    assert budget.left == 15
+    for _ in range(15):
+        assert budget.try_claim()
+    assert budget.left == 0 and not budget.spent  # the shared counter is not at the limit
+    assert budget.try_claim()  # a block cut at the limit: 4 pages
+    assert (budget.left, budget.spent) == (3, False)
+    for _ in range(3):
+        assert budget.try_claim()
+    assert (budget.left, budget.spent) == (0, True)
+    assert counter.calls == 2
+    type(budget).forget("c1")  # a crawl run again in this process starts without a block
+    assert (budget.left, budget.spent) == (0, False)
+    assert not budget.try_claim() and counter.calls == 3  # the shared counter says spent
     assert budget.spent
 
 

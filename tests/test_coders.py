@@ -2,8 +2,8 @@
 
 Every field of every coded record survives a round trip with its value and its type, alone
 and nested in a key-value pair; the registry hands these coders out for their types; the
-crawler's real graphs (one crawl and the fleet) use them on every shuffle of the store stage
-and the rows sinks, never pickle."""
+crawler's one graph uses them on every shuffle of the store stage and the rows sinks, never
+pickle."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ from pipeline.core.records import (
     PageState,
     RecordPointer,
 )
-from pipeline.main import build_crawl_job, build_fleet_job, job_options
+from pipeline.main import build_job, job_options
 from pipeline.transforms.coders import (
     LAYOUT_VERSION,
     RECORD_CODERS,
@@ -250,20 +250,18 @@ def _components(coder: Coder) -> list[Coder]:
     return found
 
 
-def _graph(mode: str) -> beam.Pipeline:
-    flags = FLAGS if mode == "fleet" else [*FLAGS, "--mode", "crawl", "--crawl_id", "c1"]
-    options, crawl = job_options(flags)
+def _graph() -> beam.Pipeline:
+    options, crawl = job_options(FLAGS)
     p = beam.Pipeline(options=options)
-    (build_fleet_job if mode == "fleet" else build_crawl_job)(p, crawl)
+    build_job(p, crawl)
     return p
 
 
 STORE_SHUFFLES = ("StorePages/", "WritePagesTable/", "WritePagesToBigQuery/")
 
 
-@pytest.mark.parametrize("mode", ["crawl", "fleet"])
-def test_every_shuffle_of_the_store_stage_and_the_rows_sinks_uses_the_record_coders(mode):
-    p = _graph(mode)
+def test_every_shuffle_of_the_store_stage_and_the_rows_sinks_uses_the_record_coders():
+    p = _graph()
     shuffles = [(label, pc) for label, pc in shuffle_inputs(p)
                 if label.startswith(STORE_SHUFFLES)]
     labels = sorted(label for label, _ in shuffles)
@@ -283,8 +281,7 @@ PAGE_STEPS = ("ParsePages/Parse/ParDo(ParsePagesFn)", "DedupContent/FirstCopyWin
               "FlagNearDuplicates/AllPages")
 
 
-@pytest.mark.parametrize("mode", ["crawl", "fleet"])
-def test_the_pages_between_the_store_stages_steps_are_declared_and_coded(mode):
+def test_the_pages_between_the_store_stages_steps_are_declared_and_coded():
     # A runner that does not fuse two steps (the FnApiRunner materialises the inputs of a
     # Flatten) encodes what passes between them: pages declared as such go through their coder
     # rather than pickle (measured: 1,559 -> 135 pickled pages on the worker-cost corpus).
@@ -296,7 +293,7 @@ def test_the_pages_between_the_store_stages_steps_are_declared_and_coded(mode):
                 if node.full_label == f"StorePages/{step}":
                     found[step] = registry.get_coder(node.outputs[None].element_type)
 
-    _graph(mode).visit(Outputs())
+    _graph().visit(Outputs())
     assert sorted(found) == sorted(PAGE_STEPS)
     for step, coder in found.items():
         assert isinstance(coder, StoredPageCoder), f"{step} is coded by {coder}"

@@ -1,7 +1,8 @@
 """The launcher builds a job Dataflow can run, offline: Beam's Dataflow dry run translates the
 whole graph without credentials or network, and every DoFn of the job unpickles where only the
 installed package is importable, as on a worker started from the crawler's image. The job is
-the fleet by default; `--mode crawl` is the one-crawl job."""
+the crawler's one graph, serving every crawl; a job built with parse_attempts and a page step
+of the user's own (installed next to the crawler) translates and unpickles as well."""
 
 from __future__ import annotations
 
@@ -18,17 +19,14 @@ from pathlib import Path
 import apache_beam as beam
 import pytest
 from apache_beam.internal import pickler
-from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.portability import common_urns, python_urns
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.dataflow.internal import apiclient
 from google.cloud import dataflow
 from google.protobuf import wrappers_pb2
-from pipeline.transforms.fleet import FleetSchedulerFn
 
-from pipeline.core.budget import BlockPageBudget, LocalPageBudget
 from pipeline.core.crawl_states import CLOUD_STATE_TTL_S
-from pipeline.graph import build_crawl
+from pipeline.graph import CrawlWatch, build_crawler
 from pipeline.io.resources import RESOURCES
 from pipeline.main import (
     ONE_SDK_PROCESS_PER_WORKER,
@@ -37,11 +35,14 @@ from pipeline.main import (
     LaunchError,
     job_options,
     run,
+    scheduler_config,
 )
-from pipeline.options import CrawlOptions
-from pipeline.transforms.budget import BigtablePageClaims
+from pipeline.options import PER_CRAWL, CrawlOptions, option
 from pipeline.transforms.crawl_watch import WatchCrawlsFn
 from pipeline.transforms.frontier import PublishFn
+from pipeline.transforms.pages import ParsePagesFn
+from pipeline.transforms.schedule import HostSchedulerFn
+from tests.harness_page_steps import MarkPages
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = "fake-crawl-project"
@@ -54,7 +55,7 @@ FLAGS = [
     "--sdk_container_image", IMAGE, "--out", "gs://some-bucket/crawl",
     "--bigtable_instance", "crawler-pages",
 ]
-CRAWL_FLAGS = [*FLAGS, "--mode", "crawl", "--crawl_id", "c-dataflow"]
+PARSE_ATTEMPTS = 7
 
 
 def _dry_run(flags: list[str]) -> apiclient.Job:
@@ -65,18 +66,32 @@ def _dry_run(flags: list[str]) -> apiclient.Job:
 
 @pytest.fixture(scope="module")
 def job() -> apiclient.Job:
-    """The default job: the fleet."""
+    """The job the launcher builds."""
     return _dry_run(FLAGS)
 
 
 @pytest.fixture(scope="module")
-def crawl_job() -> apiclient.Job:
-    return _dry_run(CRAWL_FLAGS)
+def stepped_job() -> apiclient.Job:
+    """The one graph as a launcher of the user's own builds it: a page step of theirs and
+    more parse attempts."""
+    options, crawl = job_options(FLAGS)
+    p = beam.Pipeline(options=options)
+    build_crawler(
+        p, scheduler_config(crawl), out=crawl.out,
+        subscription=f"projects/{PROJECT}/subscriptions/{crawl.frontier_subscription}",
+        topic=f"projects/{PROJECT}/topics/{crawl.frontier_topic}",
+        dead_letter_topic=f"projects/{PROJECT}/topics/{crawl.dead_letter_topic}",
+        events_topic=f"projects/{PROJECT}/topics/{crawl.events_topic}",
+        parse_attempts=PARSE_ATTEMPTS, page_step=MarkPages("checked"),
+        watch=CrawlWatch(every_s=WATCH_EVERY_S, quiet_s=WATCH_QUIET_S))
+    result = p.run()
+    assert result.job is not None, "the dry run returned no job"
+    return result.job
 
 
-@pytest.fixture(scope="module", params=["fleet", "crawl"])
+@pytest.fixture(scope="module", params=["job", "stepped_job"])
 def any_job(request) -> apiclient.Job:
-    return request.getfixturevalue("job" if request.param == "fleet" else "crawl_job")
+    return request.getfixturevalue(request.param)
 
 
 def _transforms(job: apiclient.Job, urn: str) -> dict[str, beam_runner_api_pb2.PTransform]:
@@ -133,17 +148,20 @@ def _only_timer_is_processing_time(transform: beam_runner_api_pb2.PTransform) ->
     assert timer.time_domain == beam_runner_api_pb2.TimeDomain.PROCESSING_TIME
 
 
-def test_the_fleet_job_schedules_in_host_state_with_a_processing_time_timer(job):
+def test_the_job_schedules_every_crawl_in_host_state_with_a_processing_time_timer(job):
     pardos = _transforms(job, common_urns.primitives.PAR_DO.urn)
-    schedulers = [name for name, fn in _dofns(job).items() if isinstance(fn, FleetSchedulerFn)]
-    assert len(schedulers) == 1
+    schedulers = [name for name, fn in _dofns(job).items() if isinstance(fn, HostSchedulerFn)]
+    assert schedulers == ["ScheduleFetches/HostScheduler/ParDo(HostSchedulerFn)"]
     _only_timer_is_processing_time(pardos[schedulers[0]])
-    # The fleet job is not the one-crawl job: no one-crawl scheduler in it.
-    assert not any(name.endswith("ParDo(HostSchedulerFn)") for name in pardos)
+    pardo = beam_runner_api_pb2.ParDoPayload.FromString(pardos[schedulers[0]].spec.payload)
+    # A host's fields, its crawls' queues, their seen-sets and the tombstones of ended
+    # crawls' seen-sets each have a cell of their own (docs/architecture.md).
+    assert set(pardo.state_specs) == {"fleet_host", "fleet_host_queues", "fleet_host_seen",
+                                      "fleet_host_tombstones"}
 
 
-def test_the_fleet_schedulers_read_each_crawls_record_from_the_jobs_bigtable(job):
-    (scheduler,) = [fn for fn in _dofns(job).values() if isinstance(fn, FleetSchedulerFn)]
+def test_the_schedulers_read_each_crawls_record_from_the_jobs_bigtable(job):
+    (scheduler,) = [fn for fn in _dofns(job).values() if isinstance(fn, HostSchedulerFn)]
     config = scheduler._config
     assert (config.bigtable.project, config.bigtable.instance) == (PROJECT, "crawler-pages")
     assert config.bigtable.crawls_table == RESOURCES.crawls_table
@@ -154,51 +172,35 @@ def test_the_fleet_schedulers_read_each_crawls_record_from_the_jobs_bigtable(job
     assert config.resolve == ()
     # Each crawl's pages are claimed job-wide from its record, in blocks.
     assert config.budget_block == CrawlOptions(seeds=()).budget_block
-    budget = scheduler._budget("c-x", 100)
-    assert isinstance(budget, BlockPageBudget) and budget.block == config.budget_block
-    assert budget._advance == BigtablePageClaims(config.bigtable, "c-x")
 
 
-def test_a_fleet_counting_budgets_per_process_is_refused_on_dataflow():
-    import dataclasses
-
-    from pipeline.graph import build_fleet
-    from pipeline.main import fleet_config
-
-    options, crawl = job_options(FLAGS)
-    local = dataclasses.replace(fleet_config(crawl), budget_block=None)
-    with pytest.raises(ValueError, match="LocalPageBudget.*DataflowRunner"):
-        build_fleet(beam.Pipeline(options=options), local, out=crawl.out,
-                    subscription=f"projects/{PROJECT}/subscriptions/s",
-                    topic=f"projects/{PROJECT}/topics/t",
-                    dead_letter_topic=f"projects/{PROJECT}/topics/d")
-
-
-def test_the_fleet_job_ends_its_crawls_from_a_periodic_watch_of_the_records(job):
-    watches = {name: fn for name, fn in _dofns(job).items() if isinstance(fn, WatchCrawlsFn)}
+def test_the_job_ends_its_crawls_from_a_periodic_watch_of_the_records(any_job):
+    watches = {name: fn for name, fn in _dofns(any_job).items()
+               if isinstance(fn, WatchCrawlsFn)}
     assert list(watches) == ["WatchCrawls/EndCrawlsThatAreOver"]
     (watch,) = watches.values()
     assert (watch._bigtable.project, watch._bigtable.instance) == (PROJECT, "crawler-pages")
     assert watch._quiet_s == WATCH_QUIET_S
-    names = {t.unique_name for t in job.proto_pipeline.components.transforms.values()}
-    # Fed by Beam's PeriodicImpulse, which Dataflow runs as a splittable DoFn.
+    names = {t.unique_name for t in any_job.proto_pipeline.components.transforms.values()}
+    # Fed by Beam's PeriodicImpulse, which Dataflow runs as a splittable DoFn; its wakes go
+    # to the frontier with the stored pages' links.
     assert "WatchCrawls/EveryFewSeconds" in names
     assert WATCH_EVERY_S < WATCH_QUIET_S
 
 
-def test_the_host_scheduler_is_stateful_with_a_processing_time_timer(crawl_job):
-    job = crawl_job
-    scheduler = [t for name, t in _transforms(job, common_urns.primitives.PAR_DO.urn).items()
-                 if name.endswith("ParDo(HostSchedulerFn)")]
-    assert len(scheduler) == 1
-    pardo = beam_runner_api_pb2.ParDoPayload.FromString(scheduler[0].spec.payload)
-    # The fields cell keeps its name from when it held the whole state; the queue's data and
-    # the seen-set have cells of their own (docs/architecture.md).
-    assert set(pardo.state_specs) == {"host", "host_queue", "host_seen"}
-    timers = dict(pardo.timer_family_specs)
-    assert len(timers) == 1
-    (timer,) = timers.values()
-    assert timer.time_domain == beam_runner_api_pb2.TimeDomain.PROCESSING_TIME
+def test_the_store_takes_the_jobs_parse_attempts_and_page_step(job, stepped_job):
+    def parsers(built: apiclient.Job) -> list[ParsePagesFn]:
+        return [fn for fn in _dofns(built).values() if isinstance(fn, ParsePagesFn)]
+
+    (default,) = parsers(job)
+    (stepped,) = parsers(stepped_job)
+    assert (default._parse_attempts, stepped._parse_attempts) == (3, PARSE_ATTEMPTS)
+    steps = {name: payload for name, payload in _dofn_payloads(stepped_job).items()
+             if name.startswith("StorePages/PageStep/")}
+    assert list(steps) == ["StorePages/PageStep/MarkRows"]
+    # The step's function goes to the workers by name: they import it from the user's module.
+    assert b"tests.harness_page_steps" in _pickle_bytes(steps["StorePages/PageStep/MarkRows"])
+    assert not any(name.startswith("StorePages/PageStep/") for name in _dofns(job))
 
 
 def test_the_job_reads_the_fleet_subscription_and_publishes_to_the_fleet_topics(any_job):
@@ -223,7 +225,8 @@ def test_the_job_reads_the_fleet_subscription_and_publishes_to_the_fleet_topics(
 
 # Runs in a fresh interpreter: drops the development install of the package (an editable
 # finder pointing at a source tree) and every path of a source tree, shows `pipeline` is then
-# not importable, adds the installed copy and unpickles every payload from there.
+# not importable, adds the installed copy and unpickles every payload from there; reports the
+# parse attempts of every parser it loaded.
 _UNPICKLE = textwrap.dedent("""
     import importlib.util, json, sys
     target, payloads_file, *source_trees = sys.argv[1:]
@@ -236,26 +239,31 @@ _UNPICKLE = textwrap.dedent("""
     from apache_beam.coders.coders import deserialize_coder
     from apache_beam.internal import pickler
     payloads = json.load(open(payloads_file))
-    report = {"failed": {}, "loaded": []}
+    report = {"failed": {}, "loaded": [], "parse_attempts": {}}
     for name, payload in payloads.items():
         try:
             data = payload.encode("latin-1")
             # A coder is its class name, "$", then its pickle (base64 holds no "$").
-            (deserialize_coder if b"$" in data else pickler.loads)(data)
+            loaded = (deserialize_coder if b"$" in data else pickler.loads)(data)
         except Exception as exc:
             report["failed"][name] = f"{type(exc).__name__}: {exc}"
             continue
         report["loaded"].append(name)
+        fn = loaded[0] if isinstance(loaded, tuple) else loaded
+        if hasattr(fn, "_parse_attempts"):
+            report["parse_attempts"][name] = fn._parse_attempts
     report["project_modules"] = {
         name: getattr(module, "__file__", None) for name, module in sys.modules.items()
-        if name.split(".")[0] in ("pipeline", "testweb")}
+        if name.split(".")[0] in ("pipeline", "testweb", "tests")}
     print(json.dumps(report))
 """)
 
 
 @pytest.fixture(scope="module")
 def installed_package(tmp_path_factory) -> Path:
-    """The project built as a wheel and installed into a directory of its own."""
+    """The project built as a wheel and installed into a directory of its own, with the
+    user's own page step (tests.harness_page_steps) installed next to it, as a launcher of
+    the user's own puts its steps on the workers' image."""
     work = tmp_path_factory.mktemp("package")
     source = work / "source"
     for name in ("pipeline", "testweb"):
@@ -276,6 +284,9 @@ def installed_package(tmp_path_factory) -> Path:
         capture_output=True, text=True, timeout=300,
     )
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
+    (target / "tests").mkdir()
+    for name in ("__init__.py", "harness_page_steps.py"):
+        shutil.copy(ROOT / "tests" / name, target / "tests" / name)
     return target
 
 
@@ -296,7 +307,7 @@ def _unpickled_in_isolation(payloads: dict[str, bytes], installed_package: Path,
 
 
 def test_every_dofn_of_the_job_unpickles_from_the_installed_package_alone(
-        any_job, installed_package, tmp_path):
+        any_job, installed_package, tmp_path, request):
     payloads = _dofn_payloads(any_job)
     # The DoFns that need the package: the crawl's own, and Beam's wrapping its functions.
     assert len([name for name, payload in payloads.items()
@@ -309,6 +320,12 @@ def test_every_dofn_of_the_job_unpickles_from_the_installed_package_alone(
     outside = {name: path for name, path in modules.items()
                if path is not None and not path.startswith(str(installed_package))}
     assert outside == {}
+    # The store's parser, with the job's parse attempts.
+    stepped = request.node.callspec.params["any_job"] == "stepped_job"
+    assert report["parse_attempts"] == {
+        "StorePages/ParsePages/Parse/ParDo(ParsePagesFn)": PARSE_ATTEMPTS if stepped else 3}
+    # The user's page step came from where it was installed, in the job that has one.
+    assert ("tests.harness_page_steps" in modules) is stepped
 
 
 def _coder_payloads(job: apiclient.Job) -> dict[str, bytes]:
@@ -348,85 +365,64 @@ def pipeline_source() -> str:
     return str(Path(pipeline.__file__).resolve().parent)
 
 
-def test_a_process_local_budget_on_a_runner_with_many_processes_is_refused():
-    options, crawl = job_options(CRAWL_FLAGS)
-    p = beam.Pipeline(options=options)
-    with pytest.raises(ValueError, match="LocalPageBudget.*DataflowRunner"):
-        build_crawl(
-            p, crawl, subscription=f"projects/{PROJECT}/subscriptions/s",
-            topic=f"projects/{PROJECT}/topics/t", dead_letter_topic=f"projects/{PROJECT}/topics/d",
-            budget=LocalPageBudget(crawl.crawl_id, crawl.max_pages),
-        )
-
-
-def test_a_process_local_budget_on_a_direct_runner_with_several_processes_is_refused():
-    p = beam.Pipeline(options=PipelineOptions(
-        ["--direct_running_mode=multi_processing"], runner="DirectRunner", streaming=True))
-    crawl = CrawlOptions(seeds=(), crawl_id="c-local")
-    with pytest.raises(ValueError, match="LocalPageBudget"):
-        build_crawl(p, crawl, subscription="projects/local-crawler/subscriptions/s",
-                    topic="projects/local-crawler/topics/t",
-                    dead_letter_topic="projects/local-crawler/topics/d",
-                    budget=LocalPageBudget(crawl.crawl_id, crawl.max_pages))
-
-
-def test_a_process_local_budget_is_accepted_on_the_direct_runner():
-    p = beam.Pipeline(options=PipelineOptions([], runner="DirectRunner", streaming=True))
-    crawl = CrawlOptions(seeds=(), crawl_id="c-local")
-    build_crawl(p, crawl, subscription="projects/local-crawler/subscriptions/s",
-                topic="projects/local-crawler/topics/t",
-                dead_letter_topic="projects/local-crawler/topics/d",
-                budget=LocalPageBudget(crawl.crawl_id, crawl.max_pages))
-    names = {t.full_label for t in p.transforms_stack[0].parts}
-    assert "ScheduleFetches" in names
-
-
-@pytest.mark.parametrize("flags", [FLAGS, CRAWL_FLAGS], ids=["fleet", "crawl"])
 @pytest.mark.parametrize(("drop", "replace", "message"), [
     ("--sdk_container_image", None, "--sdk_container_image is required"),
     ("--out", ["--out", "crawl-out"], "Cloud Storage"),
 ])
-def test_the_launcher_says_which_option_a_dataflow_job_lacks(flags, drop, replace, message):
-    i = flags.index(drop)
-    flags = flags[:i] + flags[i + 2:] + (replace or [])
+def test_the_launcher_says_which_option_a_dataflow_job_lacks(drop, replace, message):
+    i = FLAGS.index(drop)
+    flags = FLAGS[:i] + FLAGS[i + 2:] + (replace or [])
     with pytest.raises(LaunchError, match=message):
         job_options(flags)
 
 
-def test_a_one_crawl_job_needs_its_crawl_id_and_the_fleet_takes_none():
-    with pytest.raises(LaunchError, match="--crawl_id is required with --mode crawl"):
-        job_options([*FLAGS, "--mode", "crawl"])
-    with pytest.raises(LaunchError, match="the fleet serves every crawl"):
+# A value other than the default for each of a crawl's own limits.
+OWN_LIMITS = {"max_pages": "500", "max_pages_per_host": "5", "max_depth": "2",
+              "min_delay": "2.5", "user_agent": "fleetbot/1.0", "max_duration": "60"}
+
+
+def test_every_limit_of_a_crawl_s_own_has_a_value_here():
+    assert set(OWN_LIMITS) == set(PER_CRAWL)
+
+
+@pytest.mark.parametrize("dest", sorted(OWN_LIMITS))
+def test_a_crawl_s_own_limit_is_refused_at_job_level_in_one_line(dest, capsys):
+    """The job serves every crawl: a limit given to it would apply to none of them."""
+    flag = option(dest).beam_flag
+    with pytest.raises(LaunchError, match=f"{flag} is a crawl's own limit"):
+        job_options([*FLAGS, flag, OWN_LIMITS[dest]])
+    from pipeline.main import main
+
+    assert main([*FLAGS, flag, OWN_LIMITS[dest]]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"pipeline.main: {flag} is a crawl's own limit")
+    assert f"crawler serve {option(dest).flag}" in line  # where it belongs instead
+
+
+def test_the_job_serves_every_crawl_and_takes_no_crawl_id_or_mode():
+    with pytest.raises(LaunchError, match="'c-dataflow' names one crawl"):
         job_options([*FLAGS, "--crawl_id", "c-dataflow"])
-    with pytest.raises(SystemExit):  # argparse names the choices
-        job_options([*FLAGS, "--mode", "batch"])
-    assert job_options(FLAGS)[1].mode == "fleet"
-    assert job_options(CRAWL_FLAGS)[1].mode == "crawl"
+    # The one-crawl job is gone with its --mode: the same refusal.
+    with pytest.raises(LaunchError, match="names one crawl"):
+        job_options([*FLAGS, "--mode", "crawl", "--crawl_id", "c-dataflow"])
+    assert not hasattr(job_options(FLAGS)[1], "mode")
 
 
-def test_the_crawl_options_reach_the_job():
-    _, crawl = job_options([*CRAWL_FLAGS, "--max_pages", "500", "--min-delay", "2.5",
-                            "--user-agent", "fleetbot/1.0"])
-    assert (crawl.max_pages, crawl.min_delay, crawl.user_agent) == (500, 2.5, "fleetbot/1.0")
+def test_the_jobs_own_options_set_what_every_crawl_shares():
+    _, crawl = job_options([*FLAGS, "--fetch_timeout", "12", "--budget_block", "32",
+                            "--parse_attempts", "5"])
+    config = scheduler_config(crawl)
+    assert (config.fetch.timeout, config.policy.fetch_timeout) == (12.0, 12.0)
+    assert (config.budget_block, crawl.parse_attempts) == (32, 5)
     assert crawl.project == PROJECT and crawl.bigtable_instance == "crawler-pages"
-
-
-def test_the_fleet_jobs_options_are_the_defaults_a_crawl_record_overrides():
-    from pipeline.main import fleet_config
-
-    _, crawl = job_options([*FLAGS, "--min-delay", "2.5", "--user-agent", "fleetbot/1.0",
-                            "--fetch_timeout", "12"])
-    config = fleet_config(crawl)
-    assert (config.policy.min_delay, config.policy.user_agent) == (2.5, "fleetbot/1.0")
-    assert config.fetch.timeout == 12.0
 
 
 def test_the_launcher_command_reports_a_refused_option_in_one_line(capsys):
     from pipeline.main import main
 
-    assert main([*FLAGS, "--mode", "crawl", "--crawl_id", "a/b"]) == 2
+    assert main([*FLAGS, "--crawl_id", "a/b"]) == 2
     assert main([*FLAGS, "--experiments", "use_multiple_sdk_containers"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 2 and all(line.startswith("pipeline.main: ") for line in lines)
-    assert "--crawl-id 'a/b'" in lines[0]
+    assert "--crawl_id 'a/b' names one crawl" in lines[0]
     assert "use_multiple_sdk_containers" in lines[1]

@@ -1,6 +1,6 @@
 """The control API as Cloud Run runs it: settings from the environment, tokens from the mounted
 secret file, Google's clients against Pub/Sub and Bigtable. Offline, the same clients talk to
-the emulators through the variables they honour (BIGTABLE_EMULATOR_HOST,
+the shared emulators through the variables they honour (BIGTABLE_EMULATOR_HOST,
 PUBSUB_EMULATOR_HOST); nothing else differs from the cloud."""
 
 from __future__ import annotations
@@ -30,10 +30,8 @@ from pipeline.service.cloud import (
     main,
 )
 from pipeline.service.server import ApiServer
-from tests.test_api import (
-    emulators,  # noqa: F401  (the module's emulators fixture)
-    pull_frontier_batches,
-)
+from tests.conftest import fresh_name
+from tests.harness_api import pull_frontier_batches
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "cloud-token-of-the-tests-" + uuid.uuid4().hex
@@ -108,12 +106,12 @@ class CloudFleet:
     watch it; and the environment Cloud Run would give the API."""
 
     def __init__(self, tmp_path: Path) -> None:
-        self.instance = f"i-{uuid.uuid4().hex[:10]}"
+        self.instance = fresh_name("i")
         self.tables = open_tables(BigtableConfig(PROJECT, self.instance, timeout_s=10),
                                   create=True)
-        self.topic_name = f"frontier-{uuid.uuid4().hex[:8]}"
+        self.topic_name = fresh_name("frontier")
         topic = ensure_topic(PROJECT, self.topic_name)
-        self.subscription = ensure_subscription(PROJECT, topic, f"s-{uuid.uuid4().hex[:8]}")
+        self.subscription = ensure_subscription(PROJECT, topic, fresh_name("s"))
         self.env = {
             "CRAWLER_PROJECT": PROJECT,
             "CRAWLER_BIGTABLE_INSTANCE": self.instance,
@@ -128,7 +126,7 @@ class CloudFleet:
 
 
 @pytest.fixture()
-def cloud(emulators, tmp_path) -> Iterator[CloudFleet]:  # noqa: F811
+def cloud(emulators, tmp_path) -> Iterator[CloudFleet]:
     fleet = CloudFleet(tmp_path)
     try:
         yield fleet

@@ -1,6 +1,7 @@
 """End to end with the stores: one crawl against both emulators; Bigtable rows equal the
-Parquet rows field by field, the crawl record's counters equal the table's counts, and the
-events topic carries one event per fetched page whose pointers read back."""
+Parquet rows field by field, the crawl record's counters equal the table's counts and its
+frontier balance settled, the record names the crawl's own topics, and the events topic
+carries one event per fetched page whose pointers read back."""
 
 from __future__ import annotations
 
@@ -9,15 +10,17 @@ from collections import Counter
 
 import pytest
 
-from pipeline.io.bigtable import BigtableConfig, read_crawl, read_page
+from pipeline.core.crawl_states import CrawlState
+from pipeline.io.bigtable import BigtableConfig, open_tables, read_page
+from pipeline.io.crawls import read_crawl
 from pipeline.io.events import events_subscription_name, pull_events
 from pipeline.io.lookup import run_page
 from pipeline.io.pages_table import dict_to_row, query_pages
+from pipeline.io.redrive import crawl_route, redrive_route
 from pipeline.io.segments import read_response, read_text
-from pipeline.local.emulators import find_sdk_root, start_bigtable_emulator, start_pubsub_emulator
 from pipeline.local.runtime import run_local_crawl
 from pipeline.options import CrawlOptions
-from tests.conftest import GCS_BUCKET
+from tests.conftest import GCS_BUCKET, fresh_name
 from testweb.server import serve
 from testweb.web import WebSpec
 
@@ -25,23 +28,17 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module", params=["local", "gcs"])
-def crawl(request, tmp_path_factory):
-    root = find_sdk_root()
-    if root is None or not (root / "platform" / "bigtable-emulator").exists():
-        pytest.skip("the Bigtable and Pub/Sub emulators are not installed")
+def crawl(request, tmp_path_factory, emulators):
     tmp = tmp_path_factory.mktemp("stores")
     out = str(tmp / "out")
     if request.param == "gcs":
         request.getfixturevalue("gcs_emulator")
         out = f"gs://{GCS_BUCKET}/{tmp.name}"
-    mp = pytest.MonkeyPatch()
-    with start_pubsub_emulator() as pubsub, start_bigtable_emulator() as bigtable, \
-            serve(WebSpec(hosts=20, pages_per_host=20, hang_seconds=10.0),
-                  tmp / "requests.tsv") as web:
-        mp.setenv("PUBSUB_EMULATOR_HOST", pubsub.host_port)
-        mp.setenv("BIGTABLE_EMULATOR_HOST", bigtable.host_port)
-        opts = CrawlOptions(seeds=tuple(web.seeds), out=out, crawl_id="c-stores",
-                            min_delay=0.2, resolve=(web.resolve_arg,), fetch_timeout=2.0,
+    with serve(WebSpec(hosts=20, pages_per_host=20, hang_seconds=10.0),
+               tmp / "requests.tsv") as web:
+        opts = CrawlOptions(seeds=tuple(web.seeds), out=out, crawl_id=fresh_name("c-stores"),
+                            bigtable_instance=fresh_name("i"), min_delay=0.2,
+                            resolve=(web.resolve_arg,), fetch_timeout=2.0,
                             max_pages_per_host=40, progress=False)
         summary = run_local_crawl(opts)
         columns = [c[0] for c in query_pages(opts.out, opts.crawl_id,
@@ -53,11 +50,10 @@ def crawl(request, tmp_path_factory):
         events = list(pull_events(subscription, max_events=None, timeout_s=1.0))
         yield {"opts": opts, "summary": summary, "rows": rows, "events": events,
                "config": BigtableConfig(project=opts.project, instance=opts.bigtable_instance)}
-    mp.undo()
 
 
 def test_every_parquet_row_is_in_bigtable_field_by_field(crawl):
-    assert crawl["summary"].status == "drained"
+    assert (crawl["summary"].state, crawl["summary"].reason) == ("done", "drained")
     config, rows = crawl["config"], crawl["rows"]
     assert len(rows) == crawl["summary"].accepted
     for row in rows:
@@ -67,10 +63,13 @@ def test_every_parquet_row_is_in_bigtable_field_by_field(crawl):
 
 
 def test_crawl_counters_equal_the_table(crawl):
-    record = read_crawl(crawl["config"], crawl["opts"].crawl_id)
+    with open_tables(crawl["config"], create=False) as tables:
+        record = read_crawl(tables, crawl["opts"].crawl_id)
     by_state = Counter(r["state"] for r in crawl["rows"])
-    counters = record.counters()
-    assert record.status == "drained"
+    counters = record.counters
+    assert (record.state, record.reason) == (CrawlState.DONE, "drained")
+    # The watch ended it on a settled balance: every message read, every URL offered.
+    assert record.balance().settled and counters["batches_published"] > 0
     assert counters["accepted"] == len(crawl["rows"])
     for state, n in by_state.items():
         assert counters[state] == n, state
@@ -101,3 +100,10 @@ def test_crawler_page_prints_the_row_and_its_text(crawl, capsys):
     assert row["url"] in out
     first_line = read_text(dict_to_row(row).wet).splitlines()[0][:40]
     assert first_line in out
+
+
+def test_the_record_names_the_crawl_s_own_topics_for_its_redrive(crawl):
+    opts = crawl["opts"]
+    with open_tables(crawl["config"], create=False) as tables:
+        route = redrive_route(tables, opts.project, opts.crawl_id)
+    assert route == crawl_route(opts.project, opts.crawl_id) and not route.shared

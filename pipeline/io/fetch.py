@@ -68,6 +68,10 @@ ERROR_INVALID_URL = "invalid_url"  # not http(s), or no usable host
 ERROR_BLOCKED_ADDRESS = "blocked_address"
 ERROR_OTHER = "other"
 
+# The crawler's name in its requests, and the product token robots.txt is read for, unless
+# an operator or a crawl names its own.
+DEFAULT_USER_AGENT = "beam-crawler/0.1 (+https://github.com/beam-crawler)"
+
 _READ_CHUNK = 64 * 1024
 _DETAIL_LIMIT = 300
 

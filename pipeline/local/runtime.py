@@ -37,7 +37,6 @@ from pipeline.io.redrive import (
     frontier_topic_name,
     redrive_subscription_name,
     stored_dead_letters,
-    uncount_dead_letters,
 )
 from pipeline.local.emulators import start_missing_emulators, stop_emulators
 from pipeline.local.fleet import FleetSettings, LocalFleet
@@ -155,7 +154,7 @@ def run_local_crawl(
                 on_status_page(url, token)
         fleet.publish(opts.crawl_id, _first_messages(opts, seeds, plan))
         if opts.redrive:
-            _redrive(fleet, tables, opts)
+            _redrive(fleet, opts)
         window = RateWindow()
         while True:
             time.sleep(POLL_S)  # the progress display's pace, not a synchronisation
@@ -274,12 +273,14 @@ def _first_messages(opts: CrawlOptions, seeds: list[str],
     return resume_batches(opts.crawl_id, plan)
 
 
-def _redrive(fleet: LocalFleet, tables: BigtableTables, opts: CrawlOptions) -> None:
+def _redrive(fleet: LocalFleet, opts: CrawlOptions) -> None:
     """The crawl's dead letters back onto its frontier, from storage: a local crawl's
-    emulators (and the letters they kept) ended with it, its pages table did not."""
+    emulators (and the letters they kept) ended with it, its pages table did not. Counted
+    as published by the fleet; their dead_lettered rows are not uncounted, because the
+    restart of the crawl's record (--redrive goes with --resume) cleared its counters: the
+    record counts this run's work, the letters' new rows among it."""
     letters = stored_dead_letters(opts.out, opts.crawl_id)
     sent = fleet.publish(opts.crawl_id, letters)
-    uncount_dead_letters(tables, opts.crawl_id, sent)
     log.warning("redrive: %d dead letters sent back to be parsed again", sent)
 
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 import apache_beam as beam
@@ -42,7 +43,8 @@ from pipeline.transforms.pages import (
     ParsePages,
     WriteResponses,
 )
-from pipeline.transforms.resources import CrawlCounts, worker_resources
+from pipeline.transforms.resources import CrawlCounts, WorkerResources, worker_resources
+from pipeline.transforms.schedule import CrawlRecords, agent_token, crawl_records
 
 log = logging.getLogger(__name__)
 
@@ -152,10 +154,35 @@ class StorePages(beam.PTransform):
 class ReplayDeadLettersFn(beam.DoFn):
     """A redriven dead letter -> the fetch result read back from its WARC record (main), so
     the store parses the page again without a new request; a letter whose record cannot be
-    read ends as a `dead_lettered` row again ('rows'), saying why."""
+    read ends as a `dead_lettered` row again ('rows'), saying why.
 
-    def __init__(self) -> None:
+    With `records` (the Bigtable of the crawl records), the result names the robots agent of
+    the letter's crawl, as its fetch did, so that its meta robots are read for that crawl
+    again and not for the store's default agent; a crawl whose record cannot be read gets
+    the default."""
+
+    def __init__(self, records: BigtableConfig | None = None, state_ttl_s: float = 1.0,
+                 clock: Callable[[], float] = time.time) -> None:
         self._replayed = crawl_counter(Counter.DEAD_LETTERS_REPLAYED)
+        self._config = records
+        self._state_ttl_s = state_ttl_s
+        self._clock = clock
+        self._resources: WorkerResources | None = None
+        self._records: CrawlRecords | None = None
+
+    def setup(self) -> None:
+        if self._config is not None:
+            self._resources = worker_resources()
+            self._records = crawl_records()
+
+    def _agent(self, crawl_id: str) -> str | None:
+        if self._records is None or self._resources is None or self._config is None:
+            return None
+        crawl = self._records.get(self._resources, self._config, crawl_id, self._clock(),
+                                  self._state_ttl_s)
+        if crawl is None or crawl.limits.user_agent is None:
+            return None
+        return agent_token(crawl.limits.user_agent)
 
     def process(self, letter: DeadLetter) -> Iterator[object]:
         try:
@@ -170,7 +197,8 @@ class ReplayDeadLettersFn(beam.DoFn):
             ))
             return
         self._replayed.inc()
-        yield result
+        agent = self._agent(letter.crawl_id)
+        yield result if agent is None else dataclasses.replace(result, agent=agent)
 
 
 class ReplayOutputs(NamedTuple):
@@ -181,9 +209,19 @@ class ReplayOutputs(NamedTuple):
 
 
 class ReplayDeadLetters(beam.PTransform):
-    """DeadLetter -> ReplayOutputs (fetched results to store again, rows of the unreadable)."""
+    """DeadLetter -> ReplayOutputs (fetched results to store again, rows of the unreadable).
+
+    records: the Bigtable of the crawl records, read (at most every `state_ttl_s` per
+    process) for each letter's robots agent; None: every page is read for the store's."""
+
+    def __init__(self, records: BigtableConfig | None = None,
+                 state_ttl_s: float = 1.0) -> None:
+        super().__init__()
+        self._records = records
+        self._state_ttl_s = state_ttl_s
 
     def expand(self, letters: PCollection[DeadLetter]) -> ReplayOutputs:
         replayed = letters | "ReadStoredResponses" >> beam.ParDo(
-            ReplayDeadLettersFn()).with_input_types(DeadLetter).with_outputs(ROWS, main="fetched")
+            ReplayDeadLettersFn(self._records, self._state_ttl_s)
+        ).with_input_types(DeadLetter).with_outputs(ROWS, main="fetched")
         return ReplayOutputs(replayed.fetched, replayed[ROWS])

@@ -1,33 +1,31 @@
-"""A fleet crawl's dead letters back into the fleet after a fix: the fleet graph parses a
-redriven letter again from its stored response into one new row, and `crawler redrive` finds
-a fleet crawl's letters on the fleet's shared subscription and sends them to the fleet's
-frontier, leaving other crawls' letters where they are. Both emulators (tests/conftest.py)."""
+"""Dead letters of the fleet's crawls back after a fix: the crawler's one graph parses a
+redriven letter of any crawl again from its stored response into one new row, and `crawler
+redrive` finds a crawl's letters on the fleet's shared subscription (its record names no
+topics of its own) and sends them to the fleet's frontier, leaving other crawls' letters where
+they are. The emulators the tests share (tests/conftest.py)."""
 
 from __future__ import annotations
 
 import argparse
-import uuid
 
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.testing.test_stream import TestStream
-from pipeline.transforms.fleet import FleetConfig
+from apache_beam.testing.test_stream import TestStream as BeamTestStream
 
 from pipeline.core.crawl_states import CrawlLimits
 from pipeline.core.politeness import HostPolicy
 from pipeline.core.records import DeadLetter, PageRow, PageState, RecordPointer, frontier_message
 from pipeline.core.urls import host_key, url_hash
-from pipeline.graph import build_fleet
+from pipeline.graph import build_crawler
 from pipeline.io.bigtable import (
     BigtableConfig,
     CrawlCounterBatch,
     PageRowWriter,
     open_tables,
     pages_by_host,
-    read_crawl,
 )
-from pipeline.io.crawls import create_fleet_crawl
+from pipeline.io.crawls import create_crawl, read_crawl
 from pipeline.io.fetch import FetchConfig
 from pipeline.io.pages_table import query_pages
 from pipeline.io.redrive import run_redrive
@@ -35,6 +33,8 @@ from pipeline.io.resources import RESOURCES
 from pipeline.io.segments import SegmentWriter, read_response, read_text
 from pipeline.local.emulators import ensure_subscription, ensure_topic
 from pipeline.transforms.resources import worker_resources
+from pipeline.transforms.schedule import SchedulerConfig
+from tests.conftest import fresh_name
 
 PAGE = (b"<html><head><title>Fixed</title></head><body><article><p>"
         + b"The parser could not read this page before the fix; now it can. " * 8
@@ -55,41 +55,39 @@ def _dead_row(letter: DeadLetter) -> PageRow:
                    fetched_at=letter.fetched_at, attempts=3, warc=letter.warc)
 
 
-def test_a_redriven_dead_letter_of_a_fleet_crawl_ends_in_exactly_one_new_row(
-        emulators, tmp_path):
-    """Two crawls' letters come back on the fleet's frontier: each is parsed again from its
-    stored response (no fetch) and its new row replaces its dead_lettered one in Bigtable;
-    a letter whose record is gone is dead-lettered again, saying why. The page's link goes
-    round the fleet's frontier, of its crawl."""
-    project = f"fleet-redrive-{uuid.uuid4().hex[:6]}"
-    config = BigtableConfig(project, f"i-{uuid.uuid4().hex[:10]}", timeout_s=10)
+def test_a_redriven_dead_letter_ends_in_exactly_one_new_row(bigtable_config, tmp_path):
+    """Two crawls' letters come back on the frontier: each is parsed again from its stored
+    response (no fetch) and its new row replaces its dead_lettered one in Bigtable; a letter
+    whose record is gone is dead-lettered again, saying why. The page's link goes round the
+    frontier, of its crawl."""
+    config = bigtable_config
+    project = config.project
     out = str(tmp_path / "out")
-    first, second = f"fa-{uuid.uuid4().hex[:6]}", f"fb-{uuid.uuid4().hex[:6]}"
+    first, second = fresh_name("fa"), fresh_name("fb")
     with SegmentWriter(out, first, "warc", "w1") as warc:
         pointer = warc.write_response("http://a.test/page", 100.0, 200, HTML, PAGE)
     fixed = _letter(first, "http://a.test/page", pointer)
     gone = _letter(second, "http://b.test/gone",
                    RecordPointer(str(tmp_path / "missing.warc.gz"), 0, 10))
-    with open_tables(config, create=True) as tables:
+    with open_tables(config, create=False) as tables:
         for crawl_id in (first, second):
-            create_fleet_crawl(tables, crawl_id, seeds=(), limits=CrawlLimits(max_pages=10),
-                               at=0.0)
+            create_crawl(tables, crawl_id, seeds=(), limits=CrawlLimits(max_pages=10), at=0.0)
         writer = PageRowWriter(tables)
         for letter in (fixed, gone):
             writer.add(_dead_row(letter))
         writer.flush()
-    frontier = ensure_topic(project, "frontier")
-    watch = ensure_subscription(project, frontier, f"watch-{uuid.uuid4().hex[:6]}")
-    dead_letters = ensure_topic(project, "dead-letters")
+    frontier = ensure_topic(project, fresh_name("frontier"))
+    watch = ensure_subscription(project, frontier, fresh_name("watch"))
+    dead_letters = ensure_topic(project, fresh_name("dead-letters"))
     policy = HostPolicy(user_agent="testbot/1.0")
-    fleet = FleetConfig(policy=policy, fetch=FetchConfig(user_agent="testbot/1.0"),
-                        bigtable=config)
-    stream = (TestStream().add_elements([fixed.to_bytes(), gone.to_bytes()])
+    scheduler = SchedulerConfig(policy=policy, fetch=FetchConfig(user_agent="testbot/1.0"),
+                                bigtable=config)
+    stream = (BeamTestStream().add_elements([fixed.to_bytes(), gone.to_bytes()])
               .advance_watermark_to_infinity())
     try:
         with beam.Pipeline(options=PipelineOptions(flags=[], streaming=True)) as p:
-            build_fleet(p, fleet, out=out, subscription="", topic=frontier,
-                        dead_letter_topic=dead_letters, payloads=stream)
+            build_crawler(p, scheduler, out=out, topic=frontier,
+                          dead_letter_topic=dead_letters, payloads=stream)
         with open_tables(config, create=False) as tables:
             rows = {crawl_id: pages_by_host(tables, host, crawl_id=crawl_id)
                     for crawl_id, host in ((first, "a.test"), (second, "b.test"))}
@@ -122,19 +120,18 @@ def _args(project: str, instance: str, crawl_id: str, **more) -> argparse.Namesp
                               **more)
 
 
-def test_crawler_redrive_sends_a_fleet_crawl_s_letters_to_the_fleet_and_leaves_the_others(
+def test_crawler_redrive_sends_a_crawl_s_letters_to_the_fleet_and_leaves_the_others(
         emulators, capsys):
     """The fleet's letters wait on one subscription. Redriving crawl A moves A's letters to
-    the fleet's frontier, lowers A's dead_lettered counter, drops what is no letter, and
-    leaves B's letter on the subscription, where B's own redrive finds it."""
-    project = f"fleet-redrive-{uuid.uuid4().hex[:6]}"
-    instance = f"i-{uuid.uuid4().hex[:10]}"
-    a, b = f"ra-{uuid.uuid4().hex[:6]}", f"rb-{uuid.uuid4().hex[:6]}"
+    the fleet's frontier, lowers A's dead_lettered counter and counts them on its frontier,
+    drops what is no letter, and leaves B's letter on the subscription, where B's own redrive
+    finds it. (A project of its own: the fleet's topic names are fixed.)"""
+    project, instance = fresh_name("shared-redrive"), fresh_name("i")
+    a, b = fresh_name("ra"), fresh_name("rb")
     with open_tables(BigtableConfig(project, instance, timeout_s=10), create=True) as tables:
         counters = CrawlCounterBatch(tables)
         for crawl_id, n in ((a, 2), (b, 1)):
-            create_fleet_crawl(tables, crawl_id, seeds=(), limits=CrawlLimits(max_pages=10),
-                               at=0.0)
+            create_crawl(tables, crawl_id, seeds=(), limits=CrawlLimits(max_pages=10), at=0.0)
             counters.add(crawl_id, "dead_lettered", n)
         counters.flush()
     frontier = ensure_topic(project, RESOURCES.frontier_topic)
@@ -168,9 +165,10 @@ def test_crawler_redrive_sends_a_fleet_crawl_s_letters_to_the_fleet_and_leaves_t
                              f"{RESOURCES.dead_letter_subscription}")
     assert said_b.startswith(f"1 dead letters of {b} sent back")
     assert said_again.startswith(f"0 dead letters of {a} sent back")
-    config = BigtableConfig(project, instance, timeout_s=10)
-    assert read_crawl(config, a).dead_lettered == 0
-    assert read_crawl(config, b).dead_lettered == 0
+    with open_tables(BigtableConfig(project, instance, timeout_s=10), create=False) as tables:
+        records = {crawl_id: read_crawl(tables, crawl_id).counters for crawl_id in (a, b)}
+    assert {crawl_id: (c["dead_lettered"], c["batches_published"])
+            for crawl_id, c in records.items()} == {a: (0, 2), b: (0, 1)}
 
 
 def _pull_all(subscription: str, n: int) -> list[DeadLetter]:
@@ -194,12 +192,9 @@ def _pull_all(subscription: str, n: int) -> list[DeadLetter]:
     ("no spaces!", "crawl id 'no spaces!' must be 1-100 letters"),
 ])
 def test_crawler_redrive_of_an_unknown_or_impossible_crawl_says_so(
-        emulators, capsys, crawl_id, message):
-    project = f"fleet-redrive-{uuid.uuid4().hex[:6]}"
-    instance = f"i-{uuid.uuid4().hex[:10]}"
-    with open_tables(BigtableConfig(project, instance, timeout_s=10), create=True):
-        pass
-    assert run_redrive(_args(project, instance, crawl_id)) == 2
+        bigtable_config, capsys, crawl_id, message):
+    args = _args(bigtable_config.project, bigtable_config.instance, crawl_id)
+    assert run_redrive(args) == 2
     assert message in capsys.readouterr().err
 
 

@@ -1,33 +1,34 @@
-"""End to end, in the fleet: a parser bug dead-letters pages of a fleet crawl; after the fix,
-`crawler redrive CRAWL_ID` sends its letters back while the fleet runs, and each page gets
-its new row, parsed from its stored response, with no request to its host.
+"""End to end, in the fleet: a parser bug dead-letters pages of a crawl the control API
+started; after the fix, `crawler redrive CRAWL_ID` takes its letters from the fleet's shared
+subscription and sends them back while the fleet runs, and each page gets its new row, parsed
+from its stored response, with no request to its host.
 
-The fleet is `crawler serve`'s pipeline (pipeline.local.fleet on Beam's DirectRunner, with
-the Pub/Sub and Bigtable emulators) under its own resource names (the cloud fleet's), and the
-crawl is started as the control API starts one (a record, then its seeds on the frontier).
+The fleet is `crawler serve`'s engine (pipeline.local.fleet: the one graph on Beam's
+DirectRunner, with the shared Pub/Sub and Bigtable emulators) under the cloud fleet's
+resource names, in a project of its own, and the crawl is started as the control API starts
+one (a record naming no topics of its own, then its seeds on the frontier).
 """
 
 from __future__ import annotations
 
 import argparse
 import time
-import uuid
 from collections import Counter
 
 import pytest
 
 from pipeline.core import pages as store
 from pipeline.core.crawl_states import CrawlLimits, CrawlState
-from pipeline.core.politeness import HostPolicy
-from pipeline.io.bigtable import BigtableConfig, open_tables, read_crawl, read_page
-from pipeline.io.fetch import FetchConfig
+from pipeline.io.bigtable import BigtableConfig, open_tables, read_page
+from pipeline.io.crawls import read_crawl
 from pipeline.io.pages_table import query_pages
-from pipeline.io.redrive import run_redrive
+from pipeline.io.redrive import fleet_route, redrive_route, run_redrive
 from pipeline.io.resources import RESOURCES
-from pipeline.local.emulators import ensure_topic
 from pipeline.local.fleet import FleetSettings, LocalFleet
-from pipeline.service.control import CrawlControl, FleetDefaults, PubSubFrontier
-from tests.test_redrive import (  # the same bug, the same checks
+from pipeline.options import CrawlOptions
+from pipeline.service.control import CrawlControl, PubSubFrontier
+from tests.conftest import fresh_name
+from tests.harness_redrive import (  # the same bug, the same checks
     assert_parsed_again_without_a_request,
     parser_failing_on_some_pages,
 )
@@ -48,15 +49,12 @@ def _wait(condition, what: str, timeout: float = 240.0):
 
 
 def _adds_up(record) -> bool:
-    terminal = ("fetched", "failed", "disallowed", "duplicate", "filtered", "over_budget",
-                "dead_lettered", "redirected", "cancelled")
-    return sum(getattr(record, state) for state in terminal) == record.accepted
+    return record.terminal == record.accepted
 
 
 def test_crawler_redrive_turns_a_fleet_crawl_s_dead_letters_into_pages_without_fetching(
         emulators, tmp_path, monkeypatch, capsys):
-    project = f"fleet-redrive-e2e-{uuid.uuid4().hex[:6]}"
-    instance = f"i-{uuid.uuid4().hex[:10]}"
+    project, instance = fresh_name("shared-redrive-e2e"), fresh_name("i")
     config = BigtableConfig(project, instance, timeout_s=10)
     out, log_path = str(tmp_path / "out"), tmp_path / "requests.tsv"
     real_parse = store.parse_page
@@ -65,22 +63,24 @@ def test_crawler_redrive_turns_a_fleet_crawl_s_dead_letters_into_pages_without_f
 
     with serve(WebSpec(hosts=4, pages_per_host=20, seed_hosts=4), log_path) as web, \
             open_tables(config, create=True) as tables:
-        topic = ensure_topic(project, RESOURCES.frontier_topic)
+        knobs = CrawlOptions(seeds=(), out=out, project=project, bigtable_instance=instance,
+                             user_agent=AGENT, min_delay=0.1, fetch_timeout=2.0,
+                             connect_timeout=2.0, lease_grace=1.0, resolve=(web.resolve_arg,))
         settings = FleetSettings(
-            project=project, bigtable=config, frontier_topic=topic, out=out,
-            policy=HostPolicy(user_agent=AGENT, min_delay=0.1, fetch_timeout=2.0,
-                              lease_grace=1.0, bloom_capacity=4000),
-            fetch=FetchConfig(user_agent=AGENT, timeout=2.0, connect_timeout=2.0),
-            resolve=(web.resolve_arg,), state_ttl_s=1.0, quiet_s=3.0)
+            options=knobs, frontier_topic=RESOURCES.frontier_topic,
+            dead_letter_topic=RESOURCES.dead_letter_topic,
+            dead_letter_subscription=RESOURCES.dead_letter_subscription,
+            state_ttl_s=1.0, quiet_s=3.0)
         monkeypatch.setattr(store, "parse_page", buggy_parse)
         fleet = LocalFleet(settings).start()
-        frontier = PubSubFrontier(topic)
+        frontier = PubSubFrontier(fleet.topic)
         try:
-            control = CrawlControl(tables, frontier,
-                                   FleetDefaults(min_delay=0.1, user_agent=AGENT))
+            control = CrawlControl(tables, frontier, knobs.limits())
             crawl_id = control.create(web.seeds, CrawlLimits(max_pages=10_000)).id
             crawl = _wait(lambda: (c := control.get(crawl_id)).state is not CrawlState.RUNNING
                           and c, "the crawl's end")
+            # Its record names no topics: its letters wait on the fleet's subscription.
+            assert redrive_route(tables, project, crawl_id) == fleet_route(project)
             dead = {url for (url,) in query_pages(
                 out, crawl_id, "SELECT url FROM pages WHERE state = 'dead_lettered'")}
             requests_before = len(read_request_log(log_path))
@@ -96,9 +96,9 @@ def test_crawler_redrive_turns_a_fleet_crawl_s_dead_letters_into_pages_without_f
                 out, crawl_id, "SELECT url FROM pages WHERE state = 'dead_lettered'"),
                 "every dead letter's new row")
             # The redrive took the letters out of dead_lettered; each new row counts again.
-            _wait(lambda: _adds_up(read_crawl(config, crawl_id)), "the new rows' counters")
+            _wait(lambda: _adds_up(read_crawl(tables, crawl_id)), "the new rows' counters")
             stored = {url: read_page(tables, crawl_id, url) for url in dead}
-            counters = read_crawl(config, crawl_id)
+            counters = read_crawl(tables, crawl_id).counters
         finally:
             frontier.close()
             fleet.stop()
@@ -112,6 +112,6 @@ def test_crawler_redrive_turns_a_fleet_crawl_s_dead_letters_into_pages_without_f
     for url in dead:  # Bigtable's one row for each says the same
         assert str(stored[url].state) == final[url]
     by_state = Counter(final.values())  # one row per URL
-    assert counters.dead_lettered == 0
-    assert {state: getattr(counters, state) for state in by_state} == dict(by_state)
-    assert counters.accepted == len(final)
+    assert counters["dead_lettered"] == 0
+    assert {state: counters[state] for state in by_state} == dict(by_state)
+    assert counters["accepted"] == len(final)
