@@ -76,6 +76,14 @@ def job_options(argv: list[str] | None) -> tuple[PipelineOptions, CrawlOptions]:
     Raises LaunchError naming the missing or wrong option.
     """
     options = PipelineOptions(argv)
+    unknown = sorted(set(options.get_all_options(retain_unknown_options=True))
+                     - set(options.get_all_options()))
+    if unknown:
+        # Beam would only log and drop them: a misspelt knob must not launch a job without it.
+        hint = (" (the job is the crawler's one graph, serving every crawl the control API "
+                "starts: there is no mode)") if "mode" in unknown else ""
+        raise LaunchError(f"unknown option(s) {', '.join('--' + u for u in unknown)}{hint}; "
+                          "`python -m pipeline.options --docs` lists the crawler's")
     view = options.view_as(CrawlPipelineOptions)
     if view.crawl_id is not None:
         raise LaunchError(
