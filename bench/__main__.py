@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     results_path: Path | None = None
     if "e2e" in parts:
         cases = e2e.select_cases(args.quick, args.cases)
-        results = e2e.run_cases(cases, args.runs or (1 if args.quick else 3), work)
+        results = e2e.run_cases(cases, args.runs or (1 if args.quick else 3), work,
+                                args.baseline)
         tables.append(e2e.e2e_table(cases, results))
         if any(case.web == "real" for case in cases):
             results_path = work / "e2e-results.json"

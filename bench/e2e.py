@@ -20,6 +20,11 @@ served by another process (bench.webproc), and the figures taken from each run:
   It starts at the first request, so start-up time does not lower it (pages/s shows that).
 
     .venv/bin/python -m bench.e2e [--quick] [--runs N] [--cases few-hosts,many-hosts,real-pages]
+        [--baseline CHECKOUT]
+
+With --baseline, the crawler of another checkout (its own .venv, as `make` sets it up: an
+earlier commit, say) runs as a third contender in the same rotation, so a change is measured
+against what it changed, side by side on the same machine in one run.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 CRAWLER = "crawler"
 SCRAPY = "scrapy"
+BASELINE = "baseline"  # the crawler of another checkout (--baseline)
 RUN_TIMEOUT_S = 900.0
 # Arrival gaps are measured at the server; a request sent exactly `delay` after the previous
 # one can arrive a few ms early when the previous one's connection was slower to set up.
@@ -224,9 +230,11 @@ class WebProcess:
             self._process.wait(timeout=15)
 
 
-def bench_env(**extra: str) -> dict[str, str]:
+def bench_env(repo: Path = REPO, **extra: str) -> dict[str, str]:
+    """The environment of a contender: `repo` first on the path (the baseline's own checkout
+    for the baseline, so that it imports its own code, not this one's)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo), env.get("PYTHONPATH")]))
     env.update(extra)
     return env
 
@@ -235,8 +243,8 @@ def bench_env(**extra: str) -> dict[str, str]:
 
 
 def crawler_command(case: Case, web: dict[str, Any], seeds_file: Path, out_root: Path,
-                    crawl_id: str) -> list[str]:
-    command = [str(BIN / "crawler"), "crawl", "--seeds-file", str(seeds_file),
+                    crawl_id: str, bin_dir: Path = BIN) -> list[str]:
+    command = [str(bin_dir / "crawler"), "crawl", "--seeds-file", str(seeds_file),
                "--out", str(out_root), "--crawl-id", crawl_id,
                "--min-delay", f"{case.delay:g}", "--max-crawl-delay", f"{case.max_crawl_delay:g}",
                "--max-pages-per-host", str(case.max_pages_per_host),
@@ -330,7 +338,7 @@ def log_figures(log_path: Path, crawl_delays: dict[str, float], delay: float,
 
 
 def run_once(case: Case, crawler: str, run: int, work: Path,
-             emulator_pgids: Sequence[int]) -> RunFigures:
+             emulator_pgids: Sequence[int], baseline: Path | None = None) -> RunFigures:
     label = f"{case.name}-{crawler}-{run}"
     run_dir = work / label
     if run_dir.exists():
@@ -345,10 +353,13 @@ def run_once(case: Case, crawler: str, run: int, work: Path,
         out_dir = run_dir / "out"
         out_dir.mkdir(exist_ok=True)
         emulators_before = emulators_cpu_s(emulator_pgids)
-        if crawler == CRAWLER:
+        if crawler in (CRAWLER, BASELINE):
             crawl_id = f"bench-{label}"
-            command = crawler_command(case, description, seeds_file, out_dir, crawl_id)
-            usage = run_measured(command, env=bench_env(), log_path=run_dir / "crawler.log")
+            repo = baseline if crawler == BASELINE and baseline is not None else REPO
+            command = crawler_command(case, description, seeds_file, out_dir, crawl_id,
+                                      bin_dir=repo / ".venv" / "bin" if repo != REPO else BIN)
+            usage = run_measured(command, env=bench_env(repo),
+                                 log_path=run_dir / "crawler.log")
             written_dir = out_dir / crawl_id
         else:
             hosts_file = run_dir / "hosts.txt"
@@ -358,7 +369,7 @@ def run_once(case: Case, crawler: str, run: int, work: Path,
             usage = run_measured(command, env=bench_env(), log_path=run_dir / "scrapy.out")
             written_dir = out_dir
         emulator_cpu = (emulators_cpu_s(emulator_pgids) - emulators_before
-                        if crawler == CRAWLER else 0.0)
+                        if crawler in (CRAWLER, BASELINE) else 0.0)
     finally:
         web.stop()
     figures = log_figures(log_path, description["crawl_delays"], case.delay,
@@ -412,6 +423,7 @@ def e2e_table(cases: Sequence[Case], results: Sequence[RunFigures]) -> Any:
     from rich.table import Table
 
     runs = max((r.run for r in results), default=0) + 1
+    with_baseline = any(r.crawler == BASELINE for r in results)
     table = Table(title=f"End to end: this crawler vs Scrapy (median of {runs} run"
                         f"{'s' if runs > 1 else ''} each)")
     table.add_column("case")
@@ -419,21 +431,37 @@ def e2e_table(cases: Sequence[Case], results: Sequence[RunFigures]) -> Any:
     table.add_column("crawler", justify="right")
     table.add_column("Scrapy", justify="right")
     table.add_column("crawler / Scrapy", justify="right")
+    if with_baseline:
+        table.add_column("baseline", justify="right")
+        table.add_column("crawler / baseline", justify="right")
+
+    def ratio(a: float, b: float) -> str:
+        return f"{a / b:.2f}" if b and b == b and a == a else "-"
+
     for case in cases:
-        ours = [r for r in results if r.case == case.name and r.crawler == CRAWLER]
-        theirs = [r for r in results if r.case == case.name and r.crawler == SCRAPY]
+        mine = [r for r in results if r.case == case.name]
+        ours = [r for r in mine if r.crawler == CRAWLER]
+        theirs = [r for r in mine if r.crawler == SCRAPY]
+        before = [r for r in mine if r.crawler == BASELINE]
         if not ours and not theirs:
             continue
         for index, (label, attribute, fmt) in enumerate(METRICS):
             a, b = median_of(ours, attribute), median_of(theirs, attribute)
-            ratio = f"{a / b:.2f}" if b and b == b and a == a else "-"
-            table.add_row(case.title if index == 0 else "", label, fmt.format(a),
-                          fmt.format(b), ratio, end_section=False)
+            row = [case.title if index == 0 else "", label, fmt.format(a), fmt.format(b),
+                   ratio(a, b)]
+            if with_baseline:
+                c = median_of(before, attribute)
+                row += [fmt.format(c), ratio(a, c)]
+            table.add_row(*row, end_section=False)
         emulator = median_of(ours, "emulator_cpu_s")
         pages = median_of(ours, "pages")
-        table.add_row("", "+ emulators' CPU ms/page",
-                      f"{1000 * emulator / pages:,.1f}" if pages else "-", "-", "-",
-                      end_section=True)
+        row = ["", "+ emulators' CPU ms/page",
+               f"{1000 * emulator / pages:,.1f}" if pages else "-", "-", "-"]
+        if with_baseline:
+            before_pages = median_of(before, "pages")
+            row += [f"{1000 * median_of(before, 'emulator_cpu_s') / before_pages:,.1f}"
+                    if before_pages else "-", "-"]
+        table.add_row(*row, end_section=True)
     return table
 
 
@@ -456,7 +484,12 @@ def emulators_cpu_s(pgids: Sequence[int]) -> float:
     return sum(process_group_cpu_s(pgid) for pgid in pgids)
 
 
-def run_cases(cases: Sequence[Case], runs: int, work: Path) -> list[RunFigures]:
+def run_cases(cases: Sequence[Case], runs: int, work: Path,
+              baseline: Path | None = None) -> list[RunFigures]:
+    if baseline is not None and not (baseline / ".venv" / "bin" / "crawler").exists():
+        raise SystemExit(f"--baseline {baseline}: no .venv/bin/crawler there (run `make "
+                         "demo` or `make .venv/bin/crawler` in that checkout first)")
+    contenders = (CRAWLER, SCRAPY) if baseline is None else (CRAWLER, BASELINE, SCRAPY)
     started = start_emulators(work)
     results: list[RunFigures] = []
     try:
@@ -464,9 +497,10 @@ def run_cases(cases: Sequence[Case], runs: int, work: Path) -> list[RunFigures]:
         for case in cases:
             print(f"{case.title}", file=sys.stderr, flush=True)
             for run in range(runs):
-                order = (CRAWLER, SCRAPY) if run % 2 == 0 else (SCRAPY, CRAWLER)
-                for crawler in order:
-                    results.append(run_once(case, crawler, run, work, pgids))
+                # Each run in another order, so that no contender always goes first.
+                shift = run % len(contenders)
+                for crawler in contenders[shift:] + contenders[:shift]:
+                    results.append(run_once(case, crawler, run, work, pgids, baseline))
     finally:
         stop_emulators(started)
     (work / "e2e-results.json").write_text(json.dumps(
@@ -504,6 +538,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--work", type=Path, default=None,
                         help="where crawl outputs, logs and e2e-results.json go "
                              "(default: a new temporary directory)")
+    parser.add_argument("--baseline", type=Path, default=None, metavar="CHECKOUT",
+                        help="also run the crawler of this other checkout (its .venv), in "
+                             "the same rotation: a change against what it changed")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -517,8 +554,8 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     cases = select_cases(args.quick, args.cases)
     runs = args.runs or (1 if args.quick else 3)
-    results = run_cases(cases, runs, work)
-    Console(width=150).print(e2e_table(cases, results))
+    results = run_cases(cases, runs, work, args.baseline)
+    Console(width=180).print(e2e_table(cases, results))
     print(f"runs, logs and outputs: {work}")
     return 0
 
