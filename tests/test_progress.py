@@ -9,7 +9,7 @@ from pipeline.cli.output import print_summary
 from pipeline.core.crawl_states import CrawlLimits, CrawlState
 from pipeline.io.bigtable import COUNTERS
 from pipeline.io.crawls import Crawl
-from pipeline.local.progress import RateWindow, hosts_active, progress_line
+from pipeline.local.progress import RateWindow, progress_line
 from pipeline.local.runtime import CrawlSummary
 
 
@@ -22,7 +22,7 @@ def _crawl(**counters: int) -> Crawl:
 def test_the_progress_line_shows_parked_hosts_and_the_urls_waiting_on_them():
     crawl = _crawl(hosts_activated=9, hosts_idled=2, hosts_parked_now=2,
                    urls_on_parked_hosts=37, accepted=120, fetched=70, failed=6, filtered=4)
-    assert (hosts_active(crawl), crawl.frontier) == (7, 40)
+    assert (crawl.hosts_active, crawl.frontier) == (7, 40)
     line = progress_line(crawl, 12.0, 3.5)
     assert line.startswith("70 pages fetched | 3.5 pages/s | ")
     assert "7 hosts active | 2 parked (37 URLs waiting) | frontier 40 | 120 accepted | 12s" in line
@@ -30,7 +30,7 @@ def test_the_progress_line_shows_parked_hosts_and_the_urls_waiting_on_them():
 
 def test_hosts_that_idled_more_often_than_counted_active_show_as_none():
     # Counts of two processes may reach the record in any order for a while.
-    assert hosts_active(_crawl(hosts_activated=3, hosts_idled=5)) == 0
+    assert _crawl(hosts_activated=3, hosts_idled=5).hosts_active == 0
     assert "0 hosts active" in progress_line(_crawl(hosts_activated=3, hosts_idled=5), 1, 0)
 
 
