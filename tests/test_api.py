@@ -176,7 +176,8 @@ def test_a_new_crawl_is_201_with_the_issue_s_names_and_its_seeds_on_the_frontier
                     max_duration_s=120, user_agent="mybot/2.0")
     assert {"id", "state", "reason", "seeds", "max_pages", "max_pages_per_host", "max_depth",
             "min_delay", "max_duration_s", "user_agent", "created_at", "started_at",
-            "ended_at", "counters", "frontier", "pages_per_s"} == set(crawl)
+            "ended_at", "counters", "frontier", "hosts_active", "hosts_parked",
+            "urls_on_parked_hosts", "pages_per_s"} == set(crawl)
     assert crawl["state"] == "running" and crawl["ended_at"] is None
     # Seeds are normalised to the URL the crawler requests: the query keeps its own order.
     assert crawl["seeds"] == ["http://seed.test/a?b=1&a=2", "http://seed.test/b"]

@@ -69,7 +69,7 @@ def test_the_defaults_are_the_fleets_resource_names(tmp_path):
 @pytest.mark.parametrize(("variable", "value", "message"), [
     ("CRAWLER_MIN_DELAY", "0", "positive"),
     ("CRAWLER_MIN_DELAY", "nan", "positive"),
-    ("CRAWLER_MIN_DELAY", "soon", "CRAWLER_MIN_DELAY='soon' is not a float"),
+    ("CRAWLER_MIN_DELAY", "soon", "CRAWLER_MIN_DELAY='soon': expected a number"),
     ("PORT", "99999", "PORT 99999 is not a port"),
     ("CRAWLER_FRONTIER_TOPIC", "goog-frontier", "frontier_topic 'goog-frontier'"),
     ("CRAWLER_CRAWLS_TABLE", "-crawls", "crawls_table '-crawls'"),

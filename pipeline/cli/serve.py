@@ -122,7 +122,7 @@ def run_serve(args: argparse.Namespace) -> int:
                                propagation_s=settings.state_ttl_s,
                                on_created=crawl_keeper(options))
         app = create_app(control, tokens)
-        mount_status_page(app, out=args.out)
+        mount_status_page(app, out=options.out)
         try:
             server = ApiServer(app, host=args.host, port=args.port).start()
         except ApiServerFailed as exc:
@@ -135,7 +135,7 @@ def run_serve(args: argparse.Namespace) -> int:
               f"       -H 'Content-Type: application/json' \\\n"
               f"       -d '{{\"seeds\": [\"https://example.com/\"], \"max_pages\": 100}}' \\\n"
               f"       {server.url}/crawls")
-        print(next_steps(server.url, args), flush=True)
+        print(next_steps(server.url, args, options), flush=True)
         server.wait()
     except KeyboardInterrupt:
         print("\nstopping", file=sys.stderr)
@@ -152,16 +152,16 @@ def run_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def next_steps(url: str, args: argparse.Namespace) -> str:
+def next_steps(url: str, args: argparse.Namespace, options) -> str:
     """What a user needs next: the status page, and the emulators' addresses to export in
     another shell for `crawler page` and `crawler status`, with this server's instance."""
     emulators = " ".join(f"{name}={os.environ[name]}" for name in
                          ("PUBSUB_EMULATOR_HOST", "BIGTABLE_EMULATOR_HOST")
                          if os.environ.get(name))
-    where = "" if (args.project, args.bigtable_instance) == (LOCAL_PROJECT, "local") else (
-        f" --project {args.project} --bigtable-instance {args.bigtable_instance}")
+    where = "" if (options.project, options.bigtable_instance) == (LOCAL_PROJECT, "local") else (
+        f" --project {options.project} --bigtable-instance {options.bigtable_instance}")
     return (f"status page: {url}/ (asks for a token of {args.token_file})\n"
-            f"output: {args.out}/CRAWL_ID/ (crawler query, crawler audit)\n"
+            f"output: {options.out}/CRAWL_ID/ (crawler query, crawler audit)\n"
             f"in another shell, for crawler page and crawler status:\n"
             f"  export {emulators}\n"
             f"  crawler status CRAWL_ID{where}")
@@ -182,20 +182,20 @@ def _run_cloud(args: argparse.Namespace, options) -> int:
     from pipeline.service.cloud import CloudSettings, CloudSettingsError, create_cloud_app
     from pipeline.service.server import ApiServer, ApiServerFailed
 
-    if args.project == LOCAL_PROJECT:
+    if options.project == LOCAL_PROJECT:
         print("crawler serve: --cloud needs --project, the project of the fleet's Pub/Sub "
               "topics and Bigtable instance", file=sys.stderr)
         return 2
-    for given, flag in ((args.resolve, "--resolve"), (args.allow_networks, "--allow-network")):
+    for given, flag in ((options.resolve, "--resolve"),
+                        (options.allow_networks, "--allow-network")):
         if given:
             print(f"crawler serve: {flag} is the fleet's, not the API's: give it to the "
                   "Dataflow job (pipeline.main)", file=sys.stderr)
             return 2
     try:
         settings = CloudSettings(
-            project=args.project, bigtable_instance=args.bigtable_instance,
-            token_file=args.token_file,
-            frontier_topic=args.frontier_topic or RESOURCES.frontier_topic,
+            project=options.project, bigtable_instance=options.bigtable_instance,
+            token_file=args.token_file, frontier_topic=options.frontier_topic,
             defaults=options.limits(), port=args.port or 8080)
         app = create_cloud_app(settings)
     except CloudSettingsError as exc:

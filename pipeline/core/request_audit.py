@@ -101,6 +101,33 @@ def _robots_chains(requests: Sequence[Request]) -> tuple[set[int], dict[str, lis
     return robots, ends
 
 
+def _delay_at(ends: list[Request], when: float, *, user_agent: str, min_delay: float,
+              max_crawl_delay: float) -> float:
+    """The delay a host's requests had to keep at `when`: the minimum, or the Crawl-delay of
+    the robots.txt it had read by then, capped."""
+    finished = [end for end in ends if end.end <= when]
+    policy = _robots_policy(finished[-1]) if finished else None
+    crawl_delay = None if policy is None else policy.crawl_delay(user_agent)
+    return max(min_delay, min(crawl_delay, max_crawl_delay)) if crawl_delay else min_delay
+
+
+def quiet_until(requests: Iterable[Request], *, user_agent: str, min_delay: float,
+                max_crawl_delay: float) -> float | None:
+    """When every host these requests asked may be asked again: for each, its last request's
+    start plus the delay that applied then; the latest of them (None: no request). A crawl
+    resumed after its process died waits until then, since its new host state does not
+    know when each host was last asked."""
+    ordered = sorted(requests, key=lambda r: r.start)
+    _, chain_ends = _robots_chains(ordered)
+    last: dict[str, Request] = {}
+    for request in ordered:
+        last[_key(request.url)] = request
+    return max((request.start + _delay_at(chain_ends.get(host, []), request.start,
+                                          user_agent=user_agent, min_delay=min_delay,
+                                          max_crawl_delay=max_crawl_delay)
+                for host, request in last.items()), default=None)
+
+
 def audit_requests(requests: Iterable[Request], *, user_agent: str, min_delay: float,
                    max_crawl_delay: float, tolerance_s: float = 0.005) -> AuditReport:
     """Judge every request of a crawl; each violation names the check, host and numbers."""
@@ -120,10 +147,9 @@ def audit_requests(requests: Iterable[Request], *, user_agent: str, min_delay: f
             finished = [end for end in ends if end.end <= when]
             return _robots_policy(finished[-1]) if finished else None
 
-        def delay_at(when: float) -> float:
-            policy = policy_at(when)
-            crawl_delay = None if policy is None else policy.crawl_delay(user_agent)
-            return max(min_delay, min(crawl_delay, max_crawl_delay)) if crawl_delay else min_delay
+        def delay_at(when: float, ends: list[Request] = ends) -> float:
+            return _delay_at(ends, when, user_agent=user_agent, min_delay=min_delay,
+                             max_crawl_delay=max_crawl_delay)
 
         previous: Request | None = None
         in_flight: list[float] = []

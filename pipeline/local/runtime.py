@@ -47,6 +47,7 @@ from pipeline.local.resume import (
     keep_crawl,
     plan_resume,
     read_manifest,
+    resume_not_before,
 )
 from pipeline.metrics import LocalTally
 from pipeline.options import CrawlOptions
@@ -270,6 +271,15 @@ def _first_messages(opts: CrawlOptions, seeds: list[str],
                 for i in range(0, len(seeds), SEED_BATCH)]
     log.warning("resuming %s: %d URLs done, %d to do", opts.crawl_id,
                 sum(len(v) for v in plan.done.values()), len(plan.todo))
+    # The new host state does not know when the earlier run last asked each host: nothing is
+    # asked before every host's delay since then has passed (invariant 1 across the restart).
+    not_before = resume_not_before(opts.out, opts.crawl_id, user_agent=opts.user_agent,
+                                   min_delay=opts.min_delay,
+                                   max_crawl_delay=max(opts.max_crawl_delay, opts.min_delay))
+    if not_before is not None and not_before > time.time():
+        log.warning("resuming %s: its hosts may be asked again in %.1f s", opts.crawl_id,
+                    not_before - time.time())
+        time.sleep(not_before - time.time())  # a politeness wait, not a synchronisation
     return resume_batches(opts.crawl_id, plan)
 
 
