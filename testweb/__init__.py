@@ -1,5 +1,5 @@
 """The synthetic web that crawls are tested, demonstrated and benchmarked against, and the
-auditor that checks a finished crawl of it (DESIGN.md invariants 1-5)."""
+auditor that checks a finished crawl of it (docs/design.md, invariants 1-5)."""
 
 from testweb.audit import AuditReport, audit_crawl
 from testweb.server import LoggedRequest, RunningWeb, read_request_log, serve

@@ -1,4 +1,4 @@
-"""Checks a finished crawl of the synthetic web against DESIGN.md invariants 1-5, and against
+"""Checks a finished crawl of the synthetic web against docs/design.md invariants 1-5, and against
 the crawler's fault contract on a WebSpec(faults=True) web: retries and their request counts,
 Retry-After dates, a parked host's probe spacing, truncated bodies, dead letters and traps.
 

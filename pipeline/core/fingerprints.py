@@ -1,7 +1,7 @@
 """Text fingerprints: an exact content hash and a 64-bit simhash of a page's extracted text.
 
 This module owns how text is normalised before hashing, the content hash that decides exact
-duplicates (DESIGN.md invariant 5), and the simhash that lets downstream jobs find near
+duplicates (docs/design.md, invariant 5), and the simhash that lets downstream jobs find near
 duplicates. It does not decide what counts as a duplicate, nor keep any state.
 
 Hashes are signed 64-bit integers, as everywhere in the crawler (Parquet int64, BigQuery INT64).

@@ -1,9 +1,9 @@
 """One host shared by every crawl of the fleet: each crawl's queue, seen-set and counts, one
 request in flight and one spacing for them all.
 
-This module owns how the crawls that want one host take turns (DESIGN.md section 5a): it holds
-a politeness.HostState per crawl (its queue, Bloom seen-set, pages issued, retries) and adds
-what the crawls share, so that invariant 1 holds across them:
+This module owns how the crawls that want one host take turns (docs/design.md, "One engine,
+many crawls"): it holds a politeness.HostState per crawl (its queue, Bloom seen-set, pages
+issued, retries) and adds what the crawls share, so that invariant 1 holds across them:
   - one lease: while any crawl's request is in flight, no crawl starts another;
   - one spacing: a crawl's request waits its own delay after the end of the host's last
     exchange, whoever made it, and every next_allowed a crawl's event set (delay after a start,

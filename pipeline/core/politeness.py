@@ -1,6 +1,6 @@
 """The host politeness state machine: one host's queue, seen-set, robots, delay and lease.
 
-This module owns every decision about *when* a host may be asked for *what* (DESIGN.md
+This module owns every decision about *when* a host may be asked for *what* (docs/design.md,
 invariants 1, 2, 5 and 6). It is plain Python: the Beam HostScheduler only stores a HostState
 per host key, feeds it events (URLs offered, a timer firing, a fetch finished) and carries out
 the actions it returns. It does not perform I/O, read clocks or know about Beam.

@@ -31,7 +31,7 @@ def header_value(headers: Iterable[tuple[str, str]], name: str) -> str | None:
 
 
 class PageState(StrEnum):
-    """Terminal states of an accepted URL (DESIGN.md invariant 3)."""
+    """Terminal states of an accepted URL (docs/design.md, invariant 3)."""
 
     FETCHED = "fetched"
     REDIRECTED = "redirected"  # 3xx answered; the target went back to the frontier

@@ -4,7 +4,7 @@ that host to fetch the target, and the answer comes back to the host that asked.
 RFC 9309 section 2.3.1.2: crawlers SHOULD follow at least five consecutive redirects, even
 across authorities, and the file reached that way governs the authority that was asked about.
 A request to another host is that host's request: only its key sees all of its requests, so
-only it may start one (DESIGN.md invariant 1). So the asking host sends an errand
+only it may start one (docs/design.md, invariant 1). So the asking host sends an errand
 (`RobotsErrand`) through the frontier to the other host's key; that host fetches the URL under
 its own lease and delay, keeps the answer (`RobotsFetch`) on its desk while it is fresh, and
 sends a `RobotsReply` back to every host that asked for it. Many hosts redirecting to one file

@@ -13,7 +13,7 @@ flush writes a temporary dot-file in the same directory and renames it into plac
 part is uploaded directly under its final name, because an object appears only once its upload
 completes (a rename there is a copy and a delete, two more requests per part for nothing;
 docs/storage.md). A URL that was processed twice (a redriven page, say) can still appear in two
-rows (DESIGN.md invariant 4 holds in the keyed Bigtable row, not here): queries that count
+rows (docs/design.md invariant 4 holds in the keyed Bigtable row, not here): queries that count
 pages should deduplicate on url_hash.
 
 query_pages() over gs:// downloads the part files to a temporary directory first (through

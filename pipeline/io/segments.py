@@ -23,7 +23,7 @@ Each segment opens with a `warcinfo` record.
 DURABILITY CONTRACT: a RecordPointer returned by write_response()/write_text() may be handed to
 anyone (a page row, an event, another stage) only after the next SegmentWriter.flush() has
 returned. Before that the record may still sit in a buffer and be lost with the worker; a
-replay then writes it again, which is harmless (DESIGN.md invariant 4). On gs:// the object a
+replay then writes it again, which is harmless (docs/design.md invariant 4). On gs:// the object a
 pointer names does not exist at all before that flush, and exists whole after it.
 
 Stored responses: `body` is the payload as the fetcher delivered it, after content and transfer
