@@ -396,7 +396,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("frontier_subscription", "Pub/Sub subscription the job reads frontier batches "
            f"from {_D}", default=RESOURCES.frontier_subscription, cli=False,
            regex=r"^[A-Za-z][-A-Za-z0-9_.~+%]{2,254}$", serve=False),
-    Option("frontier_topic", f"Pub/Sub topic links and host overflow go back to {_D}",
+    Option("frontier_topic", f"Pub/Sub topic the seeds and discovered links go to {_D}",
            default=RESOURCES.frontier_topic, cli=False,
            regex=r"^[A-Za-z][-A-Za-z0-9_.~+%]{2,254}$"),
     Option("dead_letter_topic", "Pub/Sub topic of pages no parse attempt could handle "

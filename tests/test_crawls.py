@@ -183,6 +183,15 @@ def test_the_record_s_counters_make_the_crawl_s_frontier_balance(bigtable_tables
     counters.add("bal", "dead_lettered", 1)
     counters.flush()
     assert read_crawl(bigtable_tables, "bal").balance().settled
+    # A URL lost with an overflow chunk Bigtable no longer held ends too: counted, it does not
+    # keep the crawl running for ever.
+    counters.add("bal", "accepted", 1)
+    counters.flush()
+    assert read_crawl(bigtable_tables, "bal").frontier == 1
+    counters.add("bal", "overflow_urls_lost", 1)
+    counters.flush()
+    record = read_crawl(bigtable_tables, "bal")
+    assert (record.frontier, record.terminal, record.balance().settled) == (0, 4, True)
 
 
 def test_unknown_crawls_and_rows_without_a_record_are_not_found(bigtable_tables):

@@ -152,7 +152,7 @@ class FrontierBalance:
     routed: int = 0  # URLs the readers sent on to their hosts' keys
     offered: int = 0  # ... the hosts' schedulers took
     accepted: int = 0  # URLs the hosts accepted (new to their seen-sets)
-    terminal: int = 0  # rows written, in any terminal state
+    terminal: int = 0  # rows written, in any terminal state (and URLs counted lost)
 
     @property
     def settled(self) -> bool:

@@ -132,9 +132,17 @@ class Crawl:
         return sum(self.counters[name] for name in _TERMINAL)
 
     @property
+    def ended(self) -> int:
+        """Accepted URLs that left the crawl's hosts: a row written, or (never silently) lost
+        with an overflow chunk Bigtable no longer held, counted and logged where it was."""
+        return self.terminal + self.counters["overflow_urls_lost"]
+
+    @property
     def frontier(self) -> int:
-        """Accepted URLs not yet in a terminal state (queued or in flight)."""
-        return max(0, self.accepted - self.terminal)
+        """Accepted URLs (redriven letters included: each ends in a new row) not yet ended:
+        queued or in flight."""
+        balance = self.balance()
+        return max(0, balance.accepted - balance.terminal)
 
     @property
     def hosts_active(self) -> int:
@@ -160,7 +168,7 @@ class Crawl:
             links_emitted=c["link_batches_emitted"],
             links_published=c["batches_published_links"],
             routed=c["urls_decoded"], offered=c["urls_offered"],
-            accepted=c["accepted"] + c["urls_redriven"], terminal=self.terminal)
+            accepted=c["accepted"] + c["urls_redriven"], terminal=self.ended)
 
 
 def _micros(epoch_seconds: float) -> int:
