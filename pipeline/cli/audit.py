@@ -33,7 +33,7 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_audit(args: argparse.Namespace) -> int:
-    from pipeline.core.request_audit import Request, audit_requests
+    from pipeline.core.request_audit import audit_requests
     from pipeline.io.request_log import REQUEST_LOG_DIR, SETTINGS_FILE, read_request_log
 
     directory = Path(args.crawl_dir) / REQUEST_LOG_DIR
@@ -56,9 +56,7 @@ def run_audit(args: argparse.Namespace) -> int:
                   f"{directory / SETTINGS_FILE}: give it as {flag}", file=sys.stderr)
             return 2
     try:
-        requests = [Request(url=r.url, start=r.start, end=r.end, status=r.status,
-                            location=r.location, robots=r.robots)
-                    for r in read_request_log(args.crawl_dir)]
+        requests = list(read_request_log(args.crawl_dir))
     except (OSError, ValueError) as exc:
         print(f"crawler audit: {exc}", file=sys.stderr)
         return 2

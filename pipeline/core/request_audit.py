@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urljoin, urlsplit
 
+from pipeline.core.politeness import parse_retry_after
 from pipeline.core.robots import MAX_REDIRECTS, RobotsKind, RobotsPolicy
 from pipeline.core.urls import InvalidURL, host_key, normalize_url
 
@@ -38,6 +39,8 @@ class Request:
     status: int | None
     location: str | None = None  # of a 3xx answer
     robots: bytes | None = None  # body of a 2xx robots.txt answer
+    error: str | None = None  # why no answer came (status None)
+    retry_after: str | None = None  # the answer's Retry-After header, as sent
 
 
 @dataclass
@@ -112,20 +115,25 @@ def _delay_at(ends: list[Request], when: float, *, user_agent: str, min_delay: f
 
 
 def quiet_until(requests: Iterable[Request], *, user_agent: str, min_delay: float,
-                max_crawl_delay: float) -> float | None:
+                max_crawl_delay: float, retry_cap: float) -> float | None:
     """When every host these requests asked may be asked again: for each, its last request's
-    start plus the delay that applied then; the latest of them (None: no request). A crawl
-    resumed after its process died waits until then, since its new host state does not
-    know when each host was last asked."""
+    start plus the delay that applied then, or its end plus the Retry-After it answered
+    (capped at `retry_cap`, as the scheduler caps it) if later; the latest of them (None: no
+    request). A crawl resumed after its process died waits until then, since its new host
+    state does not know when each host was last asked."""
     ordered = sorted(requests, key=lambda r: r.start)
     _, chain_ends = _robots_chains(ordered)
     last: dict[str, Request] = {}
     for request in ordered:
         last[_key(request.url)] = request
-    return max((request.start + _delay_at(chain_ends.get(host, []), request.start,
-                                          user_agent=user_agent, min_delay=min_delay,
-                                          max_crawl_delay=max_crawl_delay)
-                for host, request in last.items()), default=None)
+
+    def free_at(host: str, request: Request) -> float:
+        delay = _delay_at(chain_ends.get(host, []), request.start, user_agent=user_agent,
+                          min_delay=min_delay, max_crawl_delay=max_crawl_delay)
+        retry_after = parse_retry_after(request.retry_after, request.end) or 0.0
+        return max(request.start + delay, request.end + min(retry_after, retry_cap))
+
+    return max((free_at(host, request) for host, request in last.items()), default=None)
 
 
 def audit_requests(requests: Iterable[Request], *, user_agent: str, min_delay: float,

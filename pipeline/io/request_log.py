@@ -10,11 +10,11 @@ writes the settings its politeness is judged by next to them (write_audit_settin
 process writes its own file, requests-HOST-PID.jsonl, a line flushed per request, so a
 killed crawl keeps what it did.
 
-A line: `url`; `start` and `end`, epoch seconds (start just before connecting, end when the body
-was read or the fetch gave up); `status` (null without an HTTP answer) and `error`; `location`
-of a 3xx answer; and `robots`, the base64 of the first 500 KiB of a 2xx body whose path ends in
-robots.txt, so the rules the crawl obeyed can be checked. Page bodies are not kept: the WARC
-has them.
+A line: `url`; `start` and `end`, epoch seconds (start just before connecting, end when the
+body was read or the fetch gave up); `status` (null without an HTTP answer) and `error`;
+`location` of a 3xx answer; `retry_after`, an answer's Retry-After header as sent; and
+`robots`, the base64 of the first 500 KiB of a 2xx body whose path ends in robots.txt, so the
+rules the crawl obeyed can be checked. Page bodies are not kept: the WARC has them.
 """
 
 from __future__ import annotations
@@ -25,27 +25,16 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from pipeline.core.records import header_value
+from pipeline.core.request_audit import Request
 from pipeline.core.robots import ROBOTS_MAX_BYTES
 from pipeline.io.fetch import ERROR_BLOCKED_ADDRESS, FetchResponse
 
 REQUEST_LOG_DIR = "requests"
 SETTINGS_FILE = "settings.json"
-
-
-@dataclass(frozen=True)
-class LoggedFetch:
-    url: str
-    start: float
-    end: float
-    status: int | None
-    error: str | None = None
-    location: str | None = None
-    robots: bytes | None = None  # the robots.txt body the crawl received, capped
 
 
 class RequestLog:
@@ -64,6 +53,9 @@ class RequestLog:
                                    "status": status, "error": error}
         if status is not None and 300 <= status < 400:
             line["location"] = header_value(headers, "Location")
+        retry_after = header_value(headers, "Retry-After")
+        if retry_after is not None:
+            line["retry_after"] = retry_after
         if (status is not None and 200 <= status < 300
                 and urlsplit(url).path.endswith("robots.txt")):
             line["robots"] = base64.b64encode(body[:ROBOTS_MAX_BYTES]).decode("ascii")
@@ -116,7 +108,7 @@ def write_audit_settings(directory: str, *, min_delay: float, max_crawl_delay: f
         "user_agent": user_agent}) + "\n")
 
 
-def read_request_log(crawl_dir: str | Path) -> Iterator[LoggedFetch]:
+def read_request_log(crawl_dir: str | Path) -> Iterator[Request]:
     """Every request recorded under CRAWL_DIR/requests/, file by file. Raises ValueError
     naming the file and line of a line that is not a request (a torn last line of a killed
     crawl is skipped)."""
@@ -127,10 +119,10 @@ def read_request_log(crawl_dir: str | Path) -> Iterator[LoggedFetch]:
             try:
                 item = json.loads(line)
                 robots = item.get("robots")
-                yield LoggedFetch(
+                yield Request(
                     url=str(item["url"]), start=float(item["start"]), end=float(item["end"]),
                     status=item.get("status"), error=item.get("error"),
-                    location=item.get("location"),
+                    location=item.get("location"), retry_after=item.get("retry_after"),
                     robots=None if robots is None else base64.b64decode(robots))
             except (ValueError, KeyError, TypeError) as exc:
                 if number == len(lines):

@@ -19,7 +19,7 @@ from pipeline.core.crawl_states import CrawlLimits
 from pipeline.core.pages import page_links
 from pipeline.core.parse import is_html, parse_page
 from pipeline.core.records import RecordPointer
-from pipeline.core.request_audit import Request, quiet_until
+from pipeline.core.request_audit import quiet_until
 from pipeline.core.urls import InvalidURL, dedup_key, host_key, normalize_url
 from pipeline.io import storage
 from pipeline.io.pages_table import query_pages
@@ -71,24 +71,22 @@ def keep_crawl(out: str, crawl_id: str, seeds: Sequence[str], limits: CrawlLimit
 
 
 def resume_not_before(out: str, crawl_id: str, *, user_agent: str, min_delay: float,
-                      max_crawl_delay: float) -> float | None:
+                      max_crawl_delay: float, retry_cap: float) -> float | None:
     """When the resumed crawl may ask its hosts again: the latest, over the hosts the earlier
-    run asked, of its last request there plus the delay that applied (its own request record,
-    pipeline.core.request_audit.quiet_until). Without a record (output on Cloud Storage), the
-    last page fetched plus the longest delay allowed. None when the earlier run asked
-    nothing."""
+    run asked, of its last request there plus the delay that applied, or the Retry-After it
+    was answered (its own request record, pipeline.core.request_audit.quiet_until). Without
+    a record (output on Cloud Storage), the last page fetched plus the longest delay
+    allowed. None when the earlier run asked nothing."""
     crawl_dir = storage.join(out, crawl_id)
     if not storage.is_gcs(out):
         try:
-            recorded = [Request(url=r.url, start=r.start, end=r.end, status=r.status,
-                                location=r.location, robots=r.robots)
-                        for r in read_request_log(crawl_dir)]
+            recorded = list(read_request_log(crawl_dir))
         except (OSError, ValueError) as exc:
             log.warning("cannot read the request record of %s (%s)", crawl_id, exc)
             recorded = []
         if recorded:
             return quiet_until(recorded, user_agent=user_agent, min_delay=min_delay,
-                               max_crawl_delay=max_crawl_delay)
+                               max_crawl_delay=max_crawl_delay, retry_cap=retry_cap)
     rows = query_pages(out, crawl_id, "SELECT max(epoch_us(fetched_at)) / 1e6 FROM pages")
     last = rows[0][0] if rows else None
     return None if last is None else last + max(min_delay, max_crawl_delay)

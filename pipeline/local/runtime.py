@@ -275,7 +275,8 @@ def _first_messages(opts: CrawlOptions, seeds: list[str],
     # asked before every host's delay since then has passed (invariant 1 across the restart).
     not_before = resume_not_before(opts.out, opts.crawl_id, user_agent=opts.user_agent,
                                    min_delay=opts.min_delay,
-                                   max_crawl_delay=max(opts.max_crawl_delay, opts.min_delay))
+                                   max_crawl_delay=max(opts.max_crawl_delay, opts.min_delay),
+                                   retry_cap=opts.retry_cap)
     if not_before is not None and not_before > time.time():
         log.warning("resuming %s: its hosts may be asked again in %.1f s", opts.crawl_id,
                     not_before - time.time())
