@@ -5,6 +5,10 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
+# Test processes: the end-to-end crawls mostly wait on politeness delays, so two workers on two
+# cores nearly halve the suite. Each test file runs whole in one worker (its module fixtures,
+# such as a shared crawl, are made once), and each worker starts its own emulators.
+TEST_WORKERS ?= 2
 
 .PHONY: demo test bench lint clean browser
 
@@ -19,7 +23,7 @@ demo: $(BIN)/crawler
 
 test: $(BIN)/crawler browser
 	$(BIN)/ruff check pipeline testweb tests bench examples
-	$(BIN)/pytest -q -ra
+	$(BIN)/pytest -q -ra -n $(TEST_WORKERS) --dist loadfile
 
 # Debian's headless Chromium for the status page's browser test (Playwright drives it; it never
 # downloads a browser of its own). Installed with apt-get where missing (CI runs as root on

@@ -65,8 +65,11 @@ def test_the_crawl_is_polite_complete_exactly_once_and_ends_by_itself(crawled):
     assert summary.accepted == len(rows) == summary.rows_written == sum(summary.by_state.values())
     assert len({r["host"] for r in rows}) >= SPEC.hosts
     assert summary.pages_fetched == sum(r["state"] == "fetched" for r in rows) > 500
-    # The local runner's 30 s empty-pull stall must not hold hosts back.
+    # The local runner's 30 s empty-pull stall must not hold hosts back, and no fault host
+    # (dead, hanging, recovering: the default circuit breaker) holds the crawl's end back: it
+    # takes about 60 s here.
     assert summary.max_due_lag_ms < 5000, summary.max_due_lag_ms
+    assert summary.elapsed_s < 150, summary.elapsed_s
 
 
 def test_a_host_failing_each_paths_first_request_is_crawled_path_by_path_never_parked(

@@ -319,6 +319,9 @@ def test_traps_end_filtered_without_a_request(scheduler_run):
         "redirect chain longer than 2 hops (3)")
     assert not {"/archive/2026/04", "/archive/2026/05", "/loop/x/x/x/", "/deep/3",
                 "/chain/4"} & requested
+    # Each hop up to the cut is requested once.
+    hops = [r.path for r in result.requests if r.path.startswith("/chain/")]
+    assert hops == ["/chain/1", "/chain/2", "/chain/3"]
 
 
 def test_a_run_is_the_same_every_time(scheduler_run):
