@@ -20,6 +20,7 @@ from pipeline.core.near_duplicates import DuplicatePolicy
 from pipeline.core.pages import PARSE_ATTEMPTS
 from pipeline.core.parse import extractor_named
 from pipeline.io.events import event_of
+from pipeline.io.pubsub import MESSAGE_ID
 from pipeline.io.storage import is_gcs
 from pipeline.options import CrawlOptions
 from pipeline.transforms.bigtable import WritePagesToBigtable
@@ -67,6 +68,7 @@ def build_crawler(
     dead_letter_topic: str,
     subscription: str | None = None,
     payloads: beam.PTransform | None = None,
+    frontier_id_label: str | None = MESSAGE_ID,
     duplicates: DuplicatePolicy | None = None,
     extractor: str = DEFAULT_EXTRACTOR,
     parse_attempts: int = PARSE_ATTEMPTS,
@@ -78,7 +80,9 @@ def build_crawler(
 ) -> None:
     """Add the crawler to pipeline `p`. It reads the frontier `subscription` (messages of any
     crawl; `payloads` replaces it with any PTransform PBegin -> bytes, a TestStream in
-    tests), schedules every crawl's URLs in host state keyed by host, stores each page under
+    tests; `frontier_id_label` is how the runner drops a message delivered twice, None on
+    Beam's local runner, see ReadFrontier), schedules every crawl's URLs in host state keyed
+    by host, stores each page under
     its crawl's directory of `out` and its row in Bigtable and the crawl's Parquet table, and
     publishes links, and robots.txt errands and answers between hosts, back to `topic`.
     Dead letters `crawler redrive` sent back to the frontier are parsed again from their
@@ -89,7 +93,8 @@ def build_crawler(
     is durable; with `bigquery_table`, rows also go to BigQuery; with `watch`, the graph
     ends its crawls itself (CrawlWatch)."""
     counts = config.bigtable
-    frontier = p | "ReadFrontier" >> ReadFrontier(subscription, counts=counts, payloads=payloads)
+    frontier = p | "ReadFrontier" >> ReadFrontier(subscription, counts=counts, payloads=payloads,
+                                                     id_label=frontier_id_label)
     scheduled = frontier.batches | "ScheduleFetches" >> ScheduleFetches(config, clock)
     # Dead letters of any crawl, sent back by `crawler redrive`: parsed again, no request.
     replayed = frontier.redrive | "ReplayDeadLetters" >> ReplayDeadLetters(

@@ -27,6 +27,7 @@ from google.protobuf import wrappers_pb2
 
 from pipeline.core.crawl_states import CLOUD_STATE_TTL_S
 from pipeline.graph import CrawlWatch, build_crawler
+from pipeline.io.pubsub import MESSAGE_ID
 from pipeline.io.resources import RESOURCES
 from pipeline.main import (
     ONE_SDK_PROCESS_PER_WORKER,
@@ -211,6 +212,8 @@ def test_the_job_reads_the_fleet_subscription_and_publishes_to_the_fleet_topics(
     payload = beam_runner_api_pb2.PubSubReadPayload.FromString(read.spec.payload)
     assert payload.subscription == (
         f"projects/{PROJECT}/subscriptions/{RESOURCES.frontier_subscription}")
+    # Dataflow drops a message delivered twice by the id every publish sets (io/pubsub.py).
+    assert payload.id_attribute == MESSAGE_ID
     topics = set()
     for payload in _dofn_payloads(job).values():
         fn = pickler.loads(payload)[0]

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 from pipeline.core.records import DeadLetter, FetchResult, RecordPointer
 from pipeline.core.urls import host_key
+from pipeline.io.pubsub import publish_once
 from pipeline.io.resources import RESOURCES
 from pipeline.io.segments import read_response
 
@@ -189,7 +190,7 @@ def redrive(project: str, crawl_id: str, *, route: RedriveRoute | None = None,
                     skipped += 1
                     done.append(message.ack_id)
                     continue
-                futures.append(publisher.publish(topic, letter.to_bytes()))
+                futures.append(publish_once(publisher, topic, letter.to_bytes()))
                 done.append(message.ack_id)
             if keep:
                 subscriber.modify_ack_deadline(subscription=subscription, ack_ids=keep,

@@ -18,6 +18,10 @@ runs (`direct_runner_speedups()`, a context manager the local runtime enters; Be
 when the last crawl in the process leaves it), only on the Beam release they were measured on
 (`TESTED_BEAM`; any other leaves Beam as it is: slower, still correct), and each wraps Beam's
 function rather than replacing its body. What each one saves is in docs/architecture.md.
+
+One wrap here is for correctness, not speed, and is applied on every release: the pulls drop
+a repeat of a frontier message, which Dataflow does through `id_label` and this runner cannot
+(`_FrontierPulls`, pipeline/io/pubsub.py).
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
+from pipeline.io.pubsub import MESSAGE_ID, Deduplicator
+
 log = logging.getLogger(__name__)
 
 # The Beam release (major.minor) these patches were written against and measured on; the
@@ -40,6 +46,7 @@ TESTED_BEAM = "2.77"
 
 _lock = threading.Lock()
 _users = 0  # crawls in this process inside direct_runner_speedups()
+_speedups_on = False  # whether the first of them could apply the speedups
 _restore: list[tuple[Any, str, Any]] = []  # (owner, attribute, original) to undo, in order
 _MISSING = object()
 
@@ -90,31 +97,56 @@ class _Idleness:
         return max(0.0, min(IDLE_PAUSE_MAX_S, due - now))
 
 
-class _ShortPulls:
-    """A SubscriberClient whose pulls return at once when the subscription is empty."""
+class _FrontierPulls:
+    """A SubscriberClient whose pulls drop a repeat of a frontier message (same MESSAGE_ID
+    within DEDUP_WINDOW_S, acknowledged here) and, when `short`, return at once when the
+    subscription is empty.
 
-    def __init__(self, client: Any) -> None:
+    Dropping repeats is what `ReadFromPubSub(id_label=...)` does on Dataflow, which Beam's
+    local runner refuses (pipeline/io/pubsub.py says why the frontier needs it); unlike the
+    speedups it is applied on every Beam release."""
+
+    def __init__(self, client: Any, *, short: bool) -> None:
         self._client = client
+        self._short = short
+        self._seen = Deduplicator()
 
     def pull(self, *, subscription: str, max_messages: int, timeout: float | None = None,
              **kwargs: Any) -> Any:
         from google.api_core.exceptions import DeadlineExceeded
         from google.pubsub_v1.types import PullResponse
 
+        if self._short:
+            max_messages = max(max_messages, PULL_MAX_MESSAGES)
+            timeout = min(timeout or PULL_DEADLINE_S, PULL_DEADLINE_S)
         try:
-            response = self._client.pull(
-                subscription=subscription,
-                max_messages=max(max_messages, PULL_MAX_MESSAGES),
-                timeout=min(timeout or PULL_DEADLINE_S, PULL_DEADLINE_S),
-                **kwargs,
-            )
+            response = self._client.pull(subscription=subscription, max_messages=max_messages,
+                                         timeout=timeout, **kwargs)
         except DeadlineExceeded:
             response = PullResponse()
-        if not response.received_messages:
+        if response.received_messages:
+            response = self._without_repeats(subscription, response)
+        elif self._short:
             pause = _Idleness.pause_s(time.time())
             if pause > 0:
                 time.sleep(pause)  # an idle wait, bounded by the next timer; not a sync point
         return response
+
+    def _without_repeats(self, subscription: str, response: Any) -> Any:
+        from google.pubsub_v1.types import PullResponse
+
+        fresh, repeats = [], []
+        for received in response.received_messages:
+            message_id = received.message.attributes.get(MESSAGE_ID)
+            if message_id is None or self._seen.first(message_id):
+                fresh.append(received)
+            else:
+                repeats.append(received.ack_id)
+        if not repeats:
+            return response
+        log.info("dropped %d repeated frontier message(s)", len(repeats))
+        self._client.acknowledge(subscription=subscription, ack_ids=repeats)
+        return PullResponse(received_messages=fresh)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
@@ -135,19 +167,20 @@ def _install_idle_pauses(executor: Any) -> bool:
     return True
 
 
-def _install_short_pulls(transform_evaluator: Any) -> bool:
+def _install_frontier_pulls(transform_evaluator: Any, *, short: bool) -> bool:
     evaluator = getattr(transform_evaluator, "_PubSubReadEvaluator", None)
     getter = getattr(evaluator, "_get_subscriber_client", None)
     if getter is None:
-        log.warning("Beam moved its local Pub/Sub reader: empty pulls may stall the crawl "
-                    "for up to 30 s")
+        log.warning("Beam moved its local Pub/Sub reader: a frontier message Pub/Sub delivers "
+                    "twice is read twice%s", ", and empty pulls may stall the crawl for up to "
+                    "30 s" if short else "")
         return False
     original = getter.__func__
 
-    def short_pull_client(cls: Any, transform: Any) -> _ShortPulls:
-        return _ShortPulls(original(cls, transform))
+    def frontier_pull_client(cls: Any, transform: Any) -> _FrontierPulls:
+        return _FrontierPulls(original(cls, transform), short=short)
 
-    _patch(evaluator, "_get_subscriber_client", classmethod(short_pull_client))
+    _patch(evaluator, "_get_subscriber_client", classmethod(frontier_pull_client))
     return True
 
 
@@ -369,34 +402,35 @@ def direct_runner_speedups() -> Iterator[bool]:
     Re-entrant across crawls in one process: the patches go on when the first crawl enters
     and Beam is restored when the last one leaves.
     """
-    global _users
+    global _users, _speedups_on
     with _lock:
-        if _users == 0 and not _install():
-            active = False
-        else:
-            _users += 1
-            active = True
+        if _users == 0:
+            _speedups_on = _install()
+        _users += 1
+        active = _speedups_on
     try:
         yield active
     finally:
-        if active:
-            with _lock:
-                _users -= 1
-                if _users == 0:
-                    _undo_patches()
+        with _lock:
+            _users -= 1
+            if _users == 0:
+                _undo_patches()
 
 
 def _install() -> bool:
-    """Apply every patch (called under _lock by the first crawl to enter)."""
+    """Apply every patch (called under _lock by the first crawl to enter); returns whether
+    the speedups are on. The frontier's dropping of repeats goes on in any case."""
+    from apache_beam.runners.direct import transform_evaluator
+
     release = _beam_release()
     if release != TESTED_BEAM:
         log.warning("Beam %s is not the release the local speedups were measured on (%s): "
                     "running the crawl without them", release, TESTED_BEAM)
+        _install_frontier_pulls(transform_evaluator, short=False)
         return False
     from apache_beam.runners.direct import (
         evaluation_context,
         executor,
-        transform_evaluator,
         watermark_manager,
     )
     from apache_beam.transforms import core, userstate
@@ -455,7 +489,7 @@ def _install() -> bool:
 
     try:
         _install_no_pickle_round_trip(transform_evaluator)
-        _install_short_pulls(transform_evaluator)
+        _install_frontier_pulls(transform_evaluator, short=True)
         _install_idle_pauses(executor)
         _install_cached_option_views(transform_evaluator)
         _install_cheaper_timer_scan(evaluation_context, watermark_manager)
@@ -467,5 +501,6 @@ def _install() -> bool:
     except AttributeError as exc:  # a name moved despite the release check: leave Beam be
         log.warning("Beam's local runner is not as expected (%s): running without speedups", exc)
         _undo_patches()
+        _install_frontier_pulls(transform_evaluator, short=False)
         return False
     return True

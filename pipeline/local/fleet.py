@@ -26,6 +26,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipeline.graph import build_crawler, scheduler_config
 from pipeline.io.bigtable import open_tables
 from pipeline.io.crawls import count_published
+from pipeline.io.pubsub import publish_once
 from pipeline.local.direct_runner import direct_runner_speedups
 from pipeline.local.emulators import ensure_subscription, ensure_topic
 from pipeline.options import CrawlOptions
@@ -96,6 +97,8 @@ class LocalFleet:
             flags=[], runner="DirectRunner", streaming=True, save_main_session=False))
         build_crawler(p, scheduler_config(opts, state_ttl_s=s.state_ttl_s), out=opts.out,
                       subscription=subscription, topic=self.topic,
+                      # Beam's local runner has no id_label: its pulls drop repeats instead.
+                      frontier_id_label=None,
                       dead_letter_topic=dead_letters, duplicates=opts.duplicate_policy(),
                       extractor=opts.extractor, parse_attempts=opts.parse_attempts,
                       page_step=s.page_step, events_topic=events,
@@ -113,7 +116,7 @@ class LocalFleet:
             from google.cloud import pubsub_v1
 
             self._publisher = pubsub_v1.PublisherClient()
-        futures = [self._publisher.publish(self.topic, m.to_bytes()) for m in messages]
+        futures = [publish_once(self._publisher, self.topic, m.to_bytes()) for m in messages]
         for future in futures:
             future.result(timeout=60)
         count_published(worker_resources().bigtable(self.settings.options.bigtable_config()),

@@ -29,6 +29,7 @@ from pipeline.io.crawls import (
     read_crawl,
 )
 from pipeline.io.lookup import fetch_rate, page_lookup
+from pipeline.io.pubsub import publish_once
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,8 @@ class PubSubFrontier:
         self._publisher = pubsub_v1.PublisherClient()
 
     def __call__(self, batches: Sequence[FrontierBatch]) -> None:
-        futures = [self._publisher.publish(self.topic, batch.to_bytes()) for batch in batches]
+        futures = [publish_once(self._publisher, self.topic, batch.to_bytes())
+                   for batch in batches]
         for future in futures:
             future.result(timeout=self._timeout_s)
 

@@ -35,6 +35,7 @@ from pipeline.core.records import (
 )
 from pipeline.core.urls import MAX_URL_LENGTH, InvalidURL, host_key, normalize_url, url_hash
 from pipeline.io.bigtable import BigtableConfig, check_crawl_id
+from pipeline.io.pubsub import MESSAGE_ID, publish_once
 from pipeline.metrics import CrawlCounter, crawl_counter
 from pipeline.transforms.resources import CrawlCounts, worker_resources
 
@@ -158,11 +159,14 @@ class ReadFrontier(beam.PTransform):
     counts: the Bigtable of the crawl records, whose counters the reader keeps (see
     DecodeFrontierFn). payloads: where the frontier's messages come from instead of the
     subscription, a PTransform PBegin -> bytes (a TestStream in tests, another queue in your
-    own pipeline).
+    own pipeline). id_label: the attribute by which the runner drops a message delivered
+    twice (pipeline/io/pubsub.py); None for a runner without it (Beam's local runner, whose
+    pulls the local crawl deduplicates itself).
     """
 
     def __init__(self, subscription: str | None, *, counts: BigtableConfig | None = None,
-                 payloads: beam.PTransform | None = None) -> None:
+                 payloads: beam.PTransform | None = None,
+                 id_label: str | None = MESSAGE_ID) -> None:
         super().__init__()
         if payloads is None and not (subscription or "").startswith("projects/"):
             raise ValueError(f"subscription must be a full path projects/P/subscriptions/S, "
@@ -170,9 +174,11 @@ class ReadFrontier(beam.PTransform):
         self._subscription = subscription
         self._counts = counts
         self._payloads = payloads
+        self._id_label = id_label
 
     def expand(self, pbegin: PBegin) -> FrontierOutputs:
-        source = self._payloads or beam.io.ReadFromPubSub(subscription=self._subscription)
+        source = self._payloads or beam.io.ReadFromPubSub(subscription=self._subscription,
+                                                          id_label=self._id_label)
         decoded = (
             pbegin
             | "ReadFromPubSub" >> source
@@ -210,7 +216,7 @@ class PublishFn(beam.DoFn):
 
     def process(self, batch: FrontierBatch | HostSignal | DeadLetter) -> None:
         assert self._publisher is not None
-        self._pending.append(self._publisher.publish(self._topic, batch.to_bytes()))
+        self._pending.append(publish_once(self._publisher, self._topic, batch.to_bytes()))
         self._sent.append((batch.kind, batch.crawl_id))
 
     def finish_bundle(self) -> None:
