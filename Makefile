@@ -27,7 +27,8 @@ test: $(BIN)/crawler browser
 
 # Debian's headless Chromium for the status page's browser test (Playwright drives it; it never
 # downloads a browser of its own). Installed with apt-get where missing (CI runs as root on
-# Debian); where that cannot be done the test says chromium is absent and skips.
+# Debian); where that cannot be done the test says chromium is absent and skips (under CI=true,
+# where the browser must be there, it fails instead).
 browser:
 	@test -x /usr/bin/chromium || { \
 	  echo "installing chromium (Debian) for tests/test_status_page.py"; \
