@@ -2,7 +2,7 @@
 
 Pub/Sub is at-least-once at both ends: a publisher whose answer is lost publishes the same
 message again (a second message, with its own Pub/Sub id), and a message whose ack is late or
-lost is delivered again. The frontier's balance (docs/design.md, "When a crawl ends") counts
+lost is delivered again. The frontier's balance (docs/design.md, invariant 3) counts
 each message on the near side once, when its publish is acknowledged, and on the far side
 each time it is decoded; a message received twice while another is still in flight would let
 the balance settle early and end a crawl with a URL still on its way.
