@@ -25,6 +25,9 @@ from publicsuffixlist import PublicSuffixList
 
 from pipeline.core.urls import InvalidURL, host_key, normalize_url
 
+# Every reason an out-of-scope URL's row gets starts with this.
+OUT_OF_SCOPE = "out of scope"
+
 
 class ScopeRule(StrEnum):
     """Which hosts a crawl keeps, compared with its seeds'."""
@@ -92,6 +95,8 @@ class Scope:
     def of(cls, rule: ScopeRule | str, include: Iterable[str], exclude: Iterable[str],
            seed_hosts: Iterable[str]) -> Scope:
         """The scope of a crawl whose seeds have these host keys (of normalised URLs)."""
+        if rule not in ScopeRule._value2member_map_:
+            raise ValueError(f"scope {rule!r}: use one of {', '.join(ScopeRule)}")
         rule = ScopeRule(rule)
         if rule is ScopeRule.SAME_HOST:
             kept = frozenset(seed_hosts)
@@ -109,14 +114,14 @@ class Scope:
     def rejection(self, url: str) -> str | None:
         """Why the normalised `url` is out of scope, or None when it is in scope."""
         if self.rule is ScopeRule.SAME_HOST and host_key(url) not in self.kept:
-            return f"out of scope ({self.rule})"
+            return f"{OUT_OF_SCOPE} ({self.rule})"
         if (self.rule is ScopeRule.SAME_DOMAIN
                 and registered_domain(host_key(url)) not in self.kept):
-            return f"out of scope ({self.rule})"
+            return f"{OUT_OF_SCOPE} ({self.rule})"
         if self.include and not any(re.search(p, url) for p in self.include):
-            return "out of scope (include)"
+            return f"{OUT_OF_SCOPE} (include)"
         if any(re.search(p, url) for p in self.exclude):
-            return "out of scope (exclude)"
+            return f"{OUT_OF_SCOPE} (exclude)"
         return None
 
 

@@ -41,7 +41,7 @@ from apache_beam.utils.timestamp import Timestamp
 
 from pipeline.core.budget import BlockPageBudget
 from pipeline.core.counters import RECORD_COUNTERS, Counter, Maximum
-from pipeline.core.crawl_states import keeps_waiting
+from pipeline.core.crawl_states import CrawlLimits, keeps_waiting
 from pipeline.core.fleet_host import TOMBSTONE_S, CrawlTerms, FleetDecision, FleetHostState
 from pipeline.core.politeness import (
     TIME_BUDGET_REASON,
@@ -65,6 +65,7 @@ from pipeline.core.records import (
     RobotsRequest,
 )
 from pipeline.core.robots_relay import RobotsErrand, RobotsReply
+from pipeline.core.scope import OUT_OF_SCOPE, Scope, seed_hosts
 from pipeline.io.bigtable import BigtableConfig, CrawlNotFound
 from pipeline.io.crawls import Crawl, read_crawl
 from pipeline.io.dns import parse_resolve
@@ -131,7 +132,14 @@ def crawl_policy(base: HostPolicy, crawl: Crawl) -> HostPolicy:
         # link-dense sites; sizing it from the crawl's host budget keeps state kilobytes.
         bloom_capacity=min(4 * per_host, 1_000_000),
         deadline=crawl.deadline,
+        scope=_crawl_scope(crawl.id, limits, crawl.seeds),
     )
+
+
+@functools.lru_cache(maxsize=256)
+def _crawl_scope(crawl_id: str, limits: CrawlLimits, seeds: tuple[str, ...]) -> Scope:
+    # A crawl's policy is made per event; its seeds' hosts are worked out once per crawl.
+    return limits.crawl_scope(seed_hosts(seeds))
 
 
 def agent_token(user_agent: str) -> str:
@@ -619,6 +627,8 @@ class HostSchedulerFn(beam.DoFn):
                 self._count(crawl_id, Counter.URLS_BLOCKED_ADDRESS)
             if outcome.reason == TIME_BUDGET_REASON:
                 self._count(crawl_id, Counter.URLS_OVER_TIME)
+            if outcome.reason and outcome.reason.startswith(OUT_OF_SCOPE):
+                self._count(crawl_id, Counter.URLS_OUT_OF_SCOPE)
             yield beam.pvalue.TaggedOutput(ROWS, outcome_row(crawl_id, host, outcome))
 
     def _start_fetch(self, crawl_id: str, lease: Lease, now: float) -> None:
