@@ -359,3 +359,17 @@ def test_no_crawl_limit_is_a_template_parameter_and_the_launcher_refuses_each_in
         assert opt.beam_name not in names, opt.dest
         with pytest.raises(LaunchError, match=opt.beam_flag):
             job_options([opt.beam_flag, values[opt.dest]])
+
+
+def test_a_seed_out_of_scope_is_said_in_one_line_and_still_crawled_to_its_row(caplog):
+    from pipeline.local.runtime import _seeds
+
+    opts = CrawlOptions(seeds=("http://a.test/docs/", "http://a.test/shop/"),
+                        include=("/docs/",))
+    with caplog.at_level("WARNING"):
+        _, seeds, bad = _seeds(opts)
+    # Kept among the seeds: its host ends it `filtered`, counted, as any URL out of scope.
+    assert seeds == ["http://a.test/docs/", "http://a.test/shop/"] and not bad
+    assert [r.getMessage() for r in caplog.records] == [
+        "seed http://a.test/shop/ is out of scope (include): it ends `filtered` without a "
+        "request"]
