@@ -161,3 +161,26 @@ def test_a_url_is_in_scope_when_some_include_and_no_exclude_matches(include, exc
 def test_a_host_key_of_a_normalised_url_keeps_the_port_same_host_compares():
     assert host_key(normalize_url("http://a.test:8080/")) in _scope(
         "same-host", ["http://a.test:8080/"]).kept
+
+
+def test_a_crawl_s_policy_takes_its_scope_from_its_record_and_its_seeds():
+    from pipeline.core.crawl_states import CrawlLimits, CrawlState
+    from pipeline.core.politeness import HostPolicy
+    from pipeline.io.crawls import Crawl
+    from pipeline.transforms.schedule import crawl_policy
+
+    def record(crawl_id: str, limits: CrawlLimits) -> Crawl:
+        return Crawl(id=crawl_id, state=CrawlState.RUNNING, reason="created",
+                     seeds=("http://www.example.co.uk/",), limits=limits, created_at=0.0,
+                     started_at=0.0, ended_at=None, counters={})
+
+    base = HostPolicy(user_agent="testbot")
+    scoped = crawl_policy(base, record("c1", CrawlLimits(
+        max_pages=5, scope="same-domain", exclude=("/private/",))))
+    assert scoped.scope.rejection("http://shop.example.co.uk/") is None
+    assert scoped.scope.rejection("http://other.co.uk/") == "out of scope (same-domain)"
+    assert scoped.scope.rejection("http://example.co.uk/private/") == "out of scope (exclude)"
+    # A crawl that sets none, or `all`, keeps every URL, as every crawl did before.
+    for limits in (CrawlLimits(max_pages=5), CrawlLimits(max_pages=5, scope="all",
+                                                         include=(), exclude=())):
+        assert crawl_policy(base, record("c2", limits)).scope.everything

@@ -65,7 +65,7 @@ from pipeline.core.records import (
     RobotsRequest,
 )
 from pipeline.core.robots_relay import RobotsErrand, RobotsReply
-from pipeline.core.scope import OUT_OF_SCOPE, Scope, seed_hosts
+from pipeline.core.scope import OUT_OF_SCOPE, Scope, ScopeRule, seed_hosts
 from pipeline.io.bigtable import BigtableConfig, CrawlNotFound
 from pipeline.io.crawls import Crawl, read_crawl
 from pipeline.io.dns import parse_resolve
@@ -136,8 +136,14 @@ def crawl_policy(base: HostPolicy, crawl: Crawl) -> HostPolicy:
     )
 
 
-@functools.lru_cache(maxsize=256)
 def _crawl_scope(crawl_id: str, limits: CrawlLimits, seeds: tuple[str, ...]) -> Scope:
+    if limits.scope in (None, ScopeRule.ALL) and not limits.include and not limits.exclude:
+        return Scope()  # every URL: nothing to work out
+    return _narrowed_scope(crawl_id, limits, seeds)
+
+
+@functools.lru_cache(maxsize=256)
+def _narrowed_scope(crawl_id: str, limits: CrawlLimits, seeds: tuple[str, ...]) -> Scope:
     # A crawl's policy is made per event; its seeds' hosts are worked out once per crawl.
     return limits.crawl_scope(seed_hosts(seeds))
 
