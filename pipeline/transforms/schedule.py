@@ -136,16 +136,26 @@ def crawl_policy(base: HostPolicy, crawl: Crawl) -> HostPolicy:
     )
 
 
+# Narrowed scopes by crawl and limits. A crawl's policy is made per event, and its seeds (a
+# crawl's seeds never change) may be millions: they are read once per crawl, and are not part
+# of the key, which is hashed on every event.
+_SCOPES: dict[tuple[str, CrawlLimits], Scope] = {}
+_SCOPES_KEPT = 256
+_SCOPES_LOCK = threading.Lock()
+
+
 def _crawl_scope(crawl_id: str, limits: CrawlLimits, seeds: tuple[str, ...]) -> Scope:
     if limits.scope in (None, ScopeRule.ALL) and not limits.include and not limits.exclude:
         return Scope()  # every URL: nothing to work out
-    return _narrowed_scope(crawl_id, limits, seeds)
-
-
-@functools.lru_cache(maxsize=256)
-def _narrowed_scope(crawl_id: str, limits: CrawlLimits, seeds: tuple[str, ...]) -> Scope:
-    # A crawl's policy is made per event; its seeds' hosts are worked out once per crawl.
-    return limits.crawl_scope(seed_hosts(seeds))
+    key = (crawl_id, limits)
+    scope = _SCOPES.get(key)
+    if scope is None:
+        scope = limits.crawl_scope(seed_hosts(seeds))
+        with _SCOPES_LOCK:  # a worker's threads share it
+            if len(_SCOPES) >= _SCOPES_KEPT:
+                _SCOPES.pop(next(iter(_SCOPES)))  # the oldest crawl's
+            _SCOPES[key] = scope
+    return scope
 
 
 def agent_token(user_agent: str) -> str:
