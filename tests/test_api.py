@@ -177,7 +177,7 @@ def test_a_new_crawl_is_201_with_the_issue_s_names_and_its_seeds_on_the_frontier
     assert {"id", "state", "reason", "seeds", "max_pages", "max_pages_per_host", "max_depth",
             "min_delay", "max_duration_s", "user_agent", "created_at", "started_at",
             "ended_at", "counters", "frontier", "hosts_active", "hosts_parked",
-            "urls_on_parked_hosts", "pages_per_s"} == set(crawl)
+            "urls_on_parked_hosts", "pages_per_s", "scope", "include", "exclude"} == set(crawl)
     assert crawl["state"] == "running" and crawl["ended_at"] is None
     # Seeds are normalised to the URL the crawler requests: the query keeps its own order.
     assert crawl["seeds"] == ["http://seed.test/a?b=1&a=2", "http://seed.test/b"]
@@ -203,6 +203,30 @@ def test_limits_left_out_get_the_fleet_defaults(fleet):
     assert (crawl["max_pages_per_host"], crawl["max_depth"], crawl["max_duration_s"]) == (
         None, None, None)
     fleet.frontier_batches(expected=1)
+
+
+def test_a_crawl_s_scope_is_kept_with_it_and_left_out_is_every_url(fleet):
+    crawl = _create(fleet, scope="same-domain", include=["/docs/", "/blog/"],
+                    exclude=[r"\.pdf$"])
+    assert (crawl["scope"], crawl["include"], crawl["exclude"]) == (
+        "same-domain", ["/docs/", "/blog/"], [r"\.pdf$"])
+    assert fleet.client.get(f"/crawls/{crawl['id']}").json()["include"] == ["/docs/", "/blog/"]
+    plain = _create(fleet)  # this fleet's defaults set no scope: every URL is in it
+    assert (plain["scope"], plain["include"], plain["exclude"]) == (None, None, None)
+    fleet.frontier_batches(expected=2)
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("scope", "same-site", "'same-site' is not one of all, same-host, same-domain"),
+    ("include", ["/docs/", "(unclosed"], "not a regular expression"),
+    ("exclude", ["[a-"], "not a regular expression"),
+    ("include", "/docs/", "list"),
+])
+def test_a_bad_scope_or_regex_is_422_saying_what_is_wrong(fleet, field, value, words):
+    answer = fleet.client.post("/crawls", json={"seeds": ["http://ok.test/"], "max_pages": 5,
+                                                field: value})
+    assert answer.status_code == 422, answer.text
+    assert words in answer.text
 
 
 @pytest.mark.parametrize("seed, reason", [

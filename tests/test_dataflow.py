@@ -381,7 +381,8 @@ def test_the_launcher_says_which_option_a_dataflow_job_lacks(drop, replace, mess
 
 # A value other than the default for each of a crawl's own limits.
 OWN_LIMITS = {"max_pages": "500", "max_pages_per_host": "5", "max_depth": "2",
-              "min_delay": "2.5", "user_agent": "fleetbot/1.0", "max_duration": "60"}
+              "min_delay": "2.5", "user_agent": "fleetbot/1.0", "max_duration": "60",
+              "scope": "same-domain", "include": "/docs/", "exclude": "[.]pdf$"}
 
 
 def test_every_limit_of_a_crawl_s_own_has_a_value_here():

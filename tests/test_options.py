@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.options import CrawlOptions
+from pipeline.options import CrawlOptions, options_from_args
 
 
 @pytest.mark.parametrize("crawl_id", ["", "a/b", "with space", "x" * 65, "é"])
@@ -247,6 +247,7 @@ def test_the_api_s_schema_documents_each_limit_s_range_as_declared():
         field = schema["properties"][opt.api_name]
         shown = field if "anyOf" not in field else next(
             s for s in field["anyOf"] if s.get("type") != "null")
+        shown = shown.get("items", shown)  # a repeatable option: the range of each value
         expected = dict(opt.value.bounds) | ({"le": opt.upper} if opt.upper else {})
         assert {keywords[k]: v for k, v in expected.items()} == {
             keywords[k]: shown[keywords[k]] for k in expected}, opt.dest
@@ -274,6 +275,39 @@ def test_a_bad_limit_is_refused_alike_by_the_command_the_options_and_the_api(des
     typed = value if opt.value.kind is str else opt.value.kind(value)
     with pytest.raises(pydantic.ValidationError):
         CrawlRequest(seeds=["http://a.test/"], **{"max_pages": 5, opt.api_name: typed})
+
+
+@pytest.mark.parametrize("dest, bad", [("scope", "same-site"), ("include", "(docs"),
+                                       ("exclude", "[a-")])
+def test_a_bad_scope_or_regex_is_refused_by_the_command_the_options_and_the_api(
+        dest, bad, capsys):
+    import pydantic
+
+    from pipeline.options import option
+    from pipeline.service.app import CrawlRequest
+
+    opt = option(dest)
+    with pytest.raises(SystemExit):
+        _crawl_parser().parse_args(["http://a.test/", opt.flag, bad])
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if "error:" in x]
+    assert opt.flag in line and repr(bad) in line
+    value = bad if opt.action is None else (bad,)
+    with pytest.raises(ValueError, match=opt.flag):
+        CrawlOptions.from_values({dest: value}, ("http://a.test/",))
+    with pytest.raises(pydantic.ValidationError):
+        CrawlRequest(seeds=["http://a.test/"], max_pages=5,
+                     **{opt.api_name: bad if opt.action is None else [bad]})
+
+
+def test_the_scope_options_reach_the_crawl_s_limits_and_default_to_every_url():
+    args = _crawl_parser().parse_args(["http://a.test/", "--scope", "same-domain", "--include",
+                                       "/docs/", "--include", "/blog/", "--exclude", "pdf$"])
+    limits = options_from_args(args).limits()
+    assert (limits.scope, limits.include, limits.exclude) == (
+        "same-domain", ("/docs/", "/blog/"), ("pdf$",))
+    plain = options_from_args(_crawl_parser().parse_args(["http://a.test/"])).limits()
+    assert (plain.scope, plain.include, plain.exclude) == ("all", (), ())
+    assert plain.crawl_scope(()).everything
 
 
 def test_serve_takes_every_serve_option_with_its_default_and_per_crawl_ones_as_defaults():
@@ -319,8 +353,23 @@ def test_no_crawl_limit_is_a_template_parameter_and_the_launcher_refuses_each_in
 
     names = {p["name"] for p in template_metadata()["parameters"]}
     values = {"max_pages": "5", "max_pages_per_host": "5", "max_depth": "2",
-              "min_delay": "3", "user_agent": "x/1", "max_duration": "60"}
+              "min_delay": "3", "user_agent": "x/1", "max_duration": "60",
+              "scope": "same-host", "include": "/docs/", "exclude": "[.]pdf$"}
     for opt in _per_crawl():
         assert opt.beam_name not in names, opt.dest
         with pytest.raises(LaunchError, match=opt.beam_flag):
             job_options([opt.beam_flag, values[opt.dest]])
+
+
+def test_a_seed_out_of_scope_is_said_in_one_line_and_still_crawled_to_its_row(caplog):
+    from pipeline.local.runtime import _seeds
+
+    opts = CrawlOptions(seeds=("http://a.test/docs/", "http://a.test/shop/"),
+                        include=("/docs/",))
+    with caplog.at_level("WARNING"):
+        _, seeds, bad = _seeds(opts)
+    # Kept among the seeds: its host ends it `filtered`, counted, as any URL out of scope.
+    assert seeds == ["http://a.test/docs/", "http://a.test/shop/"] and not bad
+    assert [r.getMessage() for r in caplog.records] == [
+        "seed http://a.test/shop/ is out of scope (include): it ends `filtered` without a "
+        "request"]

@@ -23,6 +23,7 @@ from pipeline.core.politeness import (
 from pipeline.core.records import PageState
 from pipeline.core.robots import ROBOTS_TTL_SECONDS as ROBOTS_TTL
 from pipeline.core.robots_relay import RobotsErrand, RobotsFetch, RobotsReply
+from pipeline.core.scope import Scope
 from pipeline.core.urls import url_hash
 
 HOST = "a.test"
@@ -411,6 +412,32 @@ def test_depth_and_rejections_end_filtered():
     _, outcomes, _ = state.offer([(f"http://{HOST}/x", 1, "URL too long")], 0, policy)
     assert [o.reason for o in outcomes] == ["URL too long"]
     assert not state.queue
+
+
+def test_a_host_offered_only_out_of_scope_urls_ends_each_filtered_once_and_asks_nothing():
+    scope = Scope.of("same-host", (), (), {"seed.test"})
+    policy = HostPolicy(user_agent="testbot", scope=scope)
+    state = HostState(host=HOST)
+    accepted, outcomes, spilled = state.offer(urls("a", "b", "a"), 0, policy)
+    assert [(o.entry.url, o.state, o.reason) for o in outcomes] == [
+        (f"http://{HOST}/{p}", PageState.FILTERED, "out of scope (same-host)") for p in "ab"]
+    assert len(accepted) == 2 and not spilled and not state.queue
+    # Offered again (another page links there too): seen, no second row.
+    assert state.offer(urls("b"), 1, policy) == ([], [], [])
+    # Nothing to fetch: not even robots.txt, so no request and no address lookup.
+    decision = state.next_action(100.0, policy)
+    assert decision.fetch is None and not decision.outcomes and decision.wake_at is None
+
+
+def test_scope_is_checked_before_depth_and_an_in_scope_url_is_queued():
+    scope = Scope.of("all", (), (r"/private/",), ())
+    policy = HostPolicy(user_agent="testbot", max_depth=0, scope=scope)
+    state = HostState(host=HOST)
+    _, outcomes, _ = state.offer(urls("private/x", "deep"), 1, policy)
+    assert [o.reason for o in outcomes] == ["out of scope (exclude)", "depth 1 > max depth 0"]
+    _, outcomes, _ = state.offer(urls("public"), 0, policy)
+    assert not outcomes and [e.url for e in state.queue] == [f"http://{HOST}/public"]
+    assert state.next_action(0.0, policy).fetch.lease.kind is LeaseKind.ROBOTS
 
 
 def test_full_queue_spills_accepted_urls_and_takes_them_back_without_seen_check():

@@ -48,6 +48,9 @@ def print_summary(summary) -> None:
         print(f"  content         {summary.near_duplicates:,} near-duplicate pages, "
               f"{summary.hosts_throttled:,} hosts slowed for duplicates, "
               f"{summary.redriven:,} dead letters parsed again")
+    if summary.urls_out_of_scope:
+        print(f"  out of scope    {summary.urls_out_of_scope:,} URLs (filtered, never "
+              "requested; see --scope, --include, --exclude)")
     if summary.urls_blocked_address:
         print(f"  refused         {summary.urls_blocked_address:,} URLs whose host's address is "
               "not public (filtered, `blocked address`; see --allow-network)")

@@ -51,6 +51,7 @@ class Counter(StrEnum):
     ROBOTS_MESSAGES_EMITTED = "robots_messages_emitted"  # requests and answers between hosts
     HOSTS_PARKED = "hosts_parked"  # circuit opened, or a probe of a parked host failed
     URLS_OVER_TIME = "urls_over_time"  # ended `over_budget` when the time budget ran out
+    URLS_OUT_OF_SCOPE = "urls_out_of_scope"  # ended `filtered`: outside the crawl's scope
     HOSTS_WOKEN = "hosts_woken"  # asleep with a crawl's URLs when it ended: woken to end them
     # Gauges: moved up and down as hosts' circuits open and close with URLs waiting
     HOSTS_PARKED_NOW = "hosts_parked_now"
@@ -136,7 +137,8 @@ RECORD_COUNTERS: tuple[Counter, ...] = (
     Counter.REQUESTS, Counter.ROBOTS_REQUESTS, Counter.HOSTS_ACTIVATED, Counter.HOSTS_IDLED,
     Counter.LEASES_EXPIRED, Counter.HOSTS_THROTTLED_FOR_DUPLICATES, Counter.URLS_OVERFLOWED,
     Counter.OVERFLOW_URLS_LOST, Counter.URLS_BLOCKED_ADDRESS, Counter.ROBOTS_MESSAGES_EMITTED,
-    Counter.HOSTS_PARKED, Counter.URLS_OVER_TIME, Counter.HOSTS_PARKED_NOW,
+    Counter.HOSTS_PARKED, Counter.URLS_OVER_TIME, Counter.URLS_OUT_OF_SCOPE,
+    Counter.HOSTS_PARKED_NOW,
     Counter.URLS_ON_PARKED_HOSTS, Counter.HOSTS_WOKEN,
     *(Counter(f"rows_{state}") for state in PageState), Counter.BYTES_FETCHED,
 )

@@ -16,8 +16,11 @@ the crawl is `cancelled` once that has happened. `done` and `cancelled` are fina
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from enum import StrEnum
+
+from pipeline.core.scope import Scope, ScopeRule
 
 
 class CrawlState(StrEnum):
@@ -107,8 +110,15 @@ class CrawlLimits:
     min_delay: float | None = None  # a floor: robots.txt and backoff only ever lengthen it
     max_duration_s: float | None = None
     user_agent: str | None = None
+    # Which URLs the crawl may fetch (pipeline.core.scope); None: every one.
+    scope: str | None = None
+    include: tuple[str, ...] | None = None
+    exclude: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        for name in ("include", "exclude"):  # a JSON list or a parser's list: kept as a tuple
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, tuple(getattr(self, name)))
         if self.max_pages < 1:
             raise ValueError(f"max_pages must be at least 1, got {self.max_pages}")
         if self.max_pages_per_host is not None and self.max_pages_per_host < 1:
@@ -123,6 +133,13 @@ class CrawlLimits:
             raise ValueError(f"max_duration_s must be positive, got {self.max_duration_s}")
         if self.user_agent is not None and not self.user_agent.strip():
             raise ValueError("user_agent must not be blank")
+        # Raises ValueError naming the rule or the regex that is wrong.
+        self.crawl_scope(())
+
+    def crawl_scope(self, seed_hosts: Iterable[str]) -> Scope:
+        """The scope these limits give a crawl whose seeds have these host keys."""
+        return Scope.of(self.scope or ScopeRule.ALL, self.include or (), self.exclude or (),
+                        seed_hosts)
 
 
 # A crawl's own limits by name: the per-crawl options (pipeline.options) and the fields of

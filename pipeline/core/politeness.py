@@ -45,6 +45,7 @@ from pipeline.core.robots_relay import (
     RobotsFetch,
     RobotsReply,
 )
+from pipeline.core.scope import Scope
 from pipeline.core.traps import is_calendar_like, repeated_segment
 from pipeline.core.urls import InvalidURL, host_key, normalize_url
 
@@ -90,6 +91,8 @@ class HostPolicy:
     # starts at or after it, and every URL still waiting then ends over budget. A moment
     # rather than a duration, so every worker of a job stops at the same time.
     deadline: float | None = None
+    # Which URLs the crawl may fetch: the others end `filtered` before any request.
+    scope: Scope = Scope()
 
     def __post_init__(self) -> None:
         if self.min_delay <= 0:
@@ -480,7 +483,12 @@ class HostState:
         self.duplicate_heavy = heavy
 
     def _filter_reason(self, entry: FrontierEntry, policy: HostPolicy) -> str | None:
-        """Why a newly accepted URL is not to be fetched (depth, redirects, traps), or None."""
+        """Why a newly accepted URL is not to be fetched (scope, depth, redirects, traps), or
+        None. Only a URL with none of these reasons enters the queue, so a host that is
+        offered only such URLs never fetches its robots.txt or looks up its address."""
+        out_of_scope = policy.scope.rejection(entry.url)
+        if out_of_scope:
+            return out_of_scope
         if policy.max_depth is not None and entry.depth > policy.max_depth:
             return f"depth {entry.depth} > max depth {policy.max_depth}"
         if entry.redirect_hops > policy.max_redirect_hops:

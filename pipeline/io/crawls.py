@@ -13,8 +13,9 @@ Row layout (family `c`, every cell but the counters at timestamp 0 so a rewrite 
   {crawl id}                   status (the CrawlState), reason, seeds (JSON), created_at,
                                started_at, finished_at (int64 microseconds), max_pages,
                                max_pages_per_host, max_depth (int64), min_delay,
-                               max_duration_s (float64), user_agent, frontier_topic,
-                               dead_letter_subscription (UTF-8); the counters
+                               max_duration_s (float64), user_agent, scope, frontier_topic,
+                               dead_letter_subscription (UTF-8), include, exclude (JSON
+                               lists of regexes); the counters
                                (pipeline.io.bigtable.COUNTERS, int64 increments), pages_claimed
                                (the shared page budget) and the rate samples
   ~created/{inverted micros}/{crawl id}
@@ -83,6 +84,8 @@ _HAS_STATUS = RowFilterChain([ColumnQualifierRegexFilter(b"^status$"), CellsColu
 _TRANSITION_ROUNDS = 5
 _INT_LIMITS = ("max_pages", "max_pages_per_host", "max_depth")
 _FLOAT_LIMITS = ("min_delay", "max_duration_s")
+_TEXT_LIMITS = ("user_agent", "scope")
+_LIST_LIMITS = ("include", "exclude")
 _TIMES = ("created_at", "started_at", "finished_at")
 _TERMINAL = tuple(str(state) for state in PageState)
 # Records written before every crawl was a fleet crawl: one-shot statuses, read as the state
@@ -199,8 +202,14 @@ def _limit_cells(limits: CrawlLimits) -> dict[str, bytes]:
         value = getattr(limits, name)
         if value is not None:
             cells[name] = _FLOAT64.pack(value)
-    if limits.user_agent is not None:
-        cells["user_agent"] = limits.user_agent.encode()
+    for name in _TEXT_LIMITS:
+        value = getattr(limits, name)
+        if value is not None:
+            cells[name] = value.encode()
+    for name in _LIST_LIMITS:
+        value = getattr(limits, name)
+        if value is not None:
+            cells[name] = json.dumps(list(value)).encode()
     return cells
 
 
@@ -255,7 +264,8 @@ def restart_crawl(tables: BigtableTables, crawl_id: str, *, limits: CrawlLimits,
     mutations: list[SetCell | DeleteRangeFromColumn] = [
         DeleteRangeFromColumn(CRAWLS_FAMILY, name.encode())
         for name in (*current.counters, *(f"{SAMPLE_PREFIX}{i:02d}" for i in range(100)),
-                     "finished_at", *_INT_LIMITS, *_FLOAT_LIMITS, "user_agent")]
+                     "finished_at", *_INT_LIMITS, *_FLOAT_LIMITS, *_TEXT_LIMITS,
+                     *_LIST_LIMITS)]
     mutations += [
         SetCell(CRAWLS_FAMILY, b"status", CrawlState.RUNNING.encode(), 0),
         SetCell(CRAWLS_FAMILY, b"reason", b"resumed", 0),
@@ -368,6 +378,9 @@ def _crawl_of(crawl_id: str, stored: Row) -> Crawl | None:
         min_delay=number("min_delay", _FLOAT64),
         max_duration_s=number("max_duration_s", _FLOAT64) or number("max_duration", _FLOAT64),
         user_agent=text("user_agent"),
+        scope=text("scope"),
+        include=json.loads(cells["include"]) if "include" in cells else None,
+        exclude=json.loads(cells["exclude"]) if "exclude" in cells else None,
     )
     samples = sorted(decode_sample(value) for name, value in cells.items()
                      if name.startswith(SAMPLE_PREFIX))

@@ -46,7 +46,8 @@ class ResumePlan:
 # A crawl's own limits, as its manifest keeps them: option name -> CrawlLimits field.
 MANIFEST_LIMITS = {"max_pages": "max_pages", "max_pages_per_host": "max_pages_per_host",
                    "max_depth": "max_depth", "min_delay": "min_delay",
-                   "user_agent": "user_agent", "max_duration": "max_duration_s"}
+                   "user_agent": "user_agent", "max_duration": "max_duration_s",
+                   "scope": "scope", "include": "include", "exclude": "exclude"}
 
 
 def crawl_manifest(crawl_id: str, seeds: Sequence[str], limits: CrawlLimits,

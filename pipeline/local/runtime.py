@@ -27,6 +27,7 @@ import apache_beam as beam
 from pipeline.core.counters import Counter, Maximum, links_rejected
 from pipeline.core.crawl_states import FINAL_STATES, CrawlAction
 from pipeline.core.records import BatchKind, FrontierBatch, PageState, SeenMarks
+from pipeline.core.scope import seed_hosts
 from pipeline.core.urls import InvalidURL, RejectReason, normalize_url
 from pipeline.io import storage
 from pipeline.io.bigtable import BigtableTables, CrawlExists, open_tables
@@ -91,6 +92,7 @@ class CrawlSummary:
     urls_blocked_address: int = 0
     max_duration: float | None = None  # the time budget (--max-duration), if any
     urls_over_time: int = 0  # URLs that ended `over_budget` when the time budget ran out
+    urls_out_of_scope: int = 0  # URLs that ended `filtered` outside the crawl's scope
     # Hosts parked (circuit open) with URLs waiting, and those URLs: when the time budget ran
     # out, or else at the end.
     hosts_parked: int = 0
@@ -199,13 +201,21 @@ def _seeds(opts: CrawlOptions) -> tuple[CrawlOptions, list[str], list[str]]:
     and a message for each seed that is not. Raises ValueError without any crawlable seed."""
     if opts.resume:
         manifest = read_manifest(opts.out, opts.crawl_id)
-        kept = {name: manifest[name] for name in MANIFEST_LIMITS if name in manifest}
+        kept = {name: tuple(manifest[name]) if isinstance(manifest[name], list)
+                else manifest[name] for name in MANIFEST_LIMITS if name in manifest}
         opts = dataclasses.replace(opts, **kept, seeds=opts.seeds or tuple(manifest["seeds"]))
     # Each bad seed is reported once: in the summary's `skipped:` lines, or in the error.
     seeds, bad = check_seeds(opts.seeds)
     if not seeds:
         raise ValueError("no crawlable seed URL given" + (
             ": " + "; ".join(bad) if bad else " (pass URLs or --seeds-file)"))
+    # A seed outside --include/--exclude is crawled like any URL out of scope: one
+    # `filtered` row, counted; said here too, as it is likely a mistake.
+    scope = opts.limits().crawl_scope(seed_hosts(seeds))
+    for seed in seeds:
+        reason = scope.rejection(seed)
+        if reason:
+            log.warning("seed %s is %s: it ends `filtered` without a request", seed, reason)
     return opts, seeds, bad
 
 
@@ -371,7 +381,8 @@ def _summary(opts: CrawlOptions, out_dir: str, crawl: Crawl, parked: Crawl,
         hosts_throttled=c["hosts_throttled_for_duplicates"], redriven=c["urls_redriven"],
         urls_overflowed=c["urls_overflowed"], overflow_urls_lost=c["overflow_urls_lost"],
         urls_blocked_address=c["urls_blocked_address"], max_duration=opts.max_duration,
-        urls_over_time=c["urls_over_time"], hosts_parked=parked.counters["hosts_parked_now"],
+        urls_over_time=c["urls_over_time"], urls_out_of_scope=c["urls_out_of_scope"],
+        hosts_parked=parked.counters["hosts_parked_now"],
         urls_on_parked_hosts=parked.counters["urls_on_parked_hosts"],
         leases_expired=c["leases_expired"], links_rejected=_links_rejected(tally),
     )

@@ -89,6 +89,11 @@ def _limit_field(opt: Option, *, request: bool) -> tuple[Any, Any]:
     assert opt.value is not None, opt.dest
     kind: Any = opt.value.kind
     description = opt.description
+    if opt.action == "append":  # a repeatable flag: a list of values
+        item = (Annotated[kind, Field(**dict(opt.value.bounds)), AfterValidator(opt.check)]
+                if request else kind)
+        return list[item] | None, Field(None, description=description + (
+            " (left out: the service's default)" if request else ""))
     if not request:
         return (kind if opt.api_required else kind | None), Field(description=description)
     constraints = dict(opt.value.bounds)

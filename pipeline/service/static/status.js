@@ -9,7 +9,7 @@ const POLL_MS = 2000;
 const MAIN_COUNTERS = ["fetched", "failed", "disallowed", "filtered", "over_budget",
                        "redirected", "duplicate", "dead_lettered", "cancelled", "requests",
                        "robots_requests", "urls_overflowed", "urls_over_time",
-                       "urls_blocked_address", "leases_expired"];
+                       "urls_out_of_scope", "urls_blocked_address", "leases_expired"];
 const HOST_FIELDS = [["hosts_active", "hosts active"], ["hosts_parked", "hosts parked"],
                      ["urls_on_parked_hosts", "URLs waiting on parked hosts"]];
 
@@ -170,6 +170,10 @@ function showBudget(crawl, counters) {
   }
   add("per host", crawl.max_pages_per_host == null ? "no limit" : number(crawl.max_pages_per_host));
   add("depth", crawl.max_depth == null ? "no limit" : number(crawl.max_depth));
+  const rules = [crawl.scope || "all"];
+  for (const pattern of crawl.include || []) rules.push("include " + pattern);
+  for (const pattern of crawl.exclude || []) rules.push("exclude " + pattern);
+  add("scope", rules.join(", "));
   add("min delay", crawl.min_delay == null ? "—" : crawl.min_delay + " s");
   const started = crawl.started_at ? Date.parse(crawl.started_at) / 1000 : null;
   const ended = crawl.ended_at ? Date.parse(crawl.ended_at) / 1000 : null;
