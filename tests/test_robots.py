@@ -437,3 +437,19 @@ def test_rule_written_as_sites_write_it_matches_our_normal_form(path: str, suffi
     url = normalize_url(HOST + path + suffix)
     assert not rules(f"User-agent: *\nDisallow: {path}\n").allowed(url, AGENT)
     assert rules(f"User-agent: *\nDisallow: /\nAllow: {path}\n").allowed(url, AGENT)
+
+
+def test_sitemap_lines_are_listed_in_order_once_for_every_agent():
+    body = (b"\xef\xbb\xbfSitemap: https://a.test/one.xml\n"
+            b"User-agent: OtherBot\nDisallow: /\nSitemap: http://b.test/two.xml.gz\n"
+            b"User-agent: *\nAllow: /\n"
+            b"Sitemap: https://a.test/one.xml\nSitemap: /relative.xml\nSitemap: ftp://a.test/x\n")
+    policy = RobotsPolicy.from_response(200, body, 0.0)
+    assert policy.sitemaps() == ("https://a.test/one.xml", "http://b.test/two.xml.gz")
+    assert pickle.loads(pickle.dumps(policy)).sitemaps() == policy.sitemaps()
+
+
+@pytest.mark.parametrize("status", [404, 500, None])
+def test_an_answer_without_rules_lists_no_sitemaps(status):
+    policy = RobotsPolicy.from_response(status, b"Sitemap: https://a.test/s.xml\n", 0.0)
+    assert policy.sitemaps() == ()

@@ -56,6 +56,7 @@ ROBOTS_TTL_SECONDS = 24 * 3600.0  # RFC 9309 section 2.4: a cached copy is used 
 UNREACHABLE_RETRY_SECONDS = 600.0
 MAX_REDIRECTS = 5  # RFC 9309 section 2.3.1.2: follow at least five
 
+_SITEMAP_SCHEMES = ("http://", "https://")
 _PARSED_CACHE_SIZE = 2048  # parsed robots.txt files kept per process (shared across hosts)
 
 
@@ -218,6 +219,17 @@ class RobotsPolicy:
         if self.kind is not RobotsKind.RULES:
             return None
         return self._parser().crawl_delay(_group_name(user_agent))
+
+    def sitemaps(self) -> tuple[str, ...]:
+        """The absolute http(s) URLs of the file's Sitemap lines, in order, each once.
+
+        Sitemap lines belong to no group (RFC 9309 leaves them to the sitemaps protocol), so
+        every agent gets the same list; only a 2xx answer has any.
+        """
+        if self.kind is not RobotsKind.RULES:
+            return ()
+        urls = (url.strip() for url in self._parser().sitemaps)
+        return tuple(dict.fromkeys(url for url in urls if url.startswith(_SITEMAP_SCHEMES)))
 
     def _parser(self) -> Protego:
         parser: Protego | None = self.__dict__.get("_parsed")
