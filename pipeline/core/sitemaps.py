@@ -1,8 +1,9 @@
 """Sitemap reading: turn a fetched sitemap body into the page URLs or child sitemaps it lists.
 
 This module owns what a sitemap may cost and when one is refused. It does not fetch, resolve
-robots.txt, check scope or normalise URLs: a sitemap is fetched like any page, and the URLs it
-lists go to the frontier as links do.
+robots.txt, check scope or normalise URLs: a sitemap is to be fetched like any page, and the
+URLs it lists to go to the frontier as links do. No crawl reads sitemaps yet: the crawl's
+`--sitemaps` option, which will fetch them through the host state, is still to come.
 
 Why these limits: the sitemaps protocol (sitemaps.org) caps a file at 50,000 URLs and 50 MB
 uncompressed, so more than that is not a sitemap we owe anything to. Both caps cut, count and
