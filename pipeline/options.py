@@ -314,13 +314,13 @@ OPTIONS: tuple[Option, ...] = (
            "keeps neither b.github.io nor github.io). Other URLs end `filtered` with reason "
            "`out of scope (RULE)` and are never requested, nor their host's robots.txt or "
            f"address {_D}", default="all", choices=SCOPE_RULES, per_crawl=True),
-    Option("include", "a URL is in scope only if one --include regex matches it (Python "
-           "re.search on the normalised URL); repeatable. Checked after --scope, before "
+    Option("include", "a URL is in scope only if one --include regex matches it (RE2, "
+           "searched in the normalised URL); repeatable. Checked after --scope, before "
            "--exclude; seeds too. Failing URLs end `filtered`, `out of scope (include)` "
            "(default: none, every URL)", default=[], action="append", metavar="REGEX",
            value=PATTERN, per_crawl=True, serve=False),
-    Option("exclude", "a URL that any --exclude regex matches is out of scope (Python "
-           "re.search on the normalised URL); repeatable. Checked last; seeds too. Such URLs "
+    Option("exclude", "a URL that any --exclude regex matches is out of scope (RE2, "
+           "searched in the normalised URL); repeatable. Checked last; seeds too. Such URLs "
            "end `filtered`, `out of scope (exclude)` (default: none)", default=[],
            action="append", metavar="REGEX", value=PATTERN, per_crawl=True, serve=False),
     Option("max_calendar_pages", "calendar-like URLs (a year and month in the path or a date "

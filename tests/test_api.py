@@ -220,6 +220,7 @@ def test_a_crawl_s_scope_is_kept_with_it_and_left_out_is_every_url(fleet):
     ("scope", "same-site", "'same-site' is not one of all, same-host, same-domain"),
     ("include", ["/docs/", "(unclosed"], "not a regular expression"),
     ("exclude", ["[a-"], "not a regular expression"),
+    ("exclude", ["(?<=/)private"], "without backreferences or lookaround"),
     ("include", "/docs/", "list"),
 ])
 def test_a_bad_scope_or_regex_is_422_saying_what_is_wrong(fleet, field, value, words):

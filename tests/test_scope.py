@@ -104,6 +104,21 @@ def test_regexes_search_the_normalised_url():
     assert _reason(scope, "HTTP://H.TEST:80/x") is None
 
 
+def test_a_pattern_that_backtracks_without_end_in_python_is_searched_at_once():
+    # Python's re takes about 2**40 steps for this pattern on this URL; RE2 is linear in the
+    # URL, so a pattern sent to POST /crawls cannot stall a host's scheduler.
+    scope = _scope("all", [], exclude=[r"^http://h\.test/(a+)+$"])
+    assert _reason(scope, "http://h.test/" + "a" * 40 + "!") is None
+    assert _reason(scope, "http://h.test/" + "a" * 40) == "out of scope (exclude)"
+
+
+@pytest.mark.parametrize("pattern", [r"(a)\1", r"(?<=/)private", r"x(?!y)"])
+def test_backreferences_and_lookaround_are_refused_in_one_line(pattern):
+    with pytest.raises(ValueError, match="without backreferences or lookaround") as refused:
+        check_pattern(pattern)
+    assert "\n" not in str(refused.value)
+
+
 def test_a_bad_regex_or_rule_is_refused_with_what_is_wrong():
     with pytest.raises(ValueError, match="not a regular expression"):
         check_pattern("(")

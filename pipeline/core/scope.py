@@ -16,11 +16,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import ipaddress
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
+import re2
 from publicsuffixlist import PublicSuffixList
 
 from pipeline.core.urls import InvalidURL, host_key, normalize_url
@@ -37,12 +37,29 @@ class ScopeRule(StrEnum):
     SAME_DOMAIN = "same-domain"  # a seed's registered domain (public suffix + 1)
 
 
+@functools.lru_cache(maxsize=1024)
+def compiled(pattern: str) -> re2._Regexp:
+    """`pattern` compiled by RE2 (google-re2), once per process.
+
+    RE2 rather than Python's `re`: patterns come from whoever starts a crawl (POST /crawls
+    included) and run on every URL the crawl sees; RE2 matches in time linear in the URL, so no
+    pattern, such as `(a+)+$`, can stall a host's scheduler. It has Python's syntax without
+    backreferences and lookaround."""
+    options = re2.Options()
+    options.log_errors = False  # the refusal below says what is wrong, once
+    return re2.compile(pattern, options)
+
+
 def check_pattern(text: str) -> str:
-    """`text` if it is a Python regular expression, else ValueError saying why not."""
+    """`text` if RE2 takes it as a regular expression, else ValueError saying why not."""
     try:
-        re.compile(text)
-    except re.error as exc:
-        raise ValueError(f"{text!r} is not a regular expression: {exc}") from None
+        compiled(text)
+    except re2.error as exc:
+        detail = exc.args[0] if exc.args else exc
+        if isinstance(detail, bytes):
+            detail = detail.decode("utf-8", "replace")
+        raise ValueError(f"{text!r} is not a regular expression (RE2 syntax: Python's, "
+                         f"without backreferences or lookaround): {detail}") from None
     return text
 
 
@@ -118,9 +135,9 @@ class Scope:
         if (self.rule is ScopeRule.SAME_DOMAIN
                 and registered_domain(host_key(url)) not in self.kept):
             return f"{OUT_OF_SCOPE} ({self.rule})"
-        if self.include and not any(re.search(p, url) for p in self.include):
+        if self.include and not any(compiled(p).search(url) for p in self.include):
             return f"{OUT_OF_SCOPE} (include)"
-        if any(re.search(p, url) for p in self.exclude):
+        if any(compiled(p).search(url) for p in self.exclude):
             return f"{OUT_OF_SCOPE} (exclude)"
         return None
 
