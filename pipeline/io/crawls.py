@@ -26,6 +26,7 @@ Row layout (family `c`, every cell but the counters at timestamp 0 so a rewrite 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import struct
@@ -58,6 +59,7 @@ from pipeline.core.crawl_states import (
     transition,
 )
 from pipeline.core.records import PageState
+from pipeline.core.scope import Scope, ScopeRule, seed_hosts
 from pipeline.io.bigtable import (
     COUNTERS,
     CRAWLS_FAMILY,
@@ -151,6 +153,14 @@ class Crawl:
     def hosts_active(self) -> int:
         """Hosts with work of the crawl now: queued URLs, a request in flight or overflow."""
         return max(0, self.counters["hosts_activated"] - self.counters["hosts_idled"])
+
+    @functools.cached_property
+    def scope(self) -> Scope:
+        """Which URLs the crawl may fetch. Worked out once per read of the record, since the
+        scheduler asks for it on every event, and from the seeds' hosts only for a rule that
+        keeps them (a crawl may have millions of seeds)."""
+        keeps_seeds = self.limits.scope in (ScopeRule.SAME_HOST, ScopeRule.SAME_DOMAIN)
+        return self.limits.crawl_scope(seed_hosts(self.seeds) if keeps_seeds else ())
 
     @property
     def deadline(self) -> float | None:

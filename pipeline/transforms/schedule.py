@@ -41,7 +41,7 @@ from apache_beam.utils.timestamp import Timestamp
 
 from pipeline.core.budget import BlockPageBudget
 from pipeline.core.counters import RECORD_COUNTERS, Counter, Maximum
-from pipeline.core.crawl_states import CrawlLimits, keeps_waiting
+from pipeline.core.crawl_states import keeps_waiting
 from pipeline.core.fleet_host import TOMBSTONE_S, CrawlTerms, FleetDecision, FleetHostState
 from pipeline.core.politeness import (
     TIME_BUDGET_REASON,
@@ -65,7 +65,7 @@ from pipeline.core.records import (
     RobotsRequest,
 )
 from pipeline.core.robots_relay import RobotsErrand, RobotsReply
-from pipeline.core.scope import OUT_OF_SCOPE, Scope, ScopeRule, seed_hosts
+from pipeline.core.scope import OUT_OF_SCOPE
 from pipeline.io.bigtable import BigtableConfig, CrawlNotFound
 from pipeline.io.crawls import Crawl, read_crawl
 from pipeline.io.dns import parse_resolve
@@ -132,30 +132,8 @@ def crawl_policy(base: HostPolicy, crawl: Crawl) -> HostPolicy:
         # link-dense sites; sizing it from the crawl's host budget keeps state kilobytes.
         bloom_capacity=min(4 * per_host, 1_000_000),
         deadline=crawl.deadline,
-        scope=_crawl_scope(crawl.id, limits, crawl.seeds),
+        scope=crawl.scope,
     )
-
-
-# Narrowed scopes by crawl and limits. A crawl's policy is made per event, and its seeds (a
-# crawl's seeds never change) may be millions: they are read once per crawl, and are not part
-# of the key, which is hashed on every event.
-_SCOPES: dict[tuple[str, CrawlLimits], Scope] = {}
-_SCOPES_KEPT = 256
-_SCOPES_LOCK = threading.Lock()
-
-
-def _crawl_scope(crawl_id: str, limits: CrawlLimits, seeds: tuple[str, ...]) -> Scope:
-    if limits.scope in (None, ScopeRule.ALL) and not limits.include and not limits.exclude:
-        return Scope()  # every URL: nothing to work out
-    key = (crawl_id, limits)
-    scope = _SCOPES.get(key)
-    if scope is None:
-        scope = limits.crawl_scope(seed_hosts(seeds))
-        with _SCOPES_LOCK:  # a worker's threads share it
-            if len(_SCOPES) >= _SCOPES_KEPT:
-                _SCOPES.pop(next(iter(_SCOPES)))  # the oldest crawl's
-            _SCOPES[key] = scope
-    return scope
 
 
 def agent_token(user_agent: str) -> str:
