@@ -584,17 +584,16 @@ class CrawlOptions:
 
     def __post_init__(self) -> None:
         # Every value against its declaration (the value type's range, the upper bound, the
-        # choices): the same words as the command line gives.
+        # choices), each item of a repeatable one: the same words as the command line gives.
         for opt in OPTIONS:
             value = getattr(self, opt.dest)
-            if value is None or opt.action is not None:
+            if value is None or opt.action not in (None, "append"):
                 continue
-            if opt.choices is not None and value not in opt.choices:
-                raise ValueError(f"{opt.flag} {value!r}: use one of {', '.join(opt.choices)}")
-            opt.check(value)
-        for dest in ("include", "exclude"):
-            for pattern in getattr(self, dest):
-                option(dest).check(pattern)  # raises ValueError naming the flag and the regex
+            for item in (value if opt.action == "append" else (value,)):
+                if opt.choices is not None and item not in opt.choices:
+                    raise ValueError(
+                        f"{opt.flag} {item!r}: use one of {', '.join(opt.choices)}")
+                opt.check(item)
         for spec in self.resolve:
             parse_resolve(spec)  # raises ValueError naming the expected form
         for spec in self.allow_networks:
