@@ -27,6 +27,7 @@ class Counter(StrEnum):
     BATCHES_PUBLISHED_LINKS = "batches_published_links"
     BATCHES_PUBLISHED_SPILL = "batches_published_spill"
     BATCHES_PUBLISHED_SEEDS = "batches_published_seeds"
+    BATCHES_PUBLISHED_SITEMAP = "batches_published_sitemap"
     BATCHES_PUBLISHED_THROTTLE = "batches_published_throttle"
     BATCHES_PUBLISHED_RELEASE = "batches_published_release"
     BATCHES_PUBLISHED_DEAD_LETTER = "batches_published_dead_letter"

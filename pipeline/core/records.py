@@ -69,6 +69,7 @@ class BatchKind(StrEnum):
     SEEDS = "seeds"
     LINKS = "links"  # found on a page (or a redirect's target)
     SPILL = "spill"  # accepted once already, handed back by a full host queue: no seen-check
+    SITEMAP = "sitemap"  # listed in a sitemap of its host (the --sitemaps option)
 
 
 class HostSignalKind(StrEnum):
