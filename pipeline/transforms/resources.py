@@ -27,6 +27,7 @@ from typing import Any
 
 from apache_beam.utils.shared import Shared
 
+from pipeline.core.budget import BudgetBlocks
 from pipeline.core.counters import Counter, record_name
 from pipeline.io.bigtable import (
     BigtableConfig,
@@ -165,6 +166,8 @@ class WorkerResources:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._open = _Open()
+        # The pages this process holds of each crawl's budget (pipeline.core.budget).
+        self.budget_blocks = BudgetBlocks()
         # Closed when collected too (Shared lets go of it when the endpoints change).
         self._finalizer = weakref.finalize(self, self._open.close)
         _LIVE.add(self)
@@ -175,6 +178,7 @@ class WorkerResources:
         self._lock = threading.Lock()
         self._finalizer.detach()
         self._open = _Open()
+        self.budget_blocks = BudgetBlocks()  # the parent's blocks are the parent's to spend
         self._finalizer = weakref.finalize(self, self._open.close)
 
     # --- Pub/Sub ----------------------------------------------------------------------------
