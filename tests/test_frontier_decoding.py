@@ -23,8 +23,9 @@ from pipeline.core.records import (
 from pipeline.core.robots_relay import RobotsFetch, RobotsReply
 from pipeline.core.urls import url_hash
 from pipeline.io.crawls import Crawl
-from pipeline.transforms.frontier import REDRIVE, DecodeFrontierFn
+from pipeline.transforms.frontier import DecodeFrontierFn
 from pipeline.transforms.schedule import crawl_policy
+from pipeline.transforms.tags import Tag
 from tests.harness_hosts import decode_bundle
 
 BASE = HostPolicy(user_agent="shared/1.0", min_delay=1.0, max_crawl_delay=30.0, max_depth=None,
@@ -126,7 +127,7 @@ def test_a_redriven_dead_letter_leaves_for_the_store_whatever_its_crawl():
                           warc=RecordPointer("c/warc/s.warc.gz", 10, 20), depth=2,
                           fetched_at=1.5) for crawl_id in ("c1", "c2")]
     out = decode_bundle(decode, [letter.to_bytes() for letter in letters])
-    assert [(o.tag, o.value) for o in out] == [(REDRIVE, letter) for letter in letters]
+    assert [(o.tag, o.value) for o in out] == [(Tag.REDRIVE, letter) for letter in letters]
 
 
 def test_a_resumed_crawl_s_seen_marks_are_keyed_by_host_with_their_crawl():

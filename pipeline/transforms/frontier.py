@@ -40,10 +40,10 @@ from pipeline.io.bigtable import BigtableConfig, check_crawl_id
 from pipeline.io.pubsub import MESSAGE_ID, publish_once
 from pipeline.metrics import CrawlCounter, crawl_counter
 from pipeline.transforms.resources import CrawlCounts, worker_resources
+from pipeline.transforms.tags import Tag
 
 log = logging.getLogger(__name__)
 
-REDRIVE = "redrive"
 
 
 # What a host's scheduler is handed: URLs to offer, seen-marks, a signal about the host, a
@@ -144,7 +144,7 @@ class DecodeFrontierFn(beam.DoFn):
         if isinstance(message, DeadLetter):
             self._count(crawl_id, self._received)
             self._count(crawl_id, self._redriven)
-            yield beam.pvalue.TaggedOutput(REDRIVE, message)
+            yield beam.pvalue.TaggedOutput(Tag.REDRIVE, message)
             return
         self._count(crawl_id, self._received)
         if isinstance(message, RobotsRequest | RobotsAnswer | HostWake):
@@ -210,9 +210,9 @@ class ReadFrontier(beam.PTransform):
             # A str key gets a deterministic coder: the host scheduler's state is keyed by it.
             # (The hint applies to the main output.)
             .with_output_types(tuple[str, tuple[str, HostMessage]])
-            .with_outputs(REDRIVE, main="batches")
+            .with_outputs(Tag.REDRIVE, main="batches")
         )
-        return FrontierOutputs(decoded.batches, decoded[REDRIVE])
+        return FrontierOutputs(decoded.batches, decoded[Tag.REDRIVE])
 
 
 class PublishFn(beam.DoFn):
