@@ -33,7 +33,7 @@ import threading
 import time
 import types
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pipeline.io.pubsub import MESSAGE_ID, Deduplicator
@@ -435,8 +435,31 @@ def _install() -> bool:
     )
     from apache_beam.transforms import core, userstate
 
-    original_args = core.get_function_args_defaults
-    original_specs = userstate.get_dofn_specs
+    cached_specs, cached_is_stateful = _cached_dofn_specs(userstate.get_dofn_specs)
+    try:
+        _install_no_pickle_round_trip(transform_evaluator)
+        _install_frontier_pulls(transform_evaluator, short=True)
+        _install_idle_pauses(executor)
+        _install_cached_option_views(transform_evaluator)
+        _install_cheaper_timer_scan(evaluation_context, watermark_manager)
+        _patch(core, "get_function_args_defaults",
+               _cached_function_args(core.get_function_args_defaults))
+        _patch(userstate, "get_dofn_specs", cached_specs)
+        _patch(userstate, "is_stateful_dofn", cached_is_stateful)
+        _patch(transform_evaluator, "get_dofn_specs", cached_specs)
+        _patch(transform_evaluator, "is_stateful_dofn", cached_is_stateful)
+    except AttributeError as exc:  # a name moved despite the release check: leave Beam be
+        log.warning("Beam's local runner is not as expected (%s): running without speedups", exc)
+        _undo_patches()
+        _install_frontier_pulls(transform_evaluator, short=False)
+        return False
+    return True
+
+
+def _cached_function_args(original_args: Callable[[Any], Any]
+                          ) -> Callable[[Any], tuple[list[str], list[Any]]]:
+    """Beam's get_function_args_defaults, answered once per function (and per function behind
+    a bound method) instead of inspecting its signature at every call."""
 
     @functools.lru_cache(maxsize=4096)
     def _args_by_function(func: Any, bound: bool) -> tuple[tuple[str, ...], tuple[Any, ...]]:
@@ -455,12 +478,20 @@ def _install() -> bool:
             return original_args(f)
         return list(args), list(defaults)
 
-    # Specs come from the bound methods get_dofn_specs finds on the instance: the class's,
-    # unless the instance shadows one (Beam's Map and FlatMap wrappers keep the user's
-    # function as an instance attribute `process`), plus any bound method the instance holds.
-    # Keyed by the class and those instance attributes (the function behind a bound method,
-    # None for a plain function, which get_dofn_specs skips), every DoFn is cached, the Map
-    # wrappers too.
+    return cached_args
+
+
+def _cached_dofn_specs(original_specs: Callable[[Any], Any]
+                       ) -> tuple[Callable[[Any], tuple[set[Any], set[Any]]],
+                                  Callable[[Any], bool]]:
+    """Beam's get_dofn_specs and is_stateful_dofn, answered once per kind of DoFn.
+
+    Specs come from the bound methods get_dofn_specs finds on the instance: the class's,
+    unless the instance shadows one (Beam's Map and FlatMap wrappers keep the user's function
+    as an instance attribute `process`), plus any bound method the instance holds. Keyed by
+    the class and those instance attributes (the function behind a bound method, None for a
+    plain function, which get_dofn_specs skips), every DoFn is cached, the Map wrappers too.
+    """
     spec_cache: dict[tuple[Any, ...], tuple[frozenset[Any], frozenset[Any]]] = {}
 
     def spec_key(dofn: Any) -> tuple[Any, ...]:
@@ -487,20 +518,4 @@ def _install() -> bool:
         states, timers = cached_specs(dofn)
         return bool(states or timers)
 
-    try:
-        _install_no_pickle_round_trip(transform_evaluator)
-        _install_frontier_pulls(transform_evaluator, short=True)
-        _install_idle_pauses(executor)
-        _install_cached_option_views(transform_evaluator)
-        _install_cheaper_timer_scan(evaluation_context, watermark_manager)
-        _patch(core, "get_function_args_defaults", cached_args)
-        _patch(userstate, "get_dofn_specs", cached_specs)
-        _patch(userstate, "is_stateful_dofn", cached_is_stateful)
-        _patch(transform_evaluator, "get_dofn_specs", cached_specs)
-        _patch(transform_evaluator, "is_stateful_dofn", cached_is_stateful)
-    except AttributeError as exc:  # a name moved despite the release check: leave Beam be
-        log.warning("Beam's local runner is not as expected (%s): running without speedups", exc)
-        _undo_patches()
-        _install_frontier_pulls(transform_evaluator, short=False)
-        return False
-    return True
+    return cached_specs, cached_is_stateful
