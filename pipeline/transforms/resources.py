@@ -56,7 +56,7 @@ class CrawlCounts:
     gathered from every DoFn and written by a thread of their own every `flush_s`, one
     read-modify-write per crawl, rather than by each bundle: a local crawl makes a bundle
     for every timer firing, and a write per bundle and stage would cost more CPU than the
-    pages (0.4 ms each against the emulator).
+    pages themselves.
 
     A write that fails keeps its counts for the next one. Counts are at least once: a
     retried bundle counts again, and a write whose answer was lost may be applied twice.

@@ -128,7 +128,7 @@ class StorePages(beam.PTransform):
         self._page_step = page_step
 
     def expand(self, fetched: PCollection[FetchResult]) -> StoreOutputs:
-        # No Reshuffle before the write: it would carry every body (~100 KB of a real page)
+        # No Reshuffle before the write: it would carry every body (most of a page's bytes)
         # through the shuffle to save a parse that then runs on another worker, while the
         # first shuffle after the parse (content dedup, keyed by text) spreads the pages anyway.
         parsed = (
