@@ -206,16 +206,14 @@ def test_the_bigquery_table_is_the_parquet_column_list(terraform) -> None:
     assert tuple(_value(table["clustering"])) == CLUSTER_FIELDS
 
 
-def test_the_bucket_is_private_and_cleans_temp_and_staging(terraform) -> None:
-    (bucket,) = resources(terraform, "google_storage_bucket").values()
-    assert _value(bucket["uniform_bucket_level_access"]) is True
-    assert _value(bucket["public_access_prevention"]) == "enforced"
-    prefixes = {
-        prefix
-        for rule in bucket["lifecycle_rule"]
-        for prefix in _value(_value(rule["condition"]).get("matches_prefix", [[]]))
-    }
-    assert {"temp/", "staging/"} <= prefixes
+def test_every_bucket_is_private(terraform) -> None:
+    # Output, temp, staging and the template spec (tests/test_worker_rights.py: who writes
+    # which).
+    buckets = resources(terraform, "google_storage_bucket")
+    assert set(buckets) == {"crawl", "temp", "staging", "templates"}
+    for label, bucket in buckets.items():
+        assert _value(bucket["uniform_bucket_level_access"]) is True, label
+        assert _value(bucket["public_access_prevention"]) == "enforced", label
 
 
 def test_the_job_drains_on_delete_and_runs_as_the_worker(terraform) -> None:
