@@ -411,3 +411,26 @@ def test_nobody_may_call_the_api_unless_named_and_never_everybody(terraform) -> 
         assert re.fullmatch(pattern, member), member
     for member in ("allUsers", "allAuthenticatedUsers", "user:", "ops@example.com"):
         assert not re.fullmatch(pattern, member), member
+
+
+# --- State ------------------------------------------------------------------------------------
+
+
+def test_the_state_backend_example_is_a_gcs_backend_on_a_versioned_bucket() -> None:
+    hcl2 = pytest.importorskip("hcl2", reason="pip install -e '.[test]' (checkov brings hcl2)")
+    example = TERRAFORM / "backend.tf.example"
+    (block,) = hcl2.loads(example.read_text())["terraform"]
+    (backend,) = block["backend"]
+    gcs = backend["gcs"]
+    assert _value(gcs["bucket"]) and _value(gcs["prefix"])
+    assert "--versioning" in example.read_text()
+
+
+def test_the_provider_lock_file_would_be_committed_and_the_providers_not() -> None:
+    def ignored(path: str) -> bool:
+        return subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT,
+                              timeout=30).returncode == 0
+
+    assert not ignored("terraform/.terraform.lock.hcl")
+    assert ignored("terraform/.terraform/providers/x")
+    assert ignored("terraform/terraform.tfstate")
