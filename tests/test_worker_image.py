@@ -73,3 +73,10 @@ def test_the_deploy_guide_builds_and_runs_the_template_on_one_image() -> None:
     assert 'sdk_container_image="$IMAGE"' in guide
     dataflow_tf = (ROOT / "terraform" / "dataflow.tf").read_text()
     assert re.search(r"sdk_container_image\s+= local\.image", dataflow_tf)
+    # ... which the provider sends as the launch environment's field of Dataflow's API.
+    import googleapiclient
+
+    discovery = json.loads((Path(googleapiclient.__file__).parent / "discovery_cache" /
+                            "documents" / "dataflow.v1b3.json").read_text())
+    environment = discovery["schemas"]["FlexTemplateRuntimeEnvironment"]["properties"]
+    assert "worker harness" in environment["sdkContainerImage"]["description"]
