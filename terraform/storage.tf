@@ -70,7 +70,9 @@ resource "google_storage_bucket" "temp" {
   depends_on = [google_project_service.apis]
 }
 
-# A launch's staged files: read when the job starts, never again once it runs.
+# A launch's staged files (the job's pipeline, the launcher's package list). A streaming job
+# runs for weeks and a worker it adds later may read them, so age never deletes them: they
+# are a few megabytes per launch. Only replaced versions go.
 resource "google_storage_bucket" "staging" {
   #checkov:skip=CKV_GCP_62:Object access is recorded by Cloud Audit Logs; a usage-log bucket would be one more unlogged bucket.
   name                        = local.buckets.staging
@@ -83,15 +85,6 @@ resource "google_storage_bucket" "staging" {
 
   versioning {
     enabled = true
-  }
-
-  lifecycle_rule {
-    condition {
-      age = var.temp_retention_days
-    }
-    action {
-      type = "Delete"
-    }
   }
 
   lifecycle_rule {

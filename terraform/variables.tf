@@ -97,7 +97,7 @@ variable "bucket_name" {
 }
 
 variable "temp_retention_days" {
-  description = "Days after which objects of the temp and staging buckets are deleted (Dataflow leaves them behind)."
+  description = "Days after which objects of the temp bucket are deleted (Dataflow leaves them behind). The staging bucket keeps a launch's files: a running job's new workers may read them."
   type        = number
   default     = 7
 
