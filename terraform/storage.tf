@@ -58,6 +58,12 @@ resource "google_storage_bucket" "temp" {
   force_destroy               = true
   labels                      = var.labels
 
+  # Temp files are written and deleted all day: soft-deleted copies would only be billed
+  # (Beam warns about a temp or staging bucket with a soft-delete policy).
+  soft_delete_policy {
+    retention_duration_seconds = 0
+  }
+
   lifecycle_rule {
     condition {
       age = var.temp_retention_days
