@@ -88,7 +88,13 @@ resource "google_storage_bucket_iam_member" "worker_temp" {
 
 resource "google_storage_bucket_iam_member" "worker_staging" {
   # objectCreator creates objects only: overwriting one needs storage.objects.delete too.
-  for_each = toset(["roles/storage.objectViewer", "roles/storage.objectCreator"])
+  # legacyBucketReader is storage.buckets.get (and objects.list), which Beam's staging calls
+  # first (apiclient.stage_file: get_bucket), read only.
+  for_each = toset([
+    "roles/storage.objectViewer",
+    "roles/storage.objectCreator",
+    "roles/storage.legacyBucketReader",
+  ])
 
   bucket = google_storage_bucket.staging.name
   role   = each.value
@@ -133,8 +139,11 @@ resource "google_storage_bucket_iam_member" "launcher_templates" {
 }
 
 resource "google_storage_bucket_iam_member" "launcher_staging" {
+  # Staging reads the bucket first (storage.buckets.get: legacyBucketReader), then writes.
+  for_each = toset(["roles/storage.objectAdmin", "roles/storage.legacyBucketReader"])
+
   bucket = google_storage_bucket.staging.name
-  role   = "roles/storage.objectAdmin"
+  role   = each.value
   member = local.launcher
 }
 

@@ -145,7 +145,8 @@ def test_the_worker_writes_the_output_and_temp_and_reads_staging(terraform) -> N
     assert on_bucket == {
         where["output"]: {"roles/storage.objectAdmin"},
         where["temp"]: {"roles/storage.objectAdmin"},
-        where["staging"]: {"roles/storage.objectViewer", "roles/storage.objectCreator"},
+        where["staging"]: {"roles/storage.objectViewer", "roles/storage.objectCreator",
+                           "roles/storage.legacyBucketReader"},
     }
 
 
@@ -155,7 +156,7 @@ def test_the_launcher_account_writes_the_spec(terraform) -> None:
         _bucket_label(_value(body["bucket"]))
         for body in resources(terraform, "google_storage_bucket_iam_member").values()
         if _value(body["member"]) == "${local.launcher}"
-        and _value(body["role"]) == "roles/storage.objectAdmin"
+        and "roles/storage.objectAdmin" in _roles(body)
     }
     assert writes == {where["templates"], where["staging"]}
 
