@@ -80,6 +80,13 @@ resource "google_storage_bucket_iam_member" "worker_output" {
   member = local.worker
 }
 
+# The same grant as before the buckets were split: a deployment that had it keeps it, with no
+# moment without it for a running job.
+moved {
+  from = google_storage_bucket_iam_member.worker
+  to   = google_storage_bucket_iam_member.worker_output
+}
+
 resource "google_storage_bucket_iam_member" "worker_temp" {
   bucket = google_storage_bucket.temp.name
   role   = "roles/storage.objectAdmin"
