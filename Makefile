@@ -12,10 +12,12 @@ TEST_WORKERS ?= 2
 
 .PHONY: demo test bench lint clean browser
 
-$(BIN)/crawler: pyproject.toml
+# The synthetic web is a distribution of its own (testweb/pyproject.toml), kept out of the
+# crawler's wheel and image; a checkout installs both.
+$(BIN)/crawler: pyproject.toml testweb/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test]' -e ./testweb
 	@touch $@
 
 demo: $(BIN)/crawler

@@ -16,7 +16,9 @@ than let them apply to no crawl.
 On Dataflow it also asks for what the crawler needs there (docs/architecture.md, "Running on
 Dataflow"): a streaming job on Streaming Engine; one SDK process per worker, so the process
 that started a host's fetch is the one whose timer collects it; workers on the image that has
-this package installed (`--sdk_container_image`); output on Cloud Storage.
+this package installed (`--sdk_container_image`), with nothing staged for the workers to
+install over it (no `--setup_file`, `--requirements_file` or `--extra_package`); output on
+Cloud Storage.
 
 It does not create topics, tables or subscriptions (terraform/ does), start crawls (the
 control API does), or patch any runner. On a local runner the job lives only as long as this
@@ -122,6 +124,16 @@ def _complete_for_dataflow(options: PipelineOptions, crawl: CrawlOptions) -> Non
             "have this package, and every DoFn of the crawl would fail to unpickle "
             "(ModuleNotFoundError: pipeline); give the image built from templates/Dockerfile")
     setup = options.view_as(SetupOptions)
+    staged = [flag for flag, given in (("--setup_file", setup.setup_file),
+                                       ("--requirements_file", setup.requirements_file),
+                                       ("--extra_package", setup.extra_packages)) if given]
+    if staged:
+        # A Flex Template image that sets FLEX_TEMPLATE_PYTHON_SETUP_FILE passes --setup_file.
+        raise LaunchError(
+            f"{', '.join(staged)}: the workers run the crawler's image "
+            "(--sdk_container_image), which holds the package and every dependency; a staged "
+            "copy would be installed over it at every worker start. Build what the job needs "
+            "into the image (templates/Dockerfile) instead")
     if setup.sdk_location == "default":
         setup.sdk_location = "container"  # the image has the SDK; do not stage another
     options.view_as(GoogleCloudOptions).enable_streaming_engine = True

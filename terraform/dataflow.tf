@@ -4,7 +4,7 @@
 
 locals {
   image         = "${var.region}-docker.pkg.dev/${var.project_id}/${google_artifact_registry_repository.crawler.repository_id}/crawler:${var.image_tag}"
-  template_spec = "gs://${google_storage_bucket.crawl.name}/templates/crawler.json"
+  template_spec = "gs://${google_storage_bucket.templates.name}/crawler.json"
 
   # Template parameters by the launcher's option names (templates/metadata.json). Resource
   # names come from the resources above, so the job reads and writes exactly what this module
@@ -42,8 +42,8 @@ resource "google_dataflow_flex_template_job" "crawler" {
   service_account_email   = google_service_account.worker.email
   subnetwork              = google_compute_subnetwork.workers.self_link
   ip_configuration        = "WORKER_IP_PRIVATE"
-  temp_location           = "gs://${google_storage_bucket.crawl.name}/temp"
-  staging_location        = "gs://${google_storage_bucket.crawl.name}/staging"
+  temp_location           = "gs://${google_storage_bucket.temp.name}"
+  staging_location        = "gs://${google_storage_bucket.staging.name}"
   machine_type            = var.machine_type
   max_workers             = var.max_workers
 
@@ -52,7 +52,9 @@ resource "google_dataflow_flex_template_job" "crawler" {
     google_pubsub_subscription_iam_member.worker_frontier,
     google_pubsub_topic_iam_member.worker_publish,
     google_bigtable_instance_iam_member.worker,
-    google_storage_bucket_iam_member.worker,
+    google_storage_bucket_iam_member.worker_output,
+    google_storage_bucket_iam_member.worker_temp,
+    google_storage_bucket_iam_member.worker_staging,
     google_bigquery_dataset_iam_member.worker,
     google_artifact_registry_repository_iam_member.worker,
     google_bigtable_gc_policy.pages,

@@ -67,10 +67,44 @@ resource "google_bigtable_instance_iam_member" "worker" {
   member   = local.worker
 }
 
-resource "google_storage_bucket_iam_member" "worker" {
-  # Segments and Parquet parts, Dataflow temp and staging, and the template spec.
+# Buckets (storage.tf): the worker writes the crawl output and Dataflow's temp files, both
+# with replace and delete (Beam's file sinks write temporary files and rename them). On the
+# staging bucket it reads, and may add files but never replace or delete one: the Flex
+# Template launcher VM runs as this account and stages the job's pipeline there, which
+# Google documents as needing write access to the staging location. No grant on the
+# template spec's bucket. tests/test_worker_rights.py fails on any grant that would let this
+# account write the spec or replace a staged file, here or at project level.
+resource "google_storage_bucket_iam_member" "worker_output" {
   bucket = google_storage_bucket.crawl.name
   role   = "roles/storage.objectAdmin"
+  member = local.worker
+}
+
+# The same grant as before the buckets were split: a deployment that had it keeps it, with no
+# moment without it for a running job.
+moved {
+  from = google_storage_bucket_iam_member.worker
+  to   = google_storage_bucket_iam_member.worker_output
+}
+
+resource "google_storage_bucket_iam_member" "worker_temp" {
+  bucket = google_storage_bucket.temp.name
+  role   = "roles/storage.objectAdmin"
+  member = local.worker
+}
+
+resource "google_storage_bucket_iam_member" "worker_staging" {
+  # objectCreator creates objects only: overwriting one needs storage.objects.delete too.
+  # legacyBucketReader is storage.buckets.get (and objects.list), which Beam's staging calls
+  # first (apiclient.stage_file: get_bucket), read only.
+  for_each = toset([
+    "roles/storage.objectViewer",
+    "roles/storage.objectCreator",
+    "roles/storage.legacyBucketReader",
+  ])
+
+  bucket = google_storage_bucket.staging.name
+  role   = each.value
   member = local.worker
 }
 
@@ -103,10 +137,26 @@ resource "google_service_account_iam_member" "launcher_acts_as_worker" {
   member             = local.launcher
 }
 
-resource "google_storage_bucket_iam_member" "launcher" {
-  # The template spec and the staged files of a launch.
-  bucket = google_storage_bucket.crawl.name
+# Builds the template spec; stages a launch made without the template (python -m
+# pipeline.main); reads what crawls stored (`crawler page --text`, `crawler query`).
+resource "google_storage_bucket_iam_member" "launcher_templates" {
+  bucket = google_storage_bucket.templates.name
   role   = "roles/storage.objectAdmin"
+  member = local.launcher
+}
+
+resource "google_storage_bucket_iam_member" "launcher_staging" {
+  # Staging reads the bucket first (storage.buckets.get: legacyBucketReader), then writes.
+  for_each = toset(["roles/storage.objectAdmin", "roles/storage.legacyBucketReader"])
+
+  bucket = google_storage_bucket.staging.name
+  role   = each.value
+  member = local.launcher
+}
+
+resource "google_storage_bucket_iam_member" "launcher_output" {
+  bucket = google_storage_bucket.crawl.name
+  role   = "roles/storage.objectViewer"
   member = local.launcher
 }
 

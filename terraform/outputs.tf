@@ -19,8 +19,18 @@ output "template_spec" {
 }
 
 output "bucket" {
-  description = "Bucket of the crawl output, Dataflow temp and staging files and the template spec."
+  description = "Bucket of the crawl output (segments and Parquet parts under crawls/)."
   value       = google_storage_bucket.crawl.name
+}
+
+output "temp_location" {
+  description = "The job's temp_location: Dataflow's temporary files."
+  value       = "gs://${google_storage_bucket.temp.name}"
+}
+
+output "staging_location" {
+  description = "The job's staging_location: what a launch stages."
+  value       = "gs://${google_storage_bucket.staging.name}"
 }
 
 output "bigtable_instance" {

@@ -86,17 +86,18 @@ variable "overflow_ttl_days" {
 }
 
 variable "bucket_name" {
-  description = "Cloud Storage bucket for WARC/WET segments, Parquet parts, Dataflow temp and staging files and the Flex Template spec. Globally unique."
+  description = "Cloud Storage bucket for WARC/WET segments and Parquet parts; Dataflow's temp and staging files and the Flex Template spec go to the buckets NAME-temp, NAME-staging and NAME-templates (storage.tf). Globally unique."
   type        = string
 
   validation {
-    condition     = can(regex("^[a-z0-9][a-z0-9_-]{1,61}[a-z0-9]$", var.bucket_name)) && !startswith(var.bucket_name, "goog")
-    error_message = "bucket_name must be 3-63 lowercase letters, digits, hyphens or underscores, not starting with 'goog'."
+    # 53, not 63: "-templates" is appended for the template spec's bucket.
+    condition     = can(regex("^[a-z0-9][a-z0-9_-]{1,51}[a-z0-9]$", var.bucket_name)) && !startswith(var.bucket_name, "goog")
+    error_message = "bucket_name must be 3-53 lowercase letters, digits, hyphens or underscores (NAME-templates must fit 63), not starting with 'goog'."
   }
 }
 
 variable "temp_retention_days" {
-  description = "Days after which objects under temp/ and staging/ of the bucket are deleted (Dataflow leaves them behind)."
+  description = "Days after which objects of the temp bucket are deleted (Dataflow leaves them behind). The staging bucket keeps a launch's files: a running job's new workers may read them."
   type        = number
   default     = 7
 

@@ -206,16 +206,14 @@ def test_the_bigquery_table_is_the_parquet_column_list(terraform) -> None:
     assert tuple(_value(table["clustering"])) == CLUSTER_FIELDS
 
 
-def test_the_bucket_is_private_and_cleans_temp_and_staging(terraform) -> None:
-    (bucket,) = resources(terraform, "google_storage_bucket").values()
-    assert _value(bucket["uniform_bucket_level_access"]) is True
-    assert _value(bucket["public_access_prevention"]) == "enforced"
-    prefixes = {
-        prefix
-        for rule in bucket["lifecycle_rule"]
-        for prefix in _value(_value(rule["condition"]).get("matches_prefix", [[]]))
-    }
-    assert {"temp/", "staging/"} <= prefixes
+def test_every_bucket_is_private(terraform) -> None:
+    # Output, temp, staging and the template spec (tests/test_worker_rights.py: who writes
+    # which).
+    buckets = resources(terraform, "google_storage_bucket")
+    assert set(buckets) == {"crawl", "temp", "staging", "templates"}
+    for label, bucket in buckets.items():
+        assert _value(bucket["uniform_bucket_level_access"]) is True, label
+        assert _value(bucket["public_access_prevention"]) == "enforced", label
 
 
 def test_the_job_drains_on_delete_and_runs_as_the_worker(terraform) -> None:
@@ -413,3 +411,26 @@ def test_nobody_may_call_the_api_unless_named_and_never_everybody(terraform) -> 
         assert re.fullmatch(pattern, member), member
     for member in ("allUsers", "allAuthenticatedUsers", "user:", "ops@example.com"):
         assert not re.fullmatch(pattern, member), member
+
+
+# --- State ------------------------------------------------------------------------------------
+
+
+def test_the_state_backend_example_is_a_gcs_backend_on_a_versioned_bucket() -> None:
+    hcl2 = pytest.importorskip("hcl2", reason="pip install -e '.[test]' (checkov brings hcl2)")
+    example = TERRAFORM / "backend.tf.example"
+    (block,) = hcl2.loads(example.read_text())["terraform"]
+    (backend,) = block["backend"]
+    gcs = backend["gcs"]
+    assert _value(gcs["bucket"]) and _value(gcs["prefix"])
+    assert "--versioning" in example.read_text()
+
+
+def test_the_provider_lock_file_would_be_committed_and_the_providers_not() -> None:
+    def ignored(path: str) -> bool:
+        return subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT,
+                              timeout=30).returncode == 0
+
+    assert not ignored("terraform/.terraform.lock.hcl")
+    assert ignored("terraform/.terraform/providers/x")
+    assert ignored("terraform/terraform.tfstate")

@@ -10,10 +10,23 @@ pipeline.local.runtime and testweb.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import signal
 import sys
 import time
+
+# The commands that serve the synthetic web. It is a distribution of its own
+# (testweb/pyproject.toml) that a checkout installs and the crawler's wheel and image do not.
+SYNTHETIC_WEB_COMMANDS = ("testweb", "demo")
+SYNTHETIC_WEB_MISSING = (
+    "crawler {command}: the synthetic web (the `testweb` package) is not installed; it is not "
+    "part of the crawler's wheel or image. From a checkout of the crawler's repository: "
+    "pip install -e ./testweb (or `make demo`, which installs both)")
+
+
+def has_synthetic_web() -> bool:
+    return importlib.util.find_spec("testweb") is not None
 
 
 def _testweb(args: argparse.Namespace) -> int:
@@ -73,6 +86,11 @@ def _add_serve(sub) -> None:
 
 
 def _add_testweb(sub) -> None:
+    if not has_synthetic_web():
+        # Listed in --help still, saying what it needs; main() refuses to run it.
+        sub.add_parser("testweb", help="serve the synthetic web on loopback (needs "
+                                       "`pip install -e ./testweb` from a checkout)")
+        return
     from testweb.cli import add_testweb_arguments
 
     testweb = sub.add_parser("testweb", help="serve the synthetic web on loopback")
@@ -192,6 +210,9 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     given = sys.argv[1:] if argv is None else argv
     command = next((arg for arg in given if not arg.startswith("-")), None)
+    if command in SYNTHETIC_WEB_COMMANDS and not has_synthetic_web():
+        print(SYNTHETIC_WEB_MISSING.format(command=command), file=sys.stderr)
+        raise SystemExit(2)
     parser = build_parser([command] if command in COMMANDS else None)
     args = parser.parse_args(given)
     args.started_at = started
