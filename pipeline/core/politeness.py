@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 
 from pipeline.core.bloom import BloomFilter
 from pipeline.core.host_queue import HostQueue, StoredQueue
+from pipeline.core.priority import DEFAULT_PRIORITY, PriorityHook
 from pipeline.core.records import FrontierEntry, PageState
 from pipeline.core.robots import RobotsPolicy
 from pipeline.core.robots_relay import (
@@ -93,6 +94,8 @@ class HostPolicy:
     deadline: float | None = None
     # Which URLs the crawl may fetch: the others end `filtered` before any request.
     scope: Scope = Scope()
+    # The operator's order of each host's queue (--priority); None: first in, first out.
+    priority: PriorityHook | None = None
 
     def __post_init__(self) -> None:
         if self.min_delay <= 0:
@@ -390,17 +393,24 @@ class HostState:
         room = (policy.queue_cap - len(self.queue)) // policy.overflow_chunk
         return range(self.overflow_read, min(self.overflow_written, self.overflow_read + room))
 
-    def refilled(self, wanted: range, chunks: dict[int, tuple[FrontierEntry, ...]]) -> int:
-        """Append the chunks read back for `wanted` to the queue, in order. Returns how many
-        URLs a missing chunk took with it (0 unless the storage lost a row)."""
+    def refilled(self, wanted: range, chunks: dict[int, tuple[FrontierEntry, ...]], *,
+                 by_priority: bool = False) -> int:
+        """Append the chunks read back for `wanted` to the queue, in order (`by_priority`:
+        merge them in by the priorities they were stored with). Returns how many URLs a
+        missing chunk took with it (0 unless the storage lost a row)."""
         lost = 0
+        back: list[FrontierEntry] = []
         for number in wanted:
             chunk = chunks.get(number)
             if chunk is None:
                 log.error("host %s: overflow chunk %d is missing from storage", self.host, number)
                 continue
-            self.queue.extend(chunk)
+            back.extend(chunk)
             self.overflow_urls -= len(chunk)
+        if by_priority:
+            self.queue.merge(back)
+        else:
+            self.queue.extend(back)
         self.overflow_read = max(self.overflow_read, wanted.stop)
         if not self.has_overflow and self.overflow_urls:
             lost, self.overflow_urls = self.overflow_urls, 0
@@ -424,6 +434,7 @@ class HostState:
         *,
         already_accepted: bool = False,
         redirect_hops: int = 0,
+        rank: Callable[[str, int], float] | None = None,
     ) -> tuple[list[FrontierEntry], list[Outcome], list[FrontierEntry]]:
         """Take URLs for this host. Returns (accepted, terminal outcomes, spilled).
 
@@ -432,7 +443,15 @@ class HostState:
         because their first copy has one. An accepted URL the frontier already rejected (too
         long, out of scope) ends `filtered` with that reason. Spilled entries come back from the
         frontier with `already_accepted` and skip the seen-check.
+
+        With policy.priority (a crawl with a priority hook), each URL that goes into the queue
+        gets its priority from `rank(url, depth)` (the hook for the batch's source; no `rank`:
+        the default), the queue takes it in by priority, and what passes the cap, the
+        lowest, is spilled.
         """
+        if policy.priority is not None:
+            return self._offer_by_priority(urls, depth, policy, already_accepted,
+                                           redirect_hops, rank)
         accepted: list[FrontierEntry] = []
         outcomes: list[Outcome] = []
         spilled: list[FrontierEntry] = []
@@ -458,6 +477,39 @@ class HostState:
                 self.queue.append(entry)
         if bloom is not None:
             self.seen = bloom.to_bytes()
+        return accepted, outcomes, spilled
+
+    def _offer_by_priority(
+        self, urls: list[tuple[str, int, str | None]], depth: int, policy: HostPolicy,
+        already_accepted: bool, redirect_hops: int,
+        rank: Callable[[str, int], float] | None,
+    ) -> tuple[list[FrontierEntry], list[Outcome], list[FrontierEntry]]:
+        """offer() for a crawl with a priority hook: as offer(), but the queue is merged
+        by priority, and the lowest entries past the cap are spilled (not the newest)."""
+        accepted: list[FrontierEntry] = []
+        outcomes: list[Outcome] = []
+        queued: list[FrontierEntry] = []
+        bloom = None if already_accepted else self._bloom(policy)
+        for url, url_hash, rejection in urls:
+            if bloom is not None and not bloom.add(url_hash):
+                continue
+            entry = FrontierEntry(url=url, url_hash=url_hash, depth=depth,
+                                  redirect_hops=redirect_hops)
+            if not self.queue and self.lease is None and not accepted and urlsplit(url).scheme:
+                self.scheme = urlsplit(url).scheme
+            if bloom is not None:
+                accepted.append(entry)
+            filtered = rejection or (
+                None if bloom is None else self._filter_reason(entry, policy)
+            )
+            if filtered:
+                outcomes.append(Outcome(entry, PageState.FILTERED, filtered))
+                continue
+            priority = rank(url, depth) if rank is not None else DEFAULT_PRIORITY
+            queued.append(dataclasses.replace(entry, priority=priority) if priority else entry)
+        if bloom is not None:
+            self.seen = bloom.to_bytes()
+        spilled = self.queue.merge(queued, policy.queue_cap) if queued else []
         return accepted, outcomes, spilled
 
     def mark_seen(self, urls: list[tuple[str, int, str | None]], policy: HostPolicy, *,
