@@ -204,6 +204,8 @@ def test_a_full_queue_spills_its_lowest_entries_and_refills_merge_back_in_order(
     # Half the queue is fetched, then what fits comes back: the queue is in order again.
     for _ in range(len(state.queue) // 2 + 1):
         state.queue.popleft()
+    # A URL ranked below everything arrives meanwhile: the refilled ones go before it.
+    state.offer(urls("late"), 1, policy, rank=lambda url, depth: -100.0)
     wanted = state.refill_wanted(policy)
     back = [e for n in wanted for e in chunks[n]]
     before = list(state.queue)
