@@ -1,6 +1,7 @@
 """Priority hooks for `crawler crawl --priority MODULE:FUNCTION`: which URL a host takes next.
 
-    crawler crawl https://example.com/ --priority examples.priority_hooks:shortest_path_first
+    PYTHONPATH=. .venv/bin/crawler crawl https://example.com/ \
+        --priority examples.priority_hooks:shortest_path_first
 
 Each is a function (url, depth, source) -> number, called once per URL when its host accepts
 it, `source` being "seed", "link" or "sitemap". Within one host's queue a higher number is

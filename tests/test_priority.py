@@ -317,3 +317,22 @@ def test_a_crawl_request_that_sets_priority_is_refused_naming_the_option():
                                      "priority": "examples.priority_hooks:sitemap_first"})
     assert "operator's option --priority" in str(refused.value)
     assert "names code" in str(refused.value)
+
+
+def test_the_template_launcher_refuses_a_bad_priority_and_hands_a_good_one_to_the_schedulers(
+        capsys):
+    from pipeline.graph import scheduler_config
+    from pipeline.main import job_options, main
+    from tests.test_dataflow import FLAGS
+
+    assert main([*FLAGS, "--priority", "examples.priority_hooks:nope"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == ("pipeline.main: --priority 'examples.priority_hooks:nope': "
+                    "'examples.priority_hooks' has no attribute 'nope'")
+    _, crawl = job_options([*FLAGS, "--priority", "examples.priority_hooks:shallow_first"])
+    policy = scheduler_config(crawl).policy
+    assert policy.priority == PriorityHook("examples.priority_hooks:shallow_first")
+    # The job ships the policy pickled: the path alone, resolved again in the worker.
+    assert b"shallow_first" in pickle.dumps(policy)
+    assert pickle.loads(pickle.dumps(policy)).priority.priority(
+        "http://x/", 3, PrioritySource.LINK) == (-3.0, None)

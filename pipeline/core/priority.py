@@ -67,7 +67,7 @@ def load_priority(path: str) -> Callable[..., Any]:
         target: Any = importlib.import_module(module_name)
     except ImportError as exc:
         raise ValueError(f"--priority {path!r}: cannot import {module_name!r} ({exc}); the "
-                         "module must be importable where the crawl runs") from None
+                         "module must be installed or on PYTHONPATH where the crawl runs") from None
     except Exception as exc:  # the module itself raised while being imported
         raise ValueError(f"--priority {path!r}: importing {module_name!r} raised "
                          f"{type(exc).__name__}: {exc}") from None
