@@ -73,9 +73,10 @@ def measure(case: str, queue: int, batch: int, offers: int) -> tuple[float, int]
         seen = state.seen
         times.append(time.perf_counter() - start)
         serial += batch
-        # As many fetches as offers keep the queue's length: one URL taken per offer.
+        # As many URLs taken as offered keep the queue at its length.
         state = HostState.restored(fields, cell.read, seen)
-        state.queue.popleft()
+        for _ in range(batch):
+            state.queue.popleft()
         fields, stored = state.stored()
         if stored.data is not None:
             cell.value = stored.data

@@ -35,6 +35,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import accumulate
+from operator import neg
 
 from pipeline.core.records import FrontierEntry
 
@@ -104,26 +105,22 @@ def _decode_all(data: bytes) -> Iterator[FrontierEntry]:
         yield entry
 
 
-def _spans(data: bytes) -> Iterator[tuple[float, int]]:
-    """(priority, offset) of each record in `data`, from the headers alone."""
+def _spans(data: bytes) -> tuple[list[float], list[int]]:
+    """The priority and the byte offset of each record in `data`, from the headers alone."""
+    priorities: list[float] = []
+    offsets: list[int] = []
     offset, end = 0, len(data)
     size_of, priority_of = _SIZE.unpack_from, _PRIORITY.unpack_from
     while offset < end:
+        offsets.append(offset)
         (size,) = size_of(data, offset + _SIZE_AT)
         if size & _WITH_PRIORITY:
-            yield priority_of(data, offset + _HEADER.size)[0], offset
+            priorities.append(priority_of(data, offset + _HEADER.size)[0])
             offset += _HEADER.size + _PRIORITY.size + (size & _SIZE_MASK)
         else:
-            yield 0.0, offset
+            priorities.append(0.0)
             offset += _HEADER.size + size
-
-
-def _offset_of(data: bytes, index: int) -> int:
-    """The byte offset of record `index` in `data` (len(data) if there are fewer)."""
-    for n, (_, offset) in enumerate(_spans(data)):
-        if n == index:
-            return offset
-    return len(data)
+    return priorities, offsets
 
 
 def _count(data: bytes, offset: int) -> int:
@@ -325,34 +322,35 @@ class HostQueue:
         data is written again (the price of an order)."""
         new = list(entries)
         last = (self._tail[-1].priority if self._tail
-                else deque(_spans(self._tail_raw), maxlen=1)[0][0] if self._tail_raw
+                else _spans(self._tail_raw)[0][-1] if self._tail_raw
                 else None)  # (the stored tail is at most TAIL_MAX bytes)
         if last is not None and self._appends(last, new):
             return self._append(new, cap)
         raw = self.to_bytes()
-        spans = list(_spans(raw))
-        if self._appends(spans[-1][0] if spans else float("inf"), new):
+        priorities, offsets = _spans(raw)
+        if self._appends(priorities[-1] if priorities else float("inf"), new):
             return self._append(new, cap)  # the queue was read, but need not be written
         # The highest priority from each position to the end: non-increasing, so the last
         # position whose priority (or a later one's) is at least p is a bisection away.
-        ceiling = [-highest for highest in accumulate((p for p, _ in reversed(spans)), max)]
-        ceiling.reverse()  # negated: non-decreasing from the head
+        ceiling = list(accumulate(reversed(priorities), max))
+        ceiling.reverse()
         slots: dict[int, list[FrontierEntry]] = {}
         for entry in new:
-            slots.setdefault(bisect_right(ceiling, -entry.priority), []).append(entry)
+            slots.setdefault(bisect_right(ceiling, -entry.priority, key=neg), []).append(entry)
         pieces: list[bytes] = []
         start = 0  # the byte offset of the first queued record not yet copied
         for position in sorted(slots):
-            end = spans[position][1] if position < len(spans) else len(raw)
+            end = offsets[position] if position < len(offsets) else len(raw)
             pieces.append(raw[start:end])
             pieces.append(_encode(sorted(slots[position], key=lambda e: -e.priority)))
             start = end
         pieces.append(raw[start:])
         data = b"".join(pieces)
-        count = len(spans) + len(new)
+        count = len(offsets) + len(new)
         lowest: list[FrontierEntry] = []
         if cap is not None and count > cap:
-            cut = _offset_of(data, cap)
+            offsets = _spans(data)[1]
+            cut = offsets[cap] if cap < len(offsets) else len(data)
             lowest = list(_decode_all(data[cut:]))
             data, count = data[:cut], cap
         self.clear()
