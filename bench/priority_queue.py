@@ -6,8 +6,9 @@ order": a host whose queue holds `--queue` URLs (the default cap, 2,000) is offe
 (HostState.stored / restored, the queue's data in a cell of its own). Three cases: no hook
 (first in, first out, the queue's tail appended), a hook whose new URLs rank below every
 queued one (appended too, without decoding the queue), and a hook that ranks them anywhere
-(the queue decoded, merged and written again: the price of the order). It runs no Beam
-pipeline and no network.
+(the queue's records spliced by priority and written again: the price of the order), and
+that last one with the queue full, so that each offer also hands back its lowest URLs. It
+runs no Beam pipeline and no network.
 
     .venv/bin/python -m bench.priority_queue
     .venv/bin/python -m bench.priority_queue --queue 2000 --batch 20 --offers 200
@@ -42,9 +43,10 @@ def _urls(start: int, n: int) -> list[tuple[str, int, str | None]]:
 def measure(case: str, queue: int, batch: int, offers: int) -> tuple[float, int]:
     """Microseconds per offer (median) and the queue bytes written per offer (mean)."""
     hook = None if case == "fifo" else PriorityHook("bench.priority_queue:_never_called")
-    # The queue's cap is above what it will hold, so every offer is taken in (none spills):
-    # the cost measured is ordering, not overflow.
-    policy = HostPolicy(user_agent="bench/1.0", queue_cap=queue + batch * offers,
+    # The queue's cap is above what it will hold, so every offer is taken in (none spills),
+    # except in case "full": the queue is at its cap, and each offer spills its lowest.
+    full = case == "full"
+    policy = HostPolicy(user_agent="bench/1.0", queue_cap=queue if full else queue + batch,
                         bloom_capacity=4 * (queue + batch * offers), priority=hook)
     rng = random.Random(7)
     serial = 0
@@ -75,7 +77,7 @@ def measure(case: str, queue: int, batch: int, offers: int) -> tuple[float, int]
         serial += batch
         # As many URLs taken as offered keep the queue at its length.
         state = HostState.restored(fields, cell.read, seen)
-        for _ in range(batch):
+        for _ in range(0 if full else batch):
             state.queue.popleft()
         fields, stored = state.stored()
         if stored.data is not None:
@@ -101,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---:|---:|")
     for case, label in (("fifo", "no hook (first in, first out)"),
                         ("lower", "hook, new URLs rank below the queue"),
-                        ("any", "hook, new URLs rank anywhere")):
+                        ("any", "hook, new URLs rank anywhere"),
+                        ("full", "hook, rank anywhere, queue full: its lowest spill")):
         micros, written = measure(case, args.queue, args.batch, args.offers)
         print(f"| {label} | {micros:,.0f} us | {written:,} B |")
     return 0

@@ -70,6 +70,7 @@ def store_and_restore(queue: HostQueue, cell: Cell) -> HostQueue:
 PRIORITIES = st.sampled_from([-2.5, -1.0, 0.0, 0.0, 1.0, 3.0, 1e9])
 OPS = st.lists(st.one_of(
     st.tuples(st.just("merge"), st.lists(PRIORITIES, max_size=12)),
+    st.tuples(st.just("merge-capped"), st.lists(PRIORITIES, max_size=12)),
     st.tuples(st.just("pop"), st.integers(1, 8)),
     st.tuples(st.just("store"), st.just([])),
     st.tuples(st.just("pickle"), st.just([])),
@@ -79,16 +80,19 @@ OPS = st.lists(st.one_of(
 @settings(max_examples=200, deadline=None)
 @given(OPS)
 def test_a_queue_given_entries_by_priority_gives_the_highest_first_ties_in_arrival_order(ops):
-    """Against a sorted list, whatever is merged, taken, stored and read back in between:
-    every entry taken has the highest priority of those waiting, and of equal ones the
-    first that arrived."""
+    """Against a sorted list, whatever is merged (past a cap: the lowest handed back), taken,
+    stored and read back in between: every entry taken has the highest priority of those
+    waiting, and of equal ones the first that arrived."""
     queue, cell, waiting, serial = HostQueue(), Cell(), [], 0
     for op, arg in ops:
-        if op == "merge":
+        if op.startswith("merge"):
             new = [entry(serial + i, p) for i, p in enumerate(arg)]
             serial += len(arg)
-            queue.merge(new)
+            cap = 10 if op == "merge-capped" else None
+            lowest = queue.merge(new, cap)
             waiting = by_priority(waiting + new)  # stable: the earlier arrival stays first
+            assert lowest == ([] if cap is None else waiting[cap:])
+            waiting = waiting if cap is None else waiting[:cap]
         elif op == "pop":
             for _ in range(min(arg, len(waiting))):
                 taken = queue.popleft()

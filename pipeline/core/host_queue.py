@@ -324,11 +324,12 @@ class HostQueue:
         last = (self._tail[-1].priority if self._tail
                 else _spans(self._tail_raw)[0][-1] if self._tail_raw
                 else None)  # (the stored tail is at most TAIL_MAX bytes)
-        if last is not None and self._appends(last, new):
+        within = cap is None or len(self) <= cap  # (else queued entries must go too)
+        if last is not None and within and self._appends(last, new):
             return self._append(new, cap)
         raw = self.to_bytes()
         priorities, offsets = _spans(raw)
-        if self._appends(priorities[-1] if priorities else float("inf"), new):
+        if within and self._appends(priorities[-1] if priorities else float("inf"), new):
             return self._append(new, cap)  # the queue was read, but need not be written
         # The highest priority from each position to the end: non-increasing, so the last
         # position whose priority (or a later one's) is at least p is a bisection away.
@@ -337,22 +338,37 @@ class HostQueue:
         slots: dict[int, list[FrontierEntry]] = {}
         for entry in new:
             slots.setdefault(bisect_right(ceiling, -entry.priority, key=neg), []).append(entry)
-        pieces: list[bytes] = []
-        start = 0  # the byte offset of the first queued record not yet copied
+        # The merged queue as runs of queued records (first, end) and lists of new entries.
+        runs: list[tuple[int, int] | list[FrontierEntry]] = []
+        start = 0
         for position in sorted(slots):
-            end = offsets[position] if position < len(offsets) else len(raw)
-            pieces.append(raw[start:end])
-            pieces.append(_encode(sorted(slots[position], key=lambda e: -e.priority)))
-            start = end
-        pieces.append(raw[start:])
-        data = b"".join(pieces)
+            if position > start:
+                runs.append((start, position))
+            runs.append(sorted(slots[position], key=lambda e: -e.priority))
+            start = position
+        if len(offsets) > start:
+            runs.append((start, len(offsets)))
         count = len(offsets) + len(new)
         lowest: list[FrontierEntry] = []
-        if cap is not None and count > cap:
-            offsets = _spans(data)[1]
-            cut = offsets[cap] if cap < len(offsets) else len(data)
-            lowest = list(_decode_all(data[cut:]))
-            data, count = data[:cut], cap
+        excess = 0 if cap is None else max(0, count - cap)
+        count -= excess
+        while excess:  # the lowest are the last: taken off the end, run by run
+            run = runs.pop()
+            size = run[1] - run[0] if isinstance(run, tuple) else len(run)
+            keep = max(0, size - excess)
+            if isinstance(run, tuple):
+                lowest[:0] = (_decode_at(raw, offsets[i])[0] for i in range(run[0] + keep,
+                                                                             run[1]))
+                if keep:
+                    runs.append((run[0], run[0] + keep))
+            else:
+                lowest[:0] = run[keep:]
+                if keep:
+                    runs.append(run[:keep])
+            excess -= size - keep
+        data = b"".join(
+            raw[offsets[run[0]]:offsets[run[1]] if run[1] < len(offsets) else len(raw)]
+            if isinstance(run, tuple) else _encode(run) for run in runs)
         self.clear()
         self._data, self._length, self._in_data = data, len(data), count
         return lowest
