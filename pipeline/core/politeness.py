@@ -449,12 +449,10 @@ class HostState:
         the default), the queue takes it in by priority, and what passes the cap, the
         lowest, is spilled.
         """
-        if policy.priority is not None:
-            return self._offer_by_priority(urls, depth, policy, already_accepted,
-                                           redirect_hops, rank)
         accepted: list[FrontierEntry] = []
         outcomes: list[Outcome] = []
         spilled: list[FrontierEntry] = []
+        ranked: list[FrontierEntry] = []  # with a priority hook: merged in at the end
         bloom = None if already_accepted else self._bloom(policy)
         for url, url_hash, rejection in urls:
             if bloom is not None and not bloom.add(url_hash):
@@ -470,6 +468,10 @@ class HostState:
             )
             if filtered:
                 outcomes.append(Outcome(entry, PageState.FILTERED, filtered))
+            elif policy.priority is not None:
+                priority = rank(url, depth) if rank is not None else DEFAULT_PRIORITY
+                ranked.append(dataclasses.replace(entry, priority=priority) if priority
+                              else entry)
             elif len(self.queue) >= policy.queue_cap or self.has_overflow:
                 # Behind stored overflow too: URLs keep their arrival order.
                 spilled.append(entry)
@@ -477,39 +479,10 @@ class HostState:
                 self.queue.append(entry)
         if bloom is not None:
             self.seen = bloom.to_bytes()
-        return accepted, outcomes, spilled
-
-    def _offer_by_priority(
-        self, urls: list[tuple[str, int, str | None]], depth: int, policy: HostPolicy,
-        already_accepted: bool, redirect_hops: int,
-        rank: Callable[[str, int], float] | None,
-    ) -> tuple[list[FrontierEntry], list[Outcome], list[FrontierEntry]]:
-        """offer() for a crawl with a priority hook: as offer(), but the queue is merged
-        by priority, and the lowest entries past the cap are spilled (not the newest)."""
-        accepted: list[FrontierEntry] = []
-        outcomes: list[Outcome] = []
-        queued: list[FrontierEntry] = []
-        bloom = None if already_accepted else self._bloom(policy)
-        for url, url_hash, rejection in urls:
-            if bloom is not None and not bloom.add(url_hash):
-                continue
-            entry = FrontierEntry(url=url, url_hash=url_hash, depth=depth,
-                                  redirect_hops=redirect_hops)
-            if not self.queue and self.lease is None and not accepted and urlsplit(url).scheme:
-                self.scheme = urlsplit(url).scheme
-            if bloom is not None:
-                accepted.append(entry)
-            filtered = rejection or (
-                None if bloom is None else self._filter_reason(entry, policy)
-            )
-            if filtered:
-                outcomes.append(Outcome(entry, PageState.FILTERED, filtered))
-                continue
-            priority = rank(url, depth) if rank is not None else DEFAULT_PRIORITY
-            queued.append(dataclasses.replace(entry, priority=priority) if priority else entry)
-        if bloom is not None:
-            self.seen = bloom.to_bytes()
-        spilled = self.queue.merge(queued, policy.queue_cap) if queued else []
+        if ranked:
+            # Their order is their priority: each merged in among the queued, and past the
+            # cap the lowest of all go to overflow (they merge back when refilled).
+            spilled = self.queue.merge(ranked, policy.queue_cap)
         return accepted, outcomes, spilled
 
     def mark_seen(self, urls: list[tuple[str, int, str | None]], policy: HostPolicy, *,
