@@ -10,7 +10,7 @@ The function is called once per URL, when the URL is accepted into its host's qu
 `function(url, depth, source)` with `source` one of "seed", "link" or "sitemap"; a higher
 number is taken sooner, and URLs of one priority keep their arrival order. The priority
 travels with the URL from then on (in the stored queue, in overflow chunks), so a spill, a
-refill or a restart does not call the function again. A function that raises, or answers
+refill or a worker's restart does not call the function again. A function that raises, or answers
 anything but a finite number, gives that URL DEFAULT_PRIORITY: one URL's bad answer must not
 stop a crawl, so it is counted and logged instead.
 """
