@@ -488,8 +488,8 @@ class HostSchedulerFn(beam.DoFn):
         self._count(crawl_id, Counter.URLS_OFFERED, len(batch.entries))
         was_busy = state.busy
         # With a priority hook, each URL the queue takes is ranked once, here. (Overflow
-        # keeps the priorities in its chunks; a spill batch, which this release no longer
-        # publishes, carries none, and its URLs take the default.)
+        # keeps the priorities in its chunks; a spill batch, which nothing publishes now,
+        # carries none, and its URLs take the default.)
         source = source_of(batch.kind)
         rank = (policy.priority.ranker(host, source)
                 if policy.priority is not None and source is not None else None)
