@@ -340,3 +340,26 @@ def test_the_template_launcher_refuses_a_bad_priority_and_hands_a_good_one_to_th
     assert b"shallow_first" in pickle.dumps(policy)
     assert pickle.loads(pickle.dumps(policy)).priority.priority(
         "http://x/", 3, PrioritySource.LINK) == (-3.0, None)
+
+
+def test_a_worker_without_the_module_gives_every_url_the_default_and_imports_once(
+        monkeypatch):
+    import importlib
+    calls = []
+    real = importlib.import_module
+
+    def counting(name, *args):
+        calls.append(name)
+        return real(name, *args)
+
+    monkeypatch.setattr(importlib, "import_module", counting)
+    rank = PriorityHook("not_in_this_image:rank").ranker(HOST, PrioritySource.LINK)
+    assert [rank(f"http://{HOST}/{n}", 0) for n in range(5)] == [DEFAULT_PRIORITY] * 5
+    assert rank.errors == 5 and calls == ["not_in_this_image"]
+
+
+def test_any_real_number_is_a_priority(hooks_module):
+    from fractions import Fraction
+    sys.modules[hooks_module].fraction = lambda url, depth, source: Fraction(3, 2)
+    assert PriorityHook(f"{hooks_module}:fraction").priority("http://x/", 0,
+                                                             PrioritySource.SEED) == (1.5, None)

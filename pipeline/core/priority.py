@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib
 import logging
 import math
+import numbers
 import re
 from collections.abc import Callable
 from enum import StrEnum
@@ -89,11 +90,14 @@ class PriorityHook:
     It pickles as its path alone (the function is looked up again where it is unpickled, in
     the worker), and compares by path, so a policy holding it stays a plain value."""
 
-    __slots__ = ("path", "_function", "_logged")
+    __slots__ = ("path", "_function", "_failure", "_logged")
 
     def __init__(self, path: str) -> None:
         self.path = path
         self._function: Callable[..., Any] | None = None
+        # Why the path names no function here (a worker whose image lacks the module): kept,
+        # so each URL does not try the import again.
+        self._failure: ValueError | None = None
         self._logged: set[str] = set()
 
     def check(self) -> PriorityHook:
@@ -103,7 +107,13 @@ class PriorityHook:
 
     def function(self) -> Callable[..., Any]:
         if self._function is None:
-            self._function = load_priority(self.path)
+            if self._failure is not None:
+                raise self._failure
+            try:
+                self._function = load_priority(self.path)
+            except ValueError as exc:
+                self._failure = exc
+                raise
         return self._function
 
     def priority(self, url: str, depth: int, source: PrioritySource) -> tuple[float, str | None]:
@@ -113,7 +123,7 @@ class PriorityHook:
             value = self.function()(url, depth, str(source))
         except Exception as exc:
             return DEFAULT_PRIORITY, f"raised {type(exc).__name__}: {exc}"
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
             return DEFAULT_PRIORITY, f"returned {type(value).__name__} {value!r}, not a number"
         try:
             number = float(value)
