@@ -34,6 +34,7 @@ from pipeline.core.crawl_states import CrawlLimits
 from pipeline.core.extractors import DEFAULT_EXTRACTOR, EXTRACTORS, extractor_help
 from pipeline.core.near_duplicates import DuplicatePolicy
 from pipeline.core.politeness import HostPolicy
+from pipeline.core.priority import PriorityHook
 from pipeline.core.scope import ScopeRule, check_pattern
 from pipeline.io.bigtable import BigtableConfig
 from pipeline.io.dns import parse_resolve
@@ -387,6 +388,18 @@ OPTIONS: tuple[Option, ...] = (
     Option("bloom_fp_rate", "false-positive rate of each host's seen-set: the chance that a "
            f"new URL is taken for one already seen and skipped {_D}", default=1e-4,
            value=FRACTION, label="Bloom false-positive rate"),
+    Option("priority", "order of each host's queue: MODULE:FUNCTION names a function "
+           "(url, depth, source) -> number, source `seed`, `link` or `sitemap`, called once "
+           "per URL when its host accepts it; a higher number is fetched sooner, equal ones in "
+           "arrival order, and past the queue cap the lowest wait in overflow. It never "
+           "changes politeness (one request per host at a time, the delay, robots.txt). A "
+           "URL it raises on or answers with no number gets 0 and is counted "
+           "(`priority_errors`). It names code, so it is the operator's (not a POST /crawls "
+           "field); the module must be importable where the crawl runs, on Dataflow in the "
+           "worker image (docs/deploy.md); a path that names no function is refused before "
+           "the crawl starts (default: none, first in, first out)",
+           metavar="MODULE:FUNCTION", label="Priority hook",
+           regex=r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*$"),
     # --- Parsing and content
     Option("extractor", f"{extractor_help()} {_D}", default=DEFAULT_EXTRACTOR,
            choices=EXTRACTORS, param_type="ENUM"),
@@ -563,6 +576,7 @@ class CrawlOptions:
     circuit_seconds: float = 3600.0
     host_queue_cap: int = 2000
     bloom_fp_rate: float = 1e-4
+    priority: str | None = None  # --priority MODULE:FUNCTION (pipeline.core.priority)
     extractor: str = DEFAULT_EXTRACTOR
     parse_attempts: int = 3
     near_duplicate_bits: int = 3
@@ -614,6 +628,8 @@ class CrawlOptions:
                 "(it names topics, directories and Bigtable row keys)")
         if self.duplicate_slowdown < 1:
             raise ValueError("--duplicate-slowdown must be at least 1")
+        if self.priority is not None:
+            PriorityHook(self.priority).check()  # before anything is fetched, in one line
 
     @classmethod
     def from_pipeline_options(cls, options: PipelineOptions,
@@ -674,6 +690,7 @@ class CrawlOptions:
             bloom_capacity=min(4 * budget, 1_000_000),
             bloom_fp_rate=self.bloom_fp_rate,
             duplicate_slowdown=self.duplicate_slowdown,
+            priority=PriorityHook(self.priority) if self.priority is not None else None,
         )
 
     def duplicate_policy(self) -> DuplicatePolicy:
@@ -743,7 +760,7 @@ README_END = "<!-- end of options table -->"
 README_OPTIONS = ("max_pages", "max_pages_per_host", "max_depth", "scope", "include", "exclude",
                   "min_delay", "resolve",
                   "allow_networks", "user_agent", "extractor", "host_queue_cap",
-                  "max_duration")
+                  "priority", "max_duration")
 
 
 def template_metadata() -> dict[str, Any]:

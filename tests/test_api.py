@@ -256,6 +256,22 @@ def test_a_request_breaking_the_schema_is_422(fleet, body):
     assert fleet.client.post("/crawls", json=body).status_code == 422
 
 
+def test_a_priority_function_is_the_operators_and_a_request_naming_one_is_422(fleet):
+    """--priority names code the crawler imports: a caller may not choose it. The 422 says
+    why, rather than the "extra field" a misspelt name gets, and no crawl starts."""
+    def newest() -> list[str]:
+        return [c["id"] for c in fleet.client.get("/crawls", params={"limit": 5}).json()["crawls"]]
+
+    before = newest()
+    answer = fleet.client.post("/crawls", json={
+        "seeds": ["http://a.test/"], "max_pages": 5,
+        "priority": "examples.priority_hooks:shortest_path_first"})
+    assert answer.status_code == 422, answer.text
+    [error] = answer.json()["detail"]
+    assert "operator's option --priority" in error["msg"] and "names code" in error["msg"]
+    assert newest() == before
+
+
 @pytest.mark.parametrize("body", [
     b'{"seeds": ["http://a.test/"], "max_pages": NaN}',
     b'{"seeds": ["http://a.test/"], "max_pages": 5, "min_delay": Infinity}',

@@ -144,6 +144,9 @@ NAMED = {
     "frontier_topic": (["crawler-frontier"], ["has space", "x"]),
     "dead_letter_topic": (["crawler-dead-letters"], ["dead/letters"]),
     "events_topic": (["crawler-page-events"], ["-events"]),
+    # An import path: the launcher imports it (a regex cannot know what the image holds).
+    "priority": (["examples.priority_hooks:shortest_path_first", "my_hooks.rank:by_depth"],
+                 ["examples.priority_hooks", "a:b:c", "mod:f()", "1mod:f", "mod/x:f"]),
 }
 # Values tried against every option. A regex may be stricter than Python's parsers (int(" 5")
 # is 5), never looser; a plain decimal or word the crawl accepts must match.

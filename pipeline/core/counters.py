@@ -54,6 +54,7 @@ class Counter(StrEnum):
     URLS_OVER_TIME = "urls_over_time"  # ended `over_budget` when the time budget ran out
     URLS_OUT_OF_SCOPE = "urls_out_of_scope"  # ended `filtered`: outside the crawl's scope
     HOSTS_WOKEN = "hosts_woken"  # asleep with a crawl's URLs when it ended: woken to end them
+    PRIORITY_ERRORS = "priority_errors"  # the --priority hook failed: default priority given
     # Gauges: moved up and down as hosts' circuits open and close with URLs waiting
     HOSTS_PARKED_NOW = "hosts_parked_now"
     URLS_ON_PARKED_HOSTS = "urls_on_parked_hosts"

@@ -7,21 +7,35 @@ change. It knows nothing of hosts, politeness or Beam: pipeline.core.politeness 
 deque, and the scheduler stores its bytes in a state cell of their own (HostQueue.stored).
 
 The stored form is a run of records, each a fixed header (url_hash, depth, attempt,
-redirect_hops, URL length) and the URL in UTF-8. The next few entries (the head) travel with
-the host's small state, and so do URLs appended since the data was last written, up to
-TAIL_MAX bytes; taking entries into the head only moves an offset into the data, which is
-rewritten when the tail outgrows TAIL_MAX or the part taken has grown to half of it. So a firing
-that starts a fetch reads the data once per HEAD_BATCH fetches and rewrites none of it, and
-an offer of a few URLs neither reads nor writes it.
+redirect_hops, URL length) and the URL in UTF-8. The top byte of the length field is the
+record's version: 0, the first form, has nothing more (its entry's priority is 0); 1 has the
+entry's priority, a float64, between the header and the URL. An entry of priority 0 is written
+in the first form, so a crawl without a priority hook stores the same bytes as before the
+priority existed, and queues stored before it decode unchanged.
+
+The queue is first in, first out, unless it is given entries with HostQueue.merge (a crawl
+with a priority hook, pipeline.core.priority): then each goes in after the last entry whose
+priority is at least its own, so the head is the highest priority and ties keep arrival order.
+
+The next few entries (the head) travel with the host's small state, and so do URLs appended
+since the data was last written, up to TAIL_MAX bytes; taking entries into the head only
+moves an offset into the data, which is rewritten when the tail outgrows TAIL_MAX or the part
+taken has grown to half of it. So a firing that starts a fetch reads the data once per
+HEAD_BATCH fetches and rewrites none of it, and an offer of a few URLs neither reads nor
+writes it (without a priority hook; with one, an offer that puts a URL before queued ones
+rewrites the queue).
 """
 
 from __future__ import annotations
 
 import logging
 import struct
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from itertools import accumulate
+from operator import neg
 
 from pipeline.core.records import FrontierEntry
 
@@ -32,6 +46,13 @@ log = logging.getLogger(__name__)
 # only the head needs, and it is half the size of a pickled tuple of the same values.
 _HEADER = struct.Struct("<qIIII")
 _U32 = 2**32
+# The URL length's top byte is the record's version (see the module docstring).
+_VERSION_SHIFT = 24
+_SIZE_MASK = (1 << _VERSION_SHIFT) - 1
+_WITH_PRIORITY = 1 << _VERSION_SHIFT  # version 1: a priority follows the header
+_PRIORITY = struct.Struct("<d")
+_SIZE = struct.Struct("<I")  # the header's last field alone
+_SIZE_AT = _HEADER.size - _SIZE.size
 
 
 def _encode(entries: Iterable[FrontierEntry]) -> bytes:
@@ -43,8 +64,15 @@ def _encode(entries: Iterable[FrontierEntry]) -> bytes:
             if not 0 <= value < _U32:
                 raise ValueError(f"cannot queue {entry.url!r}: {name} {value} is outside "
                                  f"0..{_U32 - 1}")
-        parts.append(_HEADER.pack(entry.url_hash, entry.depth, entry.attempt,
-                                  entry.redirect_hops, len(url)))
+        if len(url) > _SIZE_MASK:
+            raise ValueError(f"cannot queue a URL of {len(url)} bytes (at most {_SIZE_MASK})")
+        if entry.priority:
+            parts.append(_HEADER.pack(entry.url_hash, entry.depth, entry.attempt,
+                                      entry.redirect_hops, len(url) | _WITH_PRIORITY))
+            parts.append(_PRIORITY.pack(entry.priority))
+        else:
+            parts.append(_HEADER.pack(entry.url_hash, entry.depth, entry.attempt,
+                                      entry.redirect_hops, len(url)))
         parts.append(url)
     return b"".join(parts)
 
@@ -53,11 +81,21 @@ def _decode_at(data: bytes, offset: int) -> tuple[FrontierEntry, int]:
     """The entry encoded at `offset`, and the offset just after it."""
     url_hash, depth, attempt, hops, size = _HEADER.unpack_from(data, offset)
     start = offset + _HEADER.size
-    end = start + size
+    version = size >> _VERSION_SHIFT
+    priority = 0.0
+    if version == 1:
+        if start + _PRIORITY.size > len(data):
+            raise ValueError(f"queue bytes end inside an entry at offset {offset}")
+        (priority,) = _PRIORITY.unpack_from(data, start)
+        start += _PRIORITY.size
+    elif version:
+        raise ValueError(f"queue entry at offset {offset} has record version {version}, "
+                         "newer than this code reads")
+    end = start + (size & _SIZE_MASK)
     if end > len(data):
         raise ValueError(f"queue bytes end inside an entry at offset {offset}")
     url = data[start:end].decode("utf-8", "surrogatepass")
-    return FrontierEntry(url, url_hash, depth, attempt, hops), end
+    return FrontierEntry(url, url_hash, depth, attempt, hops, priority), end
 
 
 def _decode_all(data: bytes) -> Iterator[FrontierEntry]:
@@ -67,10 +105,30 @@ def _decode_all(data: bytes) -> Iterator[FrontierEntry]:
         yield entry
 
 
+def _spans(data: bytes) -> tuple[list[float], list[int]]:
+    """The priority and the byte offset of each record in `data`, from the headers alone."""
+    priorities: list[float] = []
+    offsets: list[int] = []
+    offset, end = 0, len(data)
+    size_of, priority_of = _SIZE.unpack_from, _PRIORITY.unpack_from
+    while offset < end:
+        offsets.append(offset)
+        (size,) = size_of(data, offset + _SIZE_AT)
+        if size & _WITH_PRIORITY:
+            priorities.append(priority_of(data, offset + _HEADER.size)[0])
+            offset += _HEADER.size + _PRIORITY.size + (size & _SIZE_MASK)
+        else:
+            priorities.append(0.0)
+            offset += _HEADER.size + size
+    return priorities, offsets
+
+
 def _count(data: bytes, offset: int) -> int:
     n = 0
     while offset < len(data):
-        offset = _HEADER.unpack_from(data, offset)[4] + offset + _HEADER.size
+        size = _HEADER.unpack_from(data, offset)[4]
+        offset += _HEADER.size + (size & _SIZE_MASK) + (
+            _PRIORITY.size if size & _WITH_PRIORITY else 0)
         n += 1
     return n
 
@@ -249,6 +307,86 @@ class HostQueue:
 
     def extend(self, entries: Iterable[FrontierEntry]) -> None:
         self._tail.extend(entries)
+
+    def merge(self, entries: Iterable[FrontierEntry], cap: int | None = None
+              ) -> list[FrontierEntry]:
+        """Put `entries` in by priority: each after the last entry (queued or put in before
+        it) whose priority is at least its own, so a queue in priority order stays in it and
+        ties keep arrival order; an entry put back at the front (a retry) stays ahead of
+        lower ones. With `cap`, the entries past it, the lowest, leave the queue and are
+        returned, head first.
+
+        Entries that all go after the last one are appended, as extend() would. Otherwise
+        the queue is spliced as stored bytes: only the records' headers are read (for their
+        priorities), runs of queued records are copied whole between the new ones, and the
+        data is written again (the price of an order)."""
+        new = list(entries)
+        last = (self._tail[-1].priority if self._tail
+                else _spans(self._tail_raw)[0][-1] if self._tail_raw
+                else None)  # (the stored tail is at most TAIL_MAX bytes)
+        within = cap is None or len(self) <= cap  # (else queued entries must go too)
+        if last is not None and within and self._appends(last, new):
+            return self._append(new, cap)
+        raw = self.to_bytes()
+        priorities, offsets = _spans(raw)
+        if within and self._appends(priorities[-1] if priorities else float("inf"), new):
+            return self._append(new, cap)  # the queue was read, but need not be written
+        # The highest priority from each position to the end: non-increasing, so the last
+        # position whose priority (or a later one's) is at least p is a bisection away.
+        ceiling = list(accumulate(reversed(priorities), max))
+        ceiling.reverse()
+        slots: dict[int, list[FrontierEntry]] = {}
+        for entry in new:
+            slots.setdefault(bisect_right(ceiling, -entry.priority, key=neg), []).append(entry)
+        # The merged queue as runs of queued records (first, end) and lists of new entries.
+        runs: list[tuple[int, int] | list[FrontierEntry]] = []
+        start = 0
+        for position in sorted(slots):
+            if position > start:
+                runs.append((start, position))
+            runs.append(sorted(slots[position], key=lambda e: -e.priority))
+            start = position
+        if len(offsets) > start:
+            runs.append((start, len(offsets)))
+        count = len(offsets) + len(new)
+        lowest: list[FrontierEntry] = []
+        excess = 0 if cap is None else max(0, count - cap)
+        count -= excess
+        while excess:  # the lowest are the last: taken off the end, run by run
+            run = runs.pop()
+            size = run[1] - run[0] if isinstance(run, tuple) else len(run)
+            keep = max(0, size - excess)
+            if isinstance(run, tuple):
+                lowest[:0] = (_decode_at(raw, offsets[i])[0] for i in range(run[0] + keep,
+                                                                             run[1]))
+                if keep:
+                    runs.append((run[0], run[0] + keep))
+            else:
+                lowest[:0] = run[keep:]
+                if keep:
+                    runs.append(run[:keep])
+            excess -= size - keep
+        data = b"".join(
+            raw[offsets[run[0]]:offsets[run[1]] if run[1] < len(offsets) else len(raw)]
+            if isinstance(run, tuple) else _encode(run) for run in runs)
+        self.clear()
+        self._data, self._length, self._in_data = data, len(data), count
+        return lowest
+
+    @staticmethod
+    def _appends(last: float, new: list[FrontierEntry]) -> bool:
+        """Whether every new entry goes after the last one (of priority `last`) and after the
+        new ones before it: the order of merge() is then that of extend()."""
+        for entry in new:
+            if entry.priority > last:
+                return False
+            last = entry.priority
+        return True
+
+    def _append(self, new: list[FrontierEntry], cap: int | None) -> list[FrontierEntry]:
+        room = len(new) if cap is None else max(0, cap - len(self))
+        self._tail.extend(new[:room])
+        return new[room:]
 
     def appendleft(self, entry: FrontierEntry) -> None:
         self._decoded_front().appendleft(entry)  # the data is not needed to put one back

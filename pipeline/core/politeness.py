@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 
 from pipeline.core.bloom import BloomFilter
 from pipeline.core.host_queue import HostQueue, StoredQueue
+from pipeline.core.priority import DEFAULT_PRIORITY, PriorityHook
 from pipeline.core.records import FrontierEntry, PageState
 from pipeline.core.robots import RobotsPolicy
 from pipeline.core.robots_relay import (
@@ -93,6 +94,8 @@ class HostPolicy:
     deadline: float | None = None
     # Which URLs the crawl may fetch: the others end `filtered` before any request.
     scope: Scope = Scope()
+    # The operator's order of each host's queue (--priority); None: first in, first out.
+    priority: PriorityHook | None = None
 
     def __post_init__(self) -> None:
         if self.min_delay <= 0:
@@ -390,17 +393,24 @@ class HostState:
         room = (policy.queue_cap - len(self.queue)) // policy.overflow_chunk
         return range(self.overflow_read, min(self.overflow_written, self.overflow_read + room))
 
-    def refilled(self, wanted: range, chunks: dict[int, tuple[FrontierEntry, ...]]) -> int:
-        """Append the chunks read back for `wanted` to the queue, in order. Returns how many
-        URLs a missing chunk took with it (0 unless the storage lost a row)."""
+    def refilled(self, wanted: range, chunks: dict[int, tuple[FrontierEntry, ...]], *,
+                 by_priority: bool = False) -> int:
+        """Append the chunks read back for `wanted` to the queue, in order (`by_priority`:
+        merge them in by the priorities they were stored with). Returns how many URLs a
+        missing chunk took with it (0 unless the storage lost a row)."""
         lost = 0
+        back: list[FrontierEntry] = []
         for number in wanted:
             chunk = chunks.get(number)
             if chunk is None:
                 log.error("host %s: overflow chunk %d is missing from storage", self.host, number)
                 continue
-            self.queue.extend(chunk)
+            back.extend(chunk)
             self.overflow_urls -= len(chunk)
+        if by_priority:
+            self.queue.merge(back)
+        else:
+            self.queue.extend(back)
         self.overflow_read = max(self.overflow_read, wanted.stop)
         if not self.has_overflow and self.overflow_urls:
             lost, self.overflow_urls = self.overflow_urls, 0
@@ -424,6 +434,7 @@ class HostState:
         *,
         already_accepted: bool = False,
         redirect_hops: int = 0,
+        rank: Callable[[str, int], float] | None = None,
     ) -> tuple[list[FrontierEntry], list[Outcome], list[FrontierEntry]]:
         """Take URLs for this host. Returns (accepted, terminal outcomes, spilled).
 
@@ -432,10 +443,16 @@ class HostState:
         because their first copy has one. An accepted URL the frontier already rejected (too
         long, out of scope) ends `filtered` with that reason. Spilled entries come back from the
         frontier with `already_accepted` and skip the seen-check.
+
+        With policy.priority (a crawl with a priority hook), each URL that goes into the queue
+        gets its priority from `rank(url, depth)` (the hook for the batch's source; no `rank`:
+        the default), the queue takes it in by priority, and what passes the cap, the
+        lowest, is spilled.
         """
         accepted: list[FrontierEntry] = []
         outcomes: list[Outcome] = []
         spilled: list[FrontierEntry] = []
+        ranked: list[FrontierEntry] = []  # with a priority hook: merged in at the end
         bloom = None if already_accepted else self._bloom(policy)
         for url, url_hash, rejection in urls:
             if bloom is not None and not bloom.add(url_hash):
@@ -451,6 +468,10 @@ class HostState:
             )
             if filtered:
                 outcomes.append(Outcome(entry, PageState.FILTERED, filtered))
+            elif policy.priority is not None:
+                priority = rank(url, depth) if rank is not None else DEFAULT_PRIORITY
+                ranked.append(dataclasses.replace(entry, priority=priority) if priority
+                              else entry)
             elif len(self.queue) >= policy.queue_cap or self.has_overflow:
                 # Behind stored overflow too: URLs keep their arrival order.
                 spilled.append(entry)
@@ -458,6 +479,10 @@ class HostState:
                 self.queue.append(entry)
         if bloom is not None:
             self.seen = bloom.to_bytes()
+        if ranked:
+            # Their order is their priority: each merged in among the queued, and past the
+            # cap the lowest of all go to overflow (they merge back when refilled).
+            spilled = self.queue.merge(ranked, policy.queue_cap)
         return accepted, outcomes, spilled
 
     def mark_seen(self, urls: list[tuple[str, int, str | None]], policy: HostPolicy, *,

@@ -385,6 +385,9 @@ class FrontierEntry:
     depth: int
     attempt: int = 0
     redirect_hops: int = 0
+    # Its place in the host's queue (pipeline.core.priority): higher is taken sooner; given
+    # once, when the URL is accepted, and kept through overflow and restarts.
+    priority: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

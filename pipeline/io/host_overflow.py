@@ -42,8 +42,11 @@ _NEWEST = CellsColumnLimitFilter(1)
 
 
 def encode_chunk(entries: tuple[FrontierEntry, ...]) -> bytes:
+    """[url, url_hash, depth, attempt, redirect_hops] per entry, and its priority sixth when
+    it has one (pipeline.core.priority): chunks without are as they always were."""
     return json.dumps(
-        [[e.url, e.url_hash, e.depth, e.attempt, e.redirect_hops] for e in entries],
+        [[e.url, e.url_hash, e.depth, e.attempt, e.redirect_hops]
+         + ([e.priority] if e.priority else []) for e in entries],
         separators=(",", ":"),
     ).encode()
 

@@ -33,7 +33,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.security.utils import get_authorization_scheme_param
 from fastapi.staticfiles import StaticFiles
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -106,9 +106,29 @@ def _limit_field(opt: Option, *, request: bool) -> tuple[Any, Any]:
                                                                   "default)")
 
 
+# The operator's options by the name a request would give them: a request that sets one is
+# refused naming the option, not with the bare "extra field" of any misspelt name. --priority
+# above all: it names code for the crawler to import and run, which no caller may choose.
+_OPERATORS = {opt.api_name: opt for opt in OPTIONS if not opt.per_crawl}
+
+
+def _refuse_operator_options(data: Any) -> Any:
+    if isinstance(data, dict):
+        for name in data.keys() & _OPERATORS.keys():
+            opt = _OPERATORS[name]
+            why = ("; it names code the crawler imports and runs, so only the operator sets "
+                   "it" if opt.dest == "priority" else "")
+            raise ValueError(f"{name!r} is not a crawl's field but the operator's option "
+                             f"{opt.flag}, set for the whole fleet (`crawler serve "
+                             f"{opt.flag}` or the job's template parameter){why}")
+    return data
+
+
 CrawlRequest = create_model(
     "CrawlRequest",
     __config__=ConfigDict(extra="forbid", allow_inf_nan=False),
+    __validators__={"operator_options": model_validator(mode="before")(
+        classmethod(lambda cls, data: _refuse_operator_options(data)))},
     __doc__="A new crawl: seeds and its own limits; a limit left out gets the service's "
             "default (`crawler serve`'s flag of that name), and no bound without one.",
     seeds=(list[Seed], Field(min_length=1, max_length=MAX_SEEDS,

@@ -51,6 +51,7 @@ from pipeline.core.politeness import (
     LeaseKind,
     Outcome,
 )
+from pipeline.core.priority import source_of
 from pipeline.core.records import (
     BatchKind,
     FetchResult,
@@ -485,12 +486,20 @@ class HostSchedulerFn(beam.DoFn):
                now: float, policy: HostPolicy) -> Iterator[object]:
         self._count(crawl_id, Counter.URLS_OFFERED, len(batch.entries))
         was_busy = state.busy
+        # With a priority hook, each URL the queue takes is ranked once, here. (Overflow
+        # keeps the priorities in its chunks; a spill batch, which nothing publishes now,
+        # carries none, and its URLs take the default.)
+        source = source_of(batch.kind)
+        rank = (policy.priority.ranker(host, source)
+                if policy.priority is not None and source is not None else None)
         accepted, outcomes, spilled = state.offer(
             crawl_id, list(batch.entries), batch.depth, policy,
             already_accepted=batch.kind is BatchKind.SPILL,
-            redirect_hops=batch.redirect_hops,
+            redirect_hops=batch.redirect_hops, rank=rank,
         )
         self._count(crawl_id, Counter.URLS_ACCEPTED, len(accepted))
+        if rank is not None:
+            self._count(crawl_id, Counter.PRIORITY_ERRORS, rank.errors)
         yield from self._rows(host, crawl_id, outcomes)
         if spilled:
             # Stored before the state that counts them: a retry rewrites the same rows.
@@ -595,9 +604,11 @@ class HostSchedulerFn(beam.DoFn):
             if done and (crawl_id, host) not in self._refilled_in_bundle:
                 overflow.delete(host, done)
                 crawl_state.overflow_deleted = done.stop
-            wanted = crawl_state.refill_wanted(self._policy(self._crawl(crawl_id, now)))
+            policy = self._policy(self._crawl(crawl_id, now))
+            wanted = crawl_state.refill_wanted(policy)
             if wanted:
-                lost = crawl_state.refilled(wanted, overflow.read(host, wanted))
+                lost = crawl_state.refilled(wanted, overflow.read(host, wanted),
+                                            by_priority=policy.priority is not None)
                 self._refilled_in_bundle.add((crawl_id, host))
                 if lost:
                     log.error("host %s, crawl %s: %d URLs lost with missing overflow chunks",
