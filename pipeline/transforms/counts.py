@@ -1,0 +1,119 @@
+"""A crawl's counters, counted exactly once per committed bundle (pipeline.core.counts).
+
+A stage that counts for the crawl records holds a `BundleCounts` for its bundle and, in
+finish_bundle, yields what it counted as `Tag.COUNTS` outputs, keyed by crawl and one of
+COUNT_SHARDS shards. The runner commits those outputs with the bundle, or drops them with a
+bundle that failed and is retried, so a count is never made twice by a retry, unlike an
+increment written to Bigtable from the bundle. `WriteCrawlCounts` adds them up per (crawl,
+shard) in runner state and writes the totals to the crawl's record every COUNTS_FLUSH_S, each
+cell versioned, so rewriting one changes nothing. The record's reader sums the shards
+(pipeline.io.crawls); the crawl's row takes a stage's writes from COUNT_SHARDS keys, however
+many workers the job has.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterator
+
+import apache_beam as beam
+from apache_beam.coders import BooleanCoder, PickleCoder
+from apache_beam.pvalue import PCollection, TaggedOutput
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.userstate import (
+    ReadModifyWriteStateSpec,
+    TimerSpec,
+    on_timer,
+)
+from apache_beam.transforms.window import GlobalWindows
+from apache_beam.utils.timestamp import Timestamp
+
+from pipeline.core.counters import Counter, record_name
+from pipeline.core.counts import CountDeltas, ShardTotals
+from pipeline.io.bigtable import BigtableConfig, check_crawl_id, write_shard_totals
+from pipeline.transforms.resources import worker_resources
+from pipeline.transforms.tags import Tag
+
+# Keys a stage's counts of one crawl are spread over: enough that no key takes more than a
+# few of the stage's bundles a second, few enough that a crawl's record stays small.
+COUNT_SHARDS = 8
+# How often a shard's totals are written once they changed. A crawl ends once its counters
+# stood still for several of these (pipeline.transforms.crawl_watch).
+COUNTS_FLUSH_S = 0.5
+
+
+class BundleCounts:
+    """What a DoFn counts for its crawls' records during one bundle (`add`, as the stage's
+    counter names), handed on by `outputs()` in its finish_bundle."""
+
+    def __init__(self) -> None:
+        self._deltas = CountDeltas()
+
+    def add(self, crawl_id: str, counter: Counter, n: int = 1) -> None:
+        """Count n more of `counter` for crawl `crawl_id`."""
+        if n:
+            self._deltas.add(check_crawl_id(crawl_id), record_name(counter), n)
+
+    def outputs(self) -> Iterator[TaggedOutput]:
+        """The bundle's counts, one tagged output per crawl, and empty again. In the global
+        window at its end, as Beam's own batching emits from finish_bundle."""
+        for crawl_id, deltas in self._deltas.take().items():
+            key = f"{crawl_id}/{random.randrange(COUNT_SHARDS)}"
+            yield TaggedOutput(Tag.COUNTS,
+                               GlobalWindows.windowed_value_at_end_of_window((key, deltas)))
+
+
+class CrawlCountsFn(beam.DoFn):
+    """(crawl/shard, deltas) -> nothing: adds the deltas to the shard's totals in state and
+    writes the totals to the crawl's record at most every `flush_s` (a timer armed by the
+    first change after a write, so an idle shard has no timer)."""
+
+    TOTALS = ReadModifyWriteStateSpec("totals", PickleCoder())
+    ARMED = ReadModifyWriteStateSpec("armed", BooleanCoder())
+    FLUSH = TimerSpec("flush", TimeDomain.REAL_TIME)
+
+    def __init__(self, config: BigtableConfig, stage: str, flush_s: float = COUNTS_FLUSH_S,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._config = config
+        self._stage = stage
+        self._flush_s = flush_s
+        self._clock = clock
+
+    def process(self, element: tuple[str, dict[str, int]],
+                totals=beam.DoFn.StateParam(TOTALS), armed=beam.DoFn.StateParam(ARMED),
+                flush=beam.DoFn.TimerParam(FLUSH)) -> None:
+        _, deltas = element
+        totals.write((totals.read() or ShardTotals()).plus(deltas))
+        if not armed.read():
+            flush.set(Timestamp.of(self._clock() + self._flush_s))
+            armed.write(True)
+
+    @on_timer(FLUSH)
+    def write(self, key=beam.DoFn.KeyParam, totals=beam.DoFn.StateParam(TOTALS),
+              armed=beam.DoFn.StateParam(ARMED)) -> None:
+        armed.clear()
+        current = totals.read()
+        if current is None:
+            return
+        crawl_id, shard = key.rsplit("/", 1)
+        write_shard_totals(worker_resources().bigtable(self._config), crawl_id, self._stage,
+                           int(shard), current)
+
+
+class WriteCrawlCounts(beam.PTransform):
+    """A stage's Tag.COUNTS outputs -> its shard totals in the crawl records of `config`.
+    `stage` names the stage's cells (letters, digits and _), one per stage of the graph."""
+
+    def __init__(self, config: BigtableConfig, stage: str) -> None:
+        super().__init__()
+        self._config = config
+        self._stage = stage
+
+    def expand(self, counts: PCollection[tuple[str, dict[str, int]]]) -> PCollection:
+        return (
+            counts
+            # A str key, so the shard's state has a deterministic key coder.
+            | "Keyed" >> beam.Map(lambda kv: kv).with_output_types(tuple[str, dict[str, int]])
+            | "AddUp" >> beam.ParDo(CrawlCountsFn(self._config, self._stage))
+        )
