@@ -7,7 +7,9 @@ change. It knows nothing of hosts, politeness or Beam: pipeline.core.politeness 
 deque, and the scheduler stores its bytes in a state cell of their own (HostQueue.stored).
 
 The stored form is a run of records, each a fixed header (url_hash, depth, attempt,
-redirect_hops, URL length) and the URL in UTF-8. The next few entries (the head) travel with
+redirect_hops, URL length) and the URL in UTF-8; the top bit of the redirect_hops word marks a
+sitemap document (FrontierEntry.sitemap), so queues stored before that mark existed read the
+same. The next few entries (the head) travel with
 the host's small state, and so do URLs appended since the data was last written, up to
 TAIL_MAX bytes; taking entries into the head only moves an offset into the data, which is
 rewritten when the tail outgrows TAIL_MAX or the part taken has grown to half of it. So a firing
@@ -32,19 +34,23 @@ log = logging.getLogger(__name__)
 # only the head needs, and it is half the size of a pickled tuple of the same values.
 _HEADER = struct.Struct("<qIIII")
 _U32 = 2**32
+# The redirect_hops word's top bit: the entry is a sitemap document. Hops never come near it
+# (a chain ends at --max-redirect-hops, at most a few dozen).
+_SITEMAP_BIT = 2**31
 
 
 def _encode(entries: Iterable[FrontierEntry]) -> bytes:
     parts = []
     for entry in entries:
         url = entry.url.encode("utf-8", "surrogatepass")
-        for name in ("depth", "attempt", "redirect_hops"):
+        for name, bound in (("depth", _U32), ("attempt", _U32),
+                            ("redirect_hops", _SITEMAP_BIT)):
             value = getattr(entry, name)
-            if not 0 <= value < _U32:
+            if not 0 <= value < bound:
                 raise ValueError(f"cannot queue {entry.url!r}: {name} {value} is outside "
-                                 f"0..{_U32 - 1}")
-        parts.append(_HEADER.pack(entry.url_hash, entry.depth, entry.attempt,
-                                  entry.redirect_hops, len(url)))
+                                 f"0..{bound - 1}")
+        hops = entry.redirect_hops | (_SITEMAP_BIT if entry.sitemap else 0)
+        parts.append(_HEADER.pack(entry.url_hash, entry.depth, entry.attempt, hops, len(url)))
         parts.append(url)
     return b"".join(parts)
 
@@ -57,7 +63,8 @@ def _decode_at(data: bytes, offset: int) -> tuple[FrontierEntry, int]:
     if end > len(data):
         raise ValueError(f"queue bytes end inside an entry at offset {offset}")
     url = data[start:end].decode("utf-8", "surrogatepass")
-    return FrontierEntry(url, url_hash, depth, attempt, hops), end
+    return FrontierEntry(url, url_hash, depth, attempt, hops & ~_SITEMAP_BIT,
+                         bool(hops & _SITEMAP_BIT)), end
 
 
 def _decode_all(data: bytes) -> Iterator[FrontierEntry]:

@@ -70,6 +70,8 @@ class BatchKind(StrEnum):
     LINKS = "links"  # found on a page (or a redirect's target)
     SPILL = "spill"  # accepted once already, handed back by a full host queue: no seen-check
     SITEMAP = "sitemap"  # listed in a sitemap of its host (the --sitemaps option)
+    # Sitemaps to fetch and read, not pages: a robots.txt's Sitemap lines, an index's entries
+    SITEMAP_DOCUMENTS = "sitemap_documents"
 
 
 class HostSignalKind(StrEnum):
@@ -385,6 +387,9 @@ class FrontierEntry:
     depth: int
     attempt: int = 0
     redirect_hops: int = 0
+    # A sitemap to read (BatchKind.SITEMAP_DOCUMENTS), not a page: fetched like one, its
+    # body read by pipeline.core.sitemaps instead of parsed.
+    sitemap: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -408,6 +413,7 @@ class FetchResult:
     # The product token of the crawl that fetched it: the name its page's
     # `<meta name=...>` robots directives are read for (None: the store's default).
     agent: str | None = None
+    sitemap: bool = False  # a sitemap document (FrontierEntry.sitemap): read, not parsed
 
     def header(self, name: str) -> str | None:
         return header_value(self.headers, name)

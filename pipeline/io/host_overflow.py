@@ -43,7 +43,9 @@ _NEWEST = CellsColumnLimitFilter(1)
 
 def encode_chunk(entries: tuple[FrontierEntry, ...]) -> bytes:
     return json.dumps(
-        [[e.url, e.url_hash, e.depth, e.attempt, e.redirect_hops] for e in entries],
+        # A sitemap document's mark only where it is set: page chunks keep their layout.
+        [[e.url, e.url_hash, e.depth, e.attempt, e.redirect_hops, *([True] if e.sitemap else [])]
+         for e in entries],
         separators=(",", ":"),
     ).encode()
 
