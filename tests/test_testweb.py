@@ -122,7 +122,8 @@ def test_profiles_cover_every_kind(small_web: SyntheticWeb, default_web: Synthet
         # Robots files on another host exist only with WebSpec(robots_elsewhere=True).
         assert set(robots) == set(RobotsKind) - {RobotsKind.ELSEWHERE}
         assert min(robots.values()) >= least
-        assert set(roles) == set(HostRole) - {HostRole.FAULT, HostRole.ROBOTS}
+        assert set(roles) == set(HostRole) - {HostRole.FAULT, HostRole.ROBOTS,
+                                              HostRole.SITEMAPS}
         assert min(roles.values()) >= least
         assert all(web.robots_kind(web.split_url(s)[0]) in (RobotsKind.ALLOW_ALL,
                                                             RobotsKind.EMPTY)

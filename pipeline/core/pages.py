@@ -319,14 +319,14 @@ def judge_sitemap(stored: StoredResponse) -> tuple[StoredPage, SitemapTally]:
         return StoredPage(PageRow(**row, state=PageState.FAILED, reason=f"sitemap: HTTP {status}"),
                           None), SitemapTally(failed=True)
     contents = read_sitemap(result.body, content_type, truncated=result.truncated)
-    reason = contents.reason
-    if result.truncated:
-        reason += f"; body truncated at {len(result.body):,} bytes"
-    tally = SitemapTally(len(contents.urls), contents.urls_cut,
-                         contents.kind is SitemapKind.REFUSED)
+    truncated = f"; body truncated at {len(result.body):,} bytes" if result.truncated else ""
     if contents.kind is SitemapKind.REFUSED:
+        # What a refused document held before its fault is not followed, nor counted listed.
+        reason = f"sitemap: {contents.problem}{truncated}"
         return StoredPage(PageRow(**row, state=PageState.FAILED, reason=reason[:500]),
-                          None), tally
+                          None), SitemapTally(failed=True)
+    reason = contents.reason + truncated
+    tally = SitemapTally(len(contents.urls), contents.urls_cut)
     found = page_links(result.url, contents.urls)
     kind = BatchKind.SITEMAP_DOCUMENTS if contents.kind is SitemapKind.INDEX else BatchKind.SITEMAP
     batch = (FrontierBatch(result.crawl_id, result.depth, found.urls, kind=kind,
