@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+from collections import Counter
 
 from pipeline.core.fleet_host import CrawlTerms, FleetHostState
 from pipeline.core.host_queue import HostQueue, encode_entries
@@ -229,3 +230,40 @@ def test_a_sitemap_cut_by_the_body_limit_keeps_the_urls_before_the_cut():
     page, _ = judge_sitemap(stored)
     assert page.row.state is PageState.FETCHED and page.links.urls == ("http://a.test/x",)
     assert page.row.reason.endswith(f"body truncated at {len(body):,} bytes")
+
+
+# ---------------------------------------------------------------- the crawl's balance
+class _Publisher:
+    def publish(self, topic: str, data: bytes, **attributes: str):
+        from concurrent.futures import Future
+
+        future: Future = Future()
+        future.set_result("id")
+        return future
+
+
+class _Counts:
+    def __init__(self) -> None:
+        self.counted: list[tuple[str, str]] = []
+
+    def add(self, crawl_id: str, counter, n: int = 1) -> None:
+        self.counted.append((crawl_id, str(counter)))
+
+
+def test_sitemap_batches_count_on_the_far_side_of_the_link_batches_they_were_emitted_as():
+    """The store counts every batch it makes (link_batches_emitted), and the scheduler each
+    batch of sitemap documents from robots.txt: publishing must count each of them as
+    batches_published_links, or the crawl's balance never settles (or settles early)."""
+    from pipeline.core.records import FrontierBatch, HostSignal, HostSignalKind
+    from pipeline.transforms.frontier import PublishFn
+
+    fn = PublishFn("projects/p/topics/t")
+    fn._publisher, fn._counts = _Publisher(), _Counts()
+    fn.start_bundle()
+    for kind in (BatchKind.LINKS, BatchKind.SITEMAP, BatchKind.SITEMAP_DOCUMENTS,
+                 BatchKind.SEEDS):
+        fn.process(FrontierBatch("c", 1, ("http://a.test/",), kind=kind))
+    fn.process(HostSignal("c", "http://a.test/", HostSignalKind.THROTTLE))
+    fn.finish_bundle()
+    counted = Counter(name for _, name in fn._counts.counted)
+    assert counted == {"batches_published": 5, "batches_published_links": 3}
