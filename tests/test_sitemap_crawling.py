@@ -9,6 +9,7 @@ import dataclasses
 import gzip
 from collections import Counter
 
+from pipeline.core.crawl_states import CrawlLimits
 from pipeline.core.fleet_host import CrawlTerms, FleetHostState
 from pipeline.core.host_queue import HostQueue, encode_entries
 from pipeline.core.pages import StoredResponse, judge_response, judge_sitemap
@@ -272,3 +273,50 @@ def test_sitemap_batches_count_on_the_far_side_of_the_link_batches_they_were_emi
     fn.finish_bundle()
     counted = Counter(name for _, name in fn._counts.counted)
     assert counted == {"batches_published": 5, "batches_published_links": 3}
+
+
+# ------------------------------------------------------------- the host scheduler
+def test_the_scheduler_sends_robots_sitemaps_round_the_frontier_and_fetches_them_as_its_own(
+        bigtable_config, bigtable_tables):
+    """HostSchedulerFn driven directly (tests/harness_hosts.py): robots.txt's Sitemap lines
+    leave on the 'robots' output as one sitemap_documents batch, counted as an emitted link
+    batch; back through the frontier, a.test's sitemap is a request of a.test a full delay
+    after its last one, its fetched result marked; b.test's goes to b.test's key."""
+    from pipeline.io.crawls import create_crawl, read_crawl
+    from pipeline.transforms.schedule import ROBOTS as ROBOTS_OUTPUT
+    from pipeline.transforms.resources import worker_resources
+    from tests.conftest import fresh_name
+    from tests.harness_hosts import TEXT, Hosts, tagged
+
+    crawl_id = fresh_name("sitemaps")
+    create_crawl(bigtable_tables, crawl_id, seeds=(),
+                 limits=CrawlLimits(max_pages=100, sitemaps=True), at=0.0)
+    hosts = Hosts(bigtable_config)
+    try:
+        hosts.offer(crawl_id, "http://a.test/a")
+        hosts.fire("a.test", 0.0)
+        hosts.pool.finish(0, body=ROBOTS, headers=TEXT)
+        out = hosts.fire("a.test", 0.1)
+        (batch,) = tagged(out, ROBOTS_OUTPUT)
+        assert (batch.kind, batch.urls, batch.depth) == (
+            BatchKind.SITEMAP_DOCUMENTS, SITEMAP_LINES, 1)
+        hosts.fire("a.test", 1.0)  # the page
+        assert [url for url, _ in hosts.started("a.test")] == [
+            "http://a.test/robots.txt", "http://a.test/a"]
+        hosts.pool.finish(1)
+        hosts.fire("a.test", 1.1)
+        hosts.publish(batch)
+        assert [url for url, _ in hosts.started("b.test")] == []  # b.test's own key: queued
+        assert hosts.state("b.test").crawls[crawl_id].queue[0].sitemap
+        hosts.fire("a.test", 1.5)
+        assert len(hosts.started("a.test")) == 2  # a delay after the page's exchange
+        hosts.fire("a.test", 2.0)
+        assert hosts.started("a.test")[-1] == ("http://a.test/sitemap.xml", 2.0)
+        hosts.pool.finish(2, body=urlset("http://a.test/x"),
+                          headers=(("Content-Type", "application/xml"),))
+        (result,) = [o for o in hosts.fire("a.test", 2.1) if isinstance(o, FetchResult)]
+        assert result.sitemap and result.url == "http://a.test/sitemap.xml"
+        worker_resources().crawl_counts(bigtable_config).flush()
+        assert read_crawl(bigtable_tables, crawl_id).counters["link_batches_emitted"] == 1
+    finally:
+        hosts.close()
