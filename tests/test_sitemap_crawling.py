@@ -283,8 +283,8 @@ def test_the_scheduler_sends_robots_sitemaps_round_the_frontier_and_fetches_them
     batch; back through the frontier, a.test's sitemap is a request of a.test a full delay
     after its last one, its fetched result marked; b.test's goes to b.test's key."""
     from pipeline.io.crawls import create_crawl, read_crawl
-    from pipeline.transforms.schedule import ROBOTS as ROBOTS_OUTPUT
     from pipeline.transforms.resources import worker_resources
+    from pipeline.transforms.schedule import ROBOTS as ROBOTS_OUTPUT
     from tests.conftest import fresh_name
     from tests.harness_hosts import TEXT, Hosts, tagged
 
