@@ -159,6 +159,21 @@ def test_the_mark_survives_the_stored_queue_its_pickle_and_overflow_chunks():
     assert b"true" not in encode_chunk((page,))
 
 
+def test_an_entry_pickled_before_the_mark_existed_reads_back_as_a_page(monkeypatch):
+    """A lease's entry is pickled in a host's stored state: what the release before wrote
+    (five values) must read back, not fail at its first use."""
+    import pickle
+
+    entry = FrontierEntry("http://a.test/p", 1, 2, 1, 0)
+    monkeypatch.setattr(FrontierEntry, "__getstate__", lambda self: [
+        self.url, self.url_hash, self.depth, self.attempt, self.redirect_hops])
+    older = pickle.dumps(entry)
+    monkeypatch.undo()
+    assert pickle.loads(older) == entry and pickle.loads(older).sitemap is False
+    marked = dataclasses.replace(entry, sitemap=True)
+    assert pickle.loads(pickle.dumps(marked)) == marked
+
+
 # ------------------------------------------------------------ parse to batches
 def fetched(body: bytes, content_type: str = "application/xml", status: int = 200,
             url: str = "http://a.test/sitemap.xml", **headers: str) -> StoredResponse:

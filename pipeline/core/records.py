@@ -391,6 +391,13 @@ class FrontierEntry:
     # body read by pipeline.core.sitemaps instead of parsed.
     sitemap: bool = False
 
+    def __setstate__(self, state: list) -> None:
+        # An entry pickled before `sitemap` existed (a lease's, in a host's stored state)
+        # holds five values: it is a page.
+        names = ("url", "url_hash", "depth", "attempt", "redirect_hops", "sitemap")
+        for name, value in zip(names, (*state, False)[:len(names)], strict=True):
+            object.__setattr__(self, name, value)
+
 
 @dataclass(frozen=True, slots=True)
 class FetchResult:
