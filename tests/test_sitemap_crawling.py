@@ -299,7 +299,7 @@ def test_the_scheduler_sends_robots_sitemaps_round_the_frontier_and_fetches_them
     after its last one, its fetched result marked; b.test's goes to b.test's key."""
     from pipeline.io.crawls import create_crawl, read_crawl
     from pipeline.transforms.resources import worker_resources
-    from pipeline.transforms.schedule import ROBOTS as ROBOTS_OUTPUT
+    from pipeline.transforms.tags import Tag
     from tests.conftest import fresh_name
     from tests.harness_hosts import TEXT, Hosts, tagged
 
@@ -312,7 +312,7 @@ def test_the_scheduler_sends_robots_sitemaps_round_the_frontier_and_fetches_them
         hosts.fire("a.test", 0.0)
         hosts.pool.finish(0, body=ROBOTS, headers=TEXT)
         out = hosts.fire("a.test", 0.1)
-        (batch,) = tagged(out, ROBOTS_OUTPUT)
+        (batch,) = tagged(out, Tag.ROBOTS)
         assert (batch.kind, batch.urls, batch.depth) == (
             BatchKind.SITEMAP_DOCUMENTS, SITEMAP_LINES, 1)
         hosts.fire("a.test", 1.0)  # the page
