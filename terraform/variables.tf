@@ -159,19 +159,19 @@ variable "pipeline_parameters" {
 
   validation {
     # A crawl's own limits, and a crawl id: the job serves every crawl, each with its own.
-    condition     = alltrue([for name in keys(var.pipeline_parameters) : !contains(["max_pages", "max_pages_per_host", "max_depth", "min_delay", "crawler_user_agent", "max_duration", "scope", "include", "exclude", "crawl_id", "mode"], name)])
+    condition     = alltrue([for name in keys(var.pipeline_parameters) : !contains(["max_pages", "max_pages_per_host", "max_depth", "min_delay", "crawler_user_agent", "max_duration", "scope", "include", "exclude", "sitemaps", "crawl_id", "mode"], name)])
     error_message = "pipeline_parameters are the job's: a crawl's own limits go in crawl_defaults (the API's defaults) or in each POST /crawls, and the job has no crawl_id or mode."
   }
 }
 
 variable "crawl_defaults" {
-  description = "The limits the control API gives a crawl whose request sets none, by option name: min_delay, user_agent, max_pages_per_host, max_depth, max_duration, scope (e.g. { user_agent = \"mybot/1.0 (+https://example.com/bot)\", min_delay = \"2\" })."
+  description = "The limits the control API gives a crawl whose request sets none, by option name: min_delay, user_agent, max_pages_per_host, max_depth, max_duration, scope, sitemaps (e.g. { user_agent = \"mybot/1.0 (+https://example.com/bot)\", min_delay = \"2\" })."
   type        = map(string)
   default     = {}
 
   validation {
-    condition     = alltrue([for name in keys(var.crawl_defaults) : contains(["min_delay", "user_agent", "max_pages_per_host", "max_depth", "max_duration", "scope"], name)])
-    error_message = "crawl_defaults takes min_delay, user_agent, max_pages_per_host, max_depth, max_duration and scope."
+    condition     = alltrue([for name in keys(var.crawl_defaults) : contains(["min_delay", "user_agent", "max_pages_per_host", "max_depth", "max_duration", "scope", "sitemaps"], name)])
+    error_message = "crawl_defaults takes min_delay, user_agent, max_pages_per_host, max_depth, max_duration, scope and sitemaps."
   }
 }
 

@@ -177,7 +177,8 @@ def test_a_new_crawl_is_201_with_the_issue_s_names_and_its_seeds_on_the_frontier
     assert {"id", "state", "reason", "seeds", "max_pages", "max_pages_per_host", "max_depth",
             "min_delay", "max_duration_s", "user_agent", "created_at", "started_at",
             "ended_at", "counters", "frontier", "hosts_active", "hosts_parked",
-            "urls_on_parked_hosts", "pages_per_s", "scope", "include", "exclude"} == set(crawl)
+            "urls_on_parked_hosts", "pages_per_s", "scope", "include", "exclude",
+            "sitemaps"} == set(crawl)
     assert crawl["state"] == "running" and crawl["ended_at"] is None
     # Seeds are normalised to the URL the crawler requests: the query keeps its own order.
     assert crawl["seeds"] == ["http://seed.test/a?b=1&a=2", "http://seed.test/b"]
@@ -213,6 +214,18 @@ def test_a_crawl_s_scope_is_kept_with_it_and_left_out_is_every_url(fleet):
     assert fleet.client.get(f"/crawls/{crawl['id']}").json()["include"] == ["/docs/", "/blog/"]
     plain = _create(fleet)  # this fleet's defaults set no scope: every URL is in it
     assert (plain["scope"], plain["include"], plain["exclude"]) == (None, None, None)
+    fleet.frontier_batches(expected=2)
+
+
+def test_a_crawl_that_reads_sitemaps_keeps_it_in_its_record_and_left_out_is_off(fleet):
+    crawl = _create(fleet, sitemaps=True)
+    assert crawl["sitemaps"] is True
+    assert fleet.client.get(f"/crawls/{crawl['id']}").json()["sitemaps"] is True
+    plain = _create(fleet)  # this fleet's defaults set none: off, as CrawlLimits reads it
+    assert plain["sitemaps"] is None
+    answer = fleet.client.post("/crawls", json={"seeds": ["http://ok.test/"], "max_pages": 5,
+                                                "sitemaps": "sometimes"})
+    assert answer.status_code == 422 and "sitemaps" in answer.text
     fleet.frontier_batches(expected=2)
 
 

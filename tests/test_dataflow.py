@@ -386,7 +386,8 @@ def test_the_launcher_says_which_option_a_dataflow_job_lacks(drop, replace, mess
 # A value other than the default for each of a crawl's own limits.
 OWN_LIMITS = {"max_pages": "500", "max_pages_per_host": "5", "max_depth": "2",
               "min_delay": "2.5", "user_agent": "fleetbot/1.0", "max_duration": "60",
-              "scope": "same-domain", "include": "/docs/", "exclude": "[.]pdf$"}
+              "scope": "same-domain", "include": "/docs/", "exclude": "[.]pdf$",
+              "sitemaps": None}  # None: a flag, on without a value
 
 
 def test_every_limit_of_a_crawl_s_own_has_a_value_here():
@@ -397,11 +398,12 @@ def test_every_limit_of_a_crawl_s_own_has_a_value_here():
 def test_a_crawl_s_own_limit_is_refused_at_job_level_in_one_line(dest, capsys):
     """The job serves every crawl: a limit given to it would apply to none of them."""
     flag = option(dest).beam_flag
+    given = [flag, *filter(None, [OWN_LIMITS[dest]])]
     with pytest.raises(LaunchError, match=f"{flag} is a crawl's own limit"):
-        job_options([*FLAGS, flag, OWN_LIMITS[dest]])
+        job_options([*FLAGS, *given])
     from pipeline.main import main
 
-    assert main([*FLAGS, flag, OWN_LIMITS[dest]]) == 2
+    assert main([*FLAGS, *given]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"pipeline.main: {flag} is a crawl's own limit")
     assert f"crawler serve {option(dest).flag}" in line  # where it belongs instead

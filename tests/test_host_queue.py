@@ -75,7 +75,8 @@ def test_a_host_queue_is_a_deque_however_often_it_is_stored_and_read_back(ops, d
     serial = 0
     for op, arg in ops:
         if op == "append":
-            e = FrontierEntry(f"http://{HOST}/{arg}", h, depth, arg % 4, arg % 6)
+            e = FrontierEntry(f"http://{HOST}/{arg}", h, depth, arg % 4, arg % 6,
+                              sitemap=arg % 3 == 0)
             model.append(e)
             queue.append(e)
         elif op == "extend":
@@ -186,6 +187,15 @@ def test_a_queue_entry_outside_the_stored_ranges_is_refused_with_its_url():
         assert "http://a.test/x" in str(exc) and "depth" in str(exc)
     else:
         raise AssertionError("an out-of-range depth was stored")
+    # The redirect_hops word's top bit is the sitemap mark: hops that would reach it are
+    # refused, not read back as a sitemap document.
+    hops = HostQueue([FrontierEntry("http://a.test/y", 1, 0, 0, 2**31)])
+    try:
+        hops.stored()
+    except ValueError as exc:
+        assert "http://a.test/y" in str(exc) and "redirect_hops" in str(exc)
+    else:
+        raise AssertionError("redirect hops that reach the sitemap mark were stored")
 
 
 # ------------------------------------------------------------------- HostState in parts

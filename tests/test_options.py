@@ -354,11 +354,12 @@ def test_no_crawl_limit_is_a_template_parameter_and_the_launcher_refuses_each_in
     names = {p["name"] for p in template_metadata()["parameters"]}
     values = {"max_pages": "5", "max_pages_per_host": "5", "max_depth": "2",
               "min_delay": "3", "user_agent": "x/1", "max_duration": "60",
-              "scope": "same-host", "include": "/docs/", "exclude": "[.]pdf$"}
+              "scope": "same-host", "include": "/docs/", "exclude": "[.]pdf$",
+              "sitemaps": None}  # None: a flag without a value
     for opt in _per_crawl():
         assert opt.beam_name not in names, opt.dest
         with pytest.raises(LaunchError, match=opt.beam_flag):
-            job_options([opt.beam_flag, values[opt.dest]])
+            job_options([opt.beam_flag, *filter(None, [values[opt.dest]])])
 
 
 def test_a_seed_out_of_scope_is_said_in_one_line_and_still_crawled_to_its_row(caplog):

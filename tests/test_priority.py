@@ -226,8 +226,10 @@ def test_a_spill_batch_offered_again_is_not_ranked_again():
 
 
 def test_each_batch_kind_names_its_source_and_a_spill_none():
-    assert [source_of(kind) for kind in BatchKind] == [
-        PrioritySource.SEED, PrioritySource.LINK, None, PrioritySource.SITEMAP]
+    assert {kind: source_of(kind) for kind in BatchKind} == {
+        BatchKind.SEEDS: PrioritySource.SEED, BatchKind.LINKS: PrioritySource.LINK,
+        BatchKind.SPILL: None, BatchKind.SITEMAP: PrioritySource.SITEMAP,
+        BatchKind.SITEMAP_DOCUMENTS: PrioritySource.SITEMAP}
 
 
 # ------------------------------------------------------------------------ the hook itself

@@ -6,6 +6,7 @@ import argparse
 import hashlib
 import json
 import random
+import re
 import socket
 import time
 from collections import Counter
@@ -122,7 +123,8 @@ def test_profiles_cover_every_kind(small_web: SyntheticWeb, default_web: Synthet
         # Robots files on another host exist only with WebSpec(robots_elsewhere=True).
         assert set(robots) == set(RobotsKind) - {RobotsKind.ELSEWHERE}
         assert min(robots.values()) >= least
-        assert set(roles) == set(HostRole) - {HostRole.FAULT, HostRole.ROBOTS}
+        assert set(roles) == set(HostRole) - {HostRole.FAULT, HostRole.ROBOTS,
+                                              HostRole.SITEMAPS}
         assert min(roles.values()) >= least
         assert all(web.robots_kind(web.split_url(s)[0]) in (RobotsKind.ALLOW_ALL,
                                                             RobotsKind.EMPTY)
@@ -565,3 +567,22 @@ def test_robots_hosts_share_one_file_across_hosts_and_leave_the_rest_of_the_web_
         plain.robots_host(RobotsHost.HOME)
     with pytest.raises(ValueError, match="at least one host"):
         WebSpec(hosts=0)
+
+
+def test_the_sitemap_hosts_pages_are_listed_by_sitemaps_only_and_other_webs_list_none():
+    from testweb.web import SITEMAP_ONLY_PAGES, SitemapHost
+
+    web = SyntheticWeb(WebSpec(hosts=0, sitemaps=True), port=8080)
+    home = web.sitemap_host(SitemapHost.HOME)
+    assert web.seeds() == [web.url(home, "/")]
+    linked = {link for path in ("/", "/about.html")
+              for link in re.findall(rb'href="([^"]+)"', web.render(home, path, 1).body)}
+    assert linked == {b"/", b"/about.html"}
+    listed = {url for urls in web.sitemap_pages().values() for url in urls}
+    assert {web.url(home, path) for path in SITEMAP_ONLY_PAGES} <= listed
+    robots = web.render(home, "/robots.txt", 1).body.decode()
+    assert robots.count("Sitemap: ") == 3
+    # Without WebSpec.sitemaps no host's robots.txt names a sitemap: crawls are unchanged.
+    plain = SyntheticWeb(WebSpec(hosts=12, robots_elsewhere=True), port=8080)
+    assert not any(b"Sitemap:" in plain.render(host, "/robots.txt", 1).body
+                   for host in plain.hosts())

@@ -48,6 +48,11 @@ def add_testweb_arguments(parser: argparse.ArgumentParser) -> None:
                         help="add three hosts (robots-home.test, robots-moved.test, "
                              "robots-relayed.test) whose robots.txt is one file, reached from "
                              "the other two by redirects across hosts")
+    parser.add_argument("--sitemaps", action="store_true",
+                        help="add two hosts (sitemap-home.test, a seed, and "
+                             "sitemap-other.test) whose pages only sitemaps list: a robots.txt "
+                             "with Sitemap lines, an index, a gzip sitemap, a broken and a "
+                             "missing one (for crawler crawl --sitemaps)")
 
 
 def run_testweb(args: argparse.Namespace) -> int:
@@ -55,6 +60,7 @@ def run_testweb(args: argparse.Namespace) -> int:
         spec = WebSpec(seed=args.seed, hosts=args.hosts, pages_per_host=args.pages_per_host,
                        hang_seconds=args.hang_seconds, slow_seconds=args.slow_seconds,
                        faults=args.faults, robots_elsewhere=args.robots_elsewhere,
+                       sitemaps=args.sitemaps,
                        only_faults=tuple(FaultHost(kind.strip())
                                          for kind in args.only_faults.split(",") if kind.strip()))
     except ValueError as exc:

@@ -38,6 +38,14 @@ With `WebSpec(robots_elsewhere=True)` the web also has three hosts whose robots.
 robots-relayed.test's redirects to robots-moved.test's, so it reaches the file in two hops
 across hosts (RFC 9309 2.3.1.2). Each is its own seed and links only to itself, so the rest of
 the web is what it was without them; `hosts=0` makes a web of just these three.
+
+With `WebSpec(sitemaps=True)` the web also has two sitemap hosts (SitemapHost):
+sitemap-home.test, whose robots.txt lists a sitemap index (which lists itself, a sitemap of
+pages and a gzip-compressed one), a sitemap that is not XML and one that is missing (404); its
+sitemaps list pages no page links (/hidden/*), a page robots.txt disallows, and a page of
+sitemap-other.test (the protocol's cross-host case). The home is its own seed and links only
+its about page, so a crawl without sitemaps finds two pages there, and the rest of the web is
+what it was without them.
 """
 
 from __future__ import annotations
@@ -173,6 +181,8 @@ class WebSpec:
     only_faults: tuple[FaultHost, ...] = ()
     # The RobotsHost hosts, whose robots.txt is another host's (each its own seed).
     robots_elsewhere: bool = False
+    # The SitemapHost hosts: sitemaps listing pages no page links (sitemap-home.test a seed).
+    sitemaps: bool = False
 
     def __post_init__(self) -> None:
         if self.only_faults:
@@ -183,7 +193,7 @@ class WebSpec:
             if unknown or len(set(self.only_faults)) != len(self.only_faults):
                 raise ValueError(f"only_faults={self.only_faults} must name distinct FaultHost "
                                  f"members ({', '.join(FaultHost)})")
-        elif self.hosts < 1 and not self.robots_elsewhere:
+        elif self.hosts < 1 and not (self.robots_elsewhere or self.sitemaps):
             raise ValueError(f"hosts={self.hosts}: a web needs at least one host")
         elif self.hosts < 0:
             raise ValueError(f"hosts={self.hosts} must not be negative")
@@ -229,6 +239,7 @@ class HostRole(StrEnum):
     CALENDAR = "calendar"  # a home page and an endless month-to-month chain, nothing else
     FAULT = "fault"  # one of the FaultHost hosts (WebSpec.faults only)
     ROBOTS = "robots"  # one of the RobotsHost hosts (WebSpec.robots_elsewhere only)
+    SITEMAPS = "sitemaps"  # one of the SitemapHost hosts (WebSpec.sitemaps only)
 
 
 class RobotsHost(StrEnum):
@@ -248,6 +259,27 @@ _ROBOTS_ELSEWHERE: dict[RobotsHost, RobotsHost | None] = {
 # Their pages: one the shared rules disallow, one they allow by an Allow rule.
 _ROBOTS_HOST_PAGES = ("/about.html", "/private/report.html", "/news.html",
                       "/private/open/guide.html", "/archive.html")
+
+
+class SitemapHost(StrEnum):
+    """The hosts of WebSpec.sitemaps, named sitemap-<value>.test."""
+
+    HOME = "home"  # robots.txt lists its sitemaps; the seed
+    OTHER = "other"  # a page listed only in sitemap-home.test's sitemap (cross-host)
+
+
+# sitemap-home.test's pages no page links: only its sitemaps list them.
+SITEMAP_ONLY_PAGES = ("/hidden/1.html", "/hidden/2.html", "/hidden/3.html")
+# Listed in a sitemap, disallowed by robots.txt: ends `disallowed` without a request.
+SITEMAP_DISALLOWED_PAGE = "/private/listed.html"
+SITEMAP_INDEX = "/sitemap-index.xml"  # lists itself, SITEMAP_PAGES and SITEMAP_GZIP
+SITEMAP_PAGES = "/sitemap-pages.xml"
+SITEMAP_GZIP = "/sitemap-more.xml.gz"  # application/gzip, no Content-Encoding
+SITEMAP_BROKEN = "/broken-sitemap.xml"  # application/xml that is not well-formed
+SITEMAP_MISSING = "/missing-sitemap.xml"  # 404
+# What robots.txt's Sitemap lines name, in order.
+SITEMAP_LINES = (SITEMAP_INDEX, SITEMAP_BROKEN, SITEMAP_MISSING)
+SITEMAP_OTHER_PAGE = "/listed.html"  # on sitemap-other.test
 
 
 class FaultHost(StrEnum):
@@ -486,6 +518,7 @@ class RobotsGroup:
 class RobotsFile:
     groups: tuple[RobotsGroup, ...]
     comment: str = ""
+    sitemaps: tuple[str, ...] = ()  # absolute URLs of Sitemap lines, after the groups
 
     def text(self) -> str:
         lines = [f"# {self.comment}"] if self.comment else []
@@ -496,6 +529,9 @@ class RobotsFile:
             lines.extend(f"{'Allow' if allow else 'Disallow'}: {pat}" for allow, pat in group.rules)
             if group.crawl_delay is not None:
                 lines.append(f"Crawl-delay: {group.crawl_delay}")
+        if self.sitemaps:
+            lines.append("")
+            lines.extend(f"Sitemap: {url}" for url in self.sitemaps)
         return "\n".join(lines) + "\n" if lines else ""
 
     def group_for(self, user_agent: str) -> RobotsGroup | None:
@@ -738,6 +774,7 @@ class SyntheticWeb:
             self._seeds = []
         # Seeds of their own, kept apart from _seeds: regular pages link _seeds in footers.
         self._robots_hosts = self._add_robots_hosts() if spec.robots_elsewhere else []
+        self._sitemap_hosts = self._add_sitemap_hosts() if spec.sitemaps else []
         for plan in self._plans.values():
             self._register_paths(plan)
         self._page = lru_cache(maxsize=16384)(self._materialise)
@@ -757,7 +794,8 @@ class SyntheticWeb:
                      for path in _linked_paths(self._profiles[host].fault)]
         else:
             seeds = [self.url(host, "/") for host in self._seeds]
-        return seeds + [self.url(host, "/") for host in self._robots_hosts]
+        return seeds + [self.url(host, "/") for host in self._robots_hosts] + [
+            self.url(host, "/") for host in self._sitemap_hosts[:1]]
 
     def profile(self, host: str) -> HostProfile:
         try:
@@ -799,6 +837,12 @@ class SyntheticWeb:
                            f"WebSpec(robots_elsewhere=True)")
         return name
 
+    def sitemap_host(self, kind: SitemapHost) -> str:
+        name = f"sitemap-{kind}{TEST_TLD}"
+        if name not in self._profiles:
+            raise KeyError(f"{name} is not on this web: build it with WebSpec(sitemaps=True)")
+        return name
+
     def robots_redirect(self, host: str) -> str | None:
         """Where the host's /robots.txt redirects on another host (None: it does not)."""
         if self.robots_kind(host) is not RobotsKind.ELSEWHERE:
@@ -826,6 +870,8 @@ class SyntheticWeb:
 
     def robots_file(self, host: str) -> RobotsFile | None:
         """The rules that govern `host` once robots.txt is read (None: no 2xx robots.txt)."""
+        if self.profile(host).role is HostRole.SITEMAPS:
+            return self._sitemap_robots_file(host)
         kind = self.robots_kind(host)
         if kind is RobotsKind.ALLOW_ALL:
             return RobotsFile(groups=(RobotsGroup(user_agents=("*",), rules=((True, "/"),)),))
@@ -1085,6 +1131,8 @@ class SyntheticWeb:
         profile = self._profiles.get(host)
         if profile is None:
             return _text_response(421, f"{host} is not served here\n")
+        if profile.role is HostRole.SITEMAPS:
+            return self._sitemap_answer(host, path_and_query)
         delay = self.spec.slow_seconds if profile.role is HostRole.SLOW else 0.0
         response = self._answer(host, profile, path_and_query, nth_request,
                                 nth_request if host_nth is None else host_nth, now)
@@ -1311,6 +1359,8 @@ class SyntheticWeb:
         if plan.profile.fault is not None:
             self._register_fault_paths(plan)
             return
+        if plan.profile.role is HostRole.SITEMAPS:
+            return  # answered apart (_sitemap_answer)
         if plan.profile.role is HostRole.ROBOTS:
             paths["/"] = "robots-home"
             for path in _ROBOTS_HOST_PAGES:
@@ -1409,6 +1459,72 @@ class SyntheticWeb:
             self._plans[name] = _HostPlan(profile=profile)
             names.append(name)
         return names
+
+    def _add_sitemap_hosts(self) -> list[str]:
+        """The SitemapHost hosts, after every other host; returns their names."""
+        names = []
+        first = len(self._profiles)
+        for number, kind in enumerate(SitemapHost):
+            name = f"sitemap-{kind}{TEST_TLD}"
+            profile = HostProfile(first + number, name, RobotsKind.ALLOW_ALL, HostRole.SITEMAPS)
+            self._profiles[name] = profile
+            self._plans[name] = _HostPlan(profile=profile)
+            names.append(name)
+        return names
+
+    def _sitemap_robots_file(self, host: str) -> RobotsFile:
+        star = RobotsGroup(user_agents=("*",), rules=((False, "/private/"),))
+        if host != self.sitemap_host(SitemapHost.HOME):
+            return RobotsFile(groups=(star,), comment=f"robots.txt for {host}")
+        return RobotsFile(groups=(star,), comment=f"robots.txt for {host}",
+                          sitemaps=tuple(self.url(host, path) for path in SITEMAP_LINES))
+
+    def sitemap_pages(self) -> dict[str, tuple[str, ...]]:
+        """Each sitemap of sitemap-home.test that lists URLs (index, URL sets) -> what it
+        lists, as absolute URLs."""
+        home = self.sitemap_host(SitemapHost.HOME)
+        other = self.sitemap_host(SitemapHost.OTHER)
+        return {
+            SITEMAP_INDEX: tuple(self.url(home, path)
+                                 for path in (SITEMAP_INDEX, SITEMAP_PAGES, SITEMAP_GZIP)),
+            SITEMAP_PAGES: (self.url(home, "/"), self.url(home, "/about.html"),
+                            *(self.url(home, path) for path in SITEMAP_ONLY_PAGES[:2]),
+                            self.url(home, SITEMAP_DISALLOWED_PAGE),
+                            self.url(other, SITEMAP_OTHER_PAGE)),
+            SITEMAP_GZIP: tuple(self.url(home, path) for path in SITEMAP_ONLY_PAGES[2:]),
+        }
+
+    def _sitemap_answer(self, host: str, path: str) -> Response:
+        if path == _ROBOTS_PATH:
+            return _text_response(200, self._sitemap_robots_file(host).text())
+        home = host == self.sitemap_host(SitemapHost.HOME)
+        pages = {"/": ("/about.html",), "/about.html": ("/",)} if home else {
+            SITEMAP_OTHER_PAGE: ()}
+        if home:
+            pages.update({page: () for page in (*SITEMAP_ONLY_PAGES, SITEMAP_DISALLOWED_PAGE)})
+        if path in pages:
+            links = "".join(f'<p><a href="{link}">{link}</a></p>' for link in pages[path])
+            body = (f"<!DOCTYPE html><html><head><title>{host}{path}</title></head><body>"
+                    f"<h1>{host}{path}</h1><p>{self.key_phrase(self.url(host, path))} "
+                    f"This page is at {path} on {host}.</p>{links}</body></html>")
+            return _html_response(200, body.encode())
+        listed = self.sitemap_pages() if home else {}
+        if path in listed:
+            entry, root = ("sitemap", "sitemapindex") if path == SITEMAP_INDEX else ("url",
+                                                                                     "urlset")
+            xml = ('<?xml version="1.0" encoding="UTF-8"?>\n'
+                   f'<{root} xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">\n'
+                   + "".join(f"  <{entry}><loc>{url}</loc></{entry}>\n" for url in listed[path])
+                   + f"</{root}>\n").encode()
+            if path == SITEMAP_GZIP:
+                return Response(200, (("Content-Type", "application/gzip"),),
+                                _gzip_bytes(xml))
+            return Response(200, (("Content-Type", "application/xml"),), xml)
+        if home and path == SITEMAP_BROKEN:
+            return Response(200, (("Content-Type", "application/xml"),),
+                            b'<?xml version="1.0"?>\n<urlset><url><loc>'
+                            + self.url(host, "/hidden/never.html").encode() + b"</loc></url")
+        return _html_response(404, _error_html(f"Not found: {path}"))
 
     def _plan_stories(self) -> None:
         """Stories (a near-duplicate pair and a look-alike pair) on a few regular hosts."""
@@ -2360,6 +2476,12 @@ def _gzip_bomb(head: bytes, size: int) -> bytes:
     header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"  # gzip, deflate, no name, no mtime
     trailer = struct.pack("<II", crc, (len(head) + blocks * len(block) + rest) & 0xFFFFFFFF)
     return header + first + middle * blocks + last + end + trailer
+
+
+def _gzip_bytes(data: bytes) -> bytes:
+    """`data` as a gzip file (mtime 0, so the bytes are the same on every run)."""
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    return compressor.compress(data) + compressor.flush()
 
 
 def _error_html(message: str) -> bytes:

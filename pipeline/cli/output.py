@@ -51,6 +51,10 @@ def print_summary(summary) -> None:
     if summary.urls_out_of_scope:
         print(f"  out of scope    {summary.urls_out_of_scope:,} URLs (filtered, never "
               "requested; see --scope, --include, --exclude)")
+    if summary.sitemap_urls_listed or summary.sitemaps_failed:
+        print(f"  sitemaps        {summary.sitemap_urls_listed:,} URLs listed, "
+              f"{summary.sitemap_urls_cut:,} cut past the protocol's limits, "
+              f"{summary.sitemaps_failed:,} sitemaps failed (--sitemaps)")
     if summary.urls_blocked_address:
         print(f"  refused         {summary.urls_blocked_address:,} URLs whose host's address is "
               "not public (filtered, `blocked address`; see --allow-network)")

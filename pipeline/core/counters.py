@@ -28,6 +28,7 @@ class Counter(StrEnum):
     BATCHES_PUBLISHED_SPILL = "batches_published_spill"
     BATCHES_PUBLISHED_SEEDS = "batches_published_seeds"
     BATCHES_PUBLISHED_SITEMAP = "batches_published_sitemap"
+    BATCHES_PUBLISHED_SITEMAP_DOCUMENTS = "batches_published_sitemap_documents"
     BATCHES_PUBLISHED_THROTTLE = "batches_published_throttle"
     BATCHES_PUBLISHED_RELEASE = "batches_published_release"
     BATCHES_PUBLISHED_DEAD_LETTER = "batches_published_dead_letter"
@@ -67,6 +68,11 @@ class Counter(StrEnum):
     CONTENT_DUPLICATES = "content_duplicates"
     NEAR_DUPLICATES = "near_duplicates"
     HOST_SIGNALS_EMITTED = "host_signals_emitted"
+    # Sitemaps read (--sitemaps): URLs they listed (pages and child sitemaps), URLs past the
+    # protocol's limits, and sitemaps that gave no URLs (an HTTP error, refused, too large)
+    SITEMAP_URLS_LISTED = "sitemap_urls_listed"
+    SITEMAP_URLS_CUT = "sitemap_urls_cut"
+    SITEMAPS_FAILED = "sitemaps_failed"
     # Links on stored pages that could not become URLs to crawl, per RejectReason
     # (see links_rejected)
     LINKS_REJECTED_SCHEME = "links_rejected_scheme"
@@ -142,6 +148,7 @@ RECORD_COUNTERS: tuple[Counter, ...] = (
     Counter.HOSTS_PARKED, Counter.URLS_OVER_TIME, Counter.URLS_OUT_OF_SCOPE,
     Counter.HOSTS_PARKED_NOW,
     Counter.URLS_ON_PARKED_HOSTS, Counter.HOSTS_WOKEN,
+    Counter.SITEMAP_URLS_LISTED, Counter.SITEMAP_URLS_CUT, Counter.SITEMAPS_FAILED,
     *(Counter(f"rows_{state}") for state in PageState), Counter.BYTES_FETCHED,
 )
 # Names the record has always had for these: the API and `crawler status` show them.

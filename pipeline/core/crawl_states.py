@@ -114,6 +114,9 @@ class CrawlLimits:
     scope: str | None = None
     include: tuple[str, ...] | None = None
     exclude: tuple[str, ...] | None = None
+    # Read the sitemaps the in-scope hosts' robots.txt list (docs/design.md, "Sitemaps");
+    # None: the default, off.
+    sitemaps: bool | None = None
 
     def __post_init__(self) -> None:
         for name in ("include", "exclude"):  # a JSON list or a parser's list: kept as a tuple

@@ -336,7 +336,8 @@ class FleetHostState:
                                          claim_page=crawl_terms.claim_page,
                                          budget_spent=crawl_terms.budget_spent)
             self.next_allowed = max(self.next_allowed, state.next_allowed)
-            if decision.outcomes or decision.fetch is not None or decision.robots_messages:
+            if (decision.outcomes or decision.fetch is not None or decision.robots_messages
+                    or decision.sitemaps):
                 decisions.append((crawl_id, decision))
             if decision.fetch is not None:
                 self.holder = self.last_served = crawl_id

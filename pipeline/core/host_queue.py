@@ -7,8 +7,9 @@ change. It knows nothing of hosts, politeness or Beam: pipeline.core.politeness 
 deque, and the scheduler stores its bytes in a state cell of their own (HostQueue.stored).
 
 The stored form is a run of records, each a fixed header (url_hash, depth, attempt,
-redirect_hops, URL length) and the URL in UTF-8. The top byte of the length field is the
-record's version: 0, the first form, has nothing more (its entry's priority is 0); 1 has the
+redirect_hops, URL length) and the URL in UTF-8. The top bit of the redirect_hops word marks
+a sitemap document (FrontierEntry.sitemap). The top byte of the length field is the record's
+version: 0, the first form, has nothing more (its entry's priority is 0); 1 has the
 entry's priority, a float64, between the header and the URL. An entry of priority 0 is written
 in the first form, so a crawl without a priority hook stores the same bytes as before the
 priority existed, and queues stored before it decode unchanged.
@@ -53,26 +54,31 @@ _WITH_PRIORITY = 1 << _VERSION_SHIFT  # version 1: a priority follows the header
 _PRIORITY = struct.Struct("<d")
 _SIZE = struct.Struct("<I")  # the header's last field alone
 _SIZE_AT = _HEADER.size - _SIZE.size
+# The redirect_hops word's top bit: the entry is a sitemap document. Hops never come near it
+# (a chain ends at --max-redirect-hops, at most a few dozen).
+_SITEMAP_BIT = 2**31
 
 
 def _encode(entries: Iterable[FrontierEntry]) -> bytes:
     parts = []
     for entry in entries:
         url = entry.url.encode("utf-8", "surrogatepass")
-        for name in ("depth", "attempt", "redirect_hops"):
+        for name, bound in (("depth", _U32), ("attempt", _U32),
+                            ("redirect_hops", _SITEMAP_BIT)):
             value = getattr(entry, name)
-            if not 0 <= value < _U32:
+            if not 0 <= value < bound:
                 raise ValueError(f"cannot queue {entry.url!r}: {name} {value} is outside "
-                                 f"0..{_U32 - 1}")
+                                 f"0..{bound - 1}")
         if len(url) > _SIZE_MASK:
             raise ValueError(f"cannot queue a URL of {len(url)} bytes (at most {_SIZE_MASK})")
+        hops = entry.redirect_hops | (_SITEMAP_BIT if entry.sitemap else 0)
         if entry.priority:
-            parts.append(_HEADER.pack(entry.url_hash, entry.depth, entry.attempt,
-                                      entry.redirect_hops, len(url) | _WITH_PRIORITY))
+            parts.append(_HEADER.pack(entry.url_hash, entry.depth, entry.attempt, hops,
+                                      len(url) | _WITH_PRIORITY))
             parts.append(_PRIORITY.pack(entry.priority))
         else:
-            parts.append(_HEADER.pack(entry.url_hash, entry.depth, entry.attempt,
-                                      entry.redirect_hops, len(url)))
+            parts.append(_HEADER.pack(entry.url_hash, entry.depth, entry.attempt, hops,
+                                      len(url)))
         parts.append(url)
     return b"".join(parts)
 
@@ -95,7 +101,8 @@ def _decode_at(data: bytes, offset: int) -> tuple[FrontierEntry, int]:
     if end > len(data):
         raise ValueError(f"queue bytes end inside an entry at offset {offset}")
     url = data[start:end].decode("utf-8", "surrogatepass")
-    return FrontierEntry(url, url_hash, depth, attempt, hops, priority), end
+    return FrontierEntry(url, url_hash, depth, attempt, hops & ~_SITEMAP_BIT, priority,
+                         bool(hops & _SITEMAP_BIT)), end
 
 
 def _decode_all(data: bytes) -> Iterator[FrontierEntry]:

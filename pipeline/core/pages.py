@@ -1,11 +1,12 @@
 """What a fetched response becomes: its page row, the links it leads to, its text, a dead letter.
 
 This module owns the store stage's decisions for one page: the row of a 2xx, 3xx or failed
-answer, parsing with retries (a page that crashes the parser is dead-lettered, not fatal),
-exact content dedup between pages with the same text, and near-duplicate flagging within a
-host. It writes nothing itself: records go through the writers it is handed (the Beam
-transforms in pipeline.transforms own the segment files and the runner state), so every
-decision here is plain Python that tests can call directly.
+answer (of a sitemap document too: judge_sitemap), parsing with retries (a page that
+crashes the parser is dead-lettered, not fatal), exact content dedup between pages with the
+same text, and near-duplicate flagging within a host. It writes nothing itself: records go
+through the writers it is handed (the Beam transforms in pipeline.transforms own the segment
+files and the runner state), so every decision here is plain Python that tests can call
+directly.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pipeline.core.fingerprints import fingerprints
 from pipeline.core.near_duplicates import ContentVerdict, DuplicatePolicy, HostContent, HostIndex
 from pipeline.core.parse import ParsedPage, Trafilatura, is_html, parse_page
 from pipeline.core.records import (
+    BatchKind,
     DeadLetter,
     FetchResult,
     FrontierBatch,
@@ -33,6 +35,7 @@ from pipeline.core.records import (
     RecordPointer,
     record_id,
 )
+from pipeline.core.sitemaps import SitemapKind, read_sitemap
 from pipeline.core.urls import (
     InvalidURL,
     RejectReason,
@@ -192,8 +195,10 @@ def judge_response(
     3xx: redirected, its Location goes to the frontier at the same depth (a redirect is not a
     link hop); anything else: failed with the HTTP status as the reason. A page the parser
     fails on parse_attempts times is dead-lettered, or, with raise_on_parse_failure, raises
-    PageParseFailed.
+    PageParseFailed. A sitemap document is read, not parsed (judge_sitemap).
     """
+    if stored.result.sitemap:
+        return judge_sitemap(stored)[0]
     result, warc_ptr = stored.result, stored.warc
     content_type = result.header("Content-Type")
     status = result.http_status
@@ -262,6 +267,73 @@ def judge_response(
         text=parsed.text,
         rejected_links=found.rejected,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class SitemapTally:
+    """What reading one sitemap document came to, for the crawl's counters: URLs it listed
+    (pages or child sitemaps), URLs past the protocol's 50,000, and whether it failed (an
+    HTTP error, or a body refused as a sitemap)."""
+
+    listed: int = 0
+    cut: int = 0
+    failed: bool = False
+
+
+def judge_sitemap(stored: StoredResponse) -> tuple[StoredPage, SitemapTally]:
+    """Decide the row of a fetched sitemap document (FetchResult.sitemap) and the batch it
+    leads to; never raises.
+
+    2xx: read by pipeline.core.sitemaps; a URL set's pages go to the frontier as a
+    BatchKind.SITEMAP batch, an index's sitemaps as BatchKind.SITEMAP_DOCUMENTS (each then
+    seen, scoped and fetched by its own host; one listing itself is already seen), at the
+    sitemap's depth; the row is `fetched`, its reason what the sitemap listed and what was
+    cut. A body that is no sitemap (wrong type, invalid XML, entities, bad gzip) is `failed`
+    with why, and nothing it held is followed. 3xx: `redirected`, the target a sitemap
+    document too. Anything else: `failed`, `sitemap: HTTP <status>`.
+    """
+    result, warc_ptr = stored.result, stored.warc
+    content_type = result.header("Content-Type")
+    status = result.http_status
+    row = dict(
+        crawl_id=result.crawl_id, url=result.url, url_hash=result.url_hash, host=result.host,
+        depth=result.depth, http_status=status, fetched_at=result.fetched_at,
+        attempts=result.attempt + 1, content_type=content_type, warc=warc_ptr,
+        elapsed_ms=round(result.elapsed * 1000), body_bytes=len(result.body),
+    )
+    if 300 <= status < 400:
+        location = result.header("Location")
+        found = page_links(result.url, (location,)) if location else PageLinks(())
+        if not found.urls:
+            return StoredPage(PageRow(
+                **row, state=PageState.FAILED,
+                reason=f"sitemap: HTTP {status} without a usable Location"),
+                None, rejected_links=found.rejected), SitemapTally(failed=True)
+        batch = FrontierBatch(result.crawl_id, result.depth, found.urls[:1],
+                              kind=BatchKind.SITEMAP_DOCUMENTS, source_url=result.url,
+                              redirect_hops=result.redirect_hops + 1)
+        return StoredPage(PageRow(
+            **row, state=PageState.REDIRECTED,
+            reason=f"sitemap: HTTP {status} to {found.urls[0]}", links=1), batch), SitemapTally()
+    if not 200 <= status < 300:
+        return StoredPage(PageRow(**row, state=PageState.FAILED, reason=f"sitemap: HTTP {status}"),
+                          None), SitemapTally(failed=True)
+    contents = read_sitemap(result.body, content_type, truncated=result.truncated)
+    truncated = f"; body truncated at {len(result.body):,} bytes" if result.truncated else ""
+    if contents.kind is SitemapKind.REFUSED:
+        # What a refused document held before its fault is not followed, nor counted listed.
+        reason = f"sitemap: {contents.problem}{truncated}"
+        return StoredPage(PageRow(**row, state=PageState.FAILED, reason=reason[:500]),
+                          None), SitemapTally(failed=True)
+    reason = contents.reason + truncated
+    tally = SitemapTally(len(contents.urls), contents.urls_cut)
+    found = page_links(result.url, contents.urls)
+    kind = BatchKind.SITEMAP_DOCUMENTS if contents.kind is SitemapKind.INDEX else BatchKind.SITEMAP
+    batch = (FrontierBatch(result.crawl_id, result.depth, found.urls, kind=kind,
+                           source_url=result.url) if found.urls else None)
+    return StoredPage(PageRow(**row, state=PageState.FETCHED, reason=reason,
+                              links=len(found.urls)),
+                      batch, rejected_links=found.rejected), tally
 
 
 class PageParseFailed(RuntimeError):

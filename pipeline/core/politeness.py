@@ -96,6 +96,9 @@ class HostPolicy:
     scope: Scope = Scope()
     # The operator's order of each host's queue (--priority); None: first in, first out.
     priority: PriorityHook | None = None
+    # Read the sitemaps robots.txt lists (--sitemaps): each is queued as a sitemap document
+    # and fetched like a page, under the same lease, delay, robots rules and budgets.
+    sitemaps: bool = False
 
     def __post_init__(self) -> None:
         if self.min_delay <= 0:
@@ -186,6 +189,10 @@ class Decision:
     spill: tuple[FrontierEntry, ...] = ()  # accepted URLs the full queue hands back
     # robots.txt errands for other hosts' keys and replies to hosts that asked this one
     robots_messages: tuple[RobotsErrand | RobotsReply, ...] = ()
+    # The Sitemap lines of the host's robots.txt, for a crawl that reads sitemaps: to go
+    # round the frontier as sitemap documents (each to its own host's key, scope and
+    # seen-set), never fetched here on the side.
+    sitemaps: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,6 +275,10 @@ class HostState:
     # its own robots.txt, and what it fetches and keeps for other hosts.
     robots_awaited: AwaitedRobots | None = None
     robots_desk: RobotsDesk | None = None
+    # When the robots.txt whose Sitemap lines this crawl last sent was fetched (--sitemaps):
+    # each answer's lines are sent once, and a later answer's again (the seen-set drops
+    # those already queued).
+    sitemaps_read: float | None = None
 
     # ------------------------------------------------------------------------- pickling
     # A pickled HostState is whole: the queue as its encoded bytes (HostQueue.__reduce__),
@@ -435,6 +446,7 @@ class HostState:
         already_accepted: bool = False,
         redirect_hops: int = 0,
         rank: Callable[[str, int], float] | None = None,
+        sitemap: bool = False,
     ) -> tuple[list[FrontierEntry], list[Outcome], list[FrontierEntry]]:
         """Take URLs for this host. Returns (accepted, terminal outcomes, spilled).
 
@@ -447,7 +459,8 @@ class HostState:
         With policy.priority (a crawl with a priority hook), each URL that goes into the queue
         gets its priority from `rank(url, depth)` (the hook for the batch's source; no `rank`:
         the default), the queue takes it in by priority, and what passes the cap, the
-        lowest, is spilled.
+        lowest, is spilled. `sitemap`: the URLs are sitemap documents (FrontierEntry.sitemap),
+        seen, filtered, ranked and queued as pages are.
         """
         accepted: list[FrontierEntry] = []
         outcomes: list[Outcome] = []
@@ -458,7 +471,7 @@ class HostState:
             if bloom is not None and not bloom.add(url_hash):
                 continue
             entry = FrontierEntry(url=url, url_hash=url_hash, depth=depth,
-                                  redirect_hops=redirect_hops)
+                                  redirect_hops=redirect_hops, sitemap=sitemap)
             if not self.queue and self.lease is None and not accepted and urlsplit(url).scheme:
                 self.scheme = urlsplit(url).scheme
             if bloom is not None:
@@ -545,7 +558,27 @@ class HostState:
         whether it is already known to say no: then the queue ends at once, without even the
         robots.txt request a host that has none yet would make first. Once `now` reaches
         policy.deadline the queue ends the same way, with reason TIME_BUDGET_REASON.
+
+        With policy.sitemaps, the decision also carries the Sitemap lines of a robots.txt
+        answer the crawl has not read them from yet (Decision.sitemaps).
         """
+        decision = self._next_action(now, policy, claim_page, budget_spent)
+        found = self._sitemaps_found(now, policy)
+        return dataclasses.replace(decision, sitemaps=found) if found else decision
+
+    def _sitemaps_found(self, now: float, policy: HostPolicy) -> tuple[str, ...]:
+        """The Sitemap lines of the host's robots.txt, once per answer, for a crawl that reads
+        sitemaps (empty: none, or already sent). Only rules in force count: a host whose
+        queue ended without them, or whose robots.txt is on its way, sends none yet."""
+        robots = self.robots
+        if (not policy.sitemaps or robots is None or now >= robots.expires_at
+                or self.sitemaps_read == robots.fetched_at):
+            return ()
+        self.sitemaps_read = robots.fetched_at
+        return robots.sitemaps()
+
+    def _next_action(self, now: float, policy: HostPolicy, claim_page: Callable[[], bool],
+                     budget_spent: Callable[[], bool]) -> Decision:
         if self.lease is not None:
             # A request is in flight: never start another (invariant 1). The caller collects
             # its result or expires the lease; until then, wake at the lease deadline.

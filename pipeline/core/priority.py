@@ -46,8 +46,11 @@ class PrioritySource(StrEnum):
     SITEMAP = "sitemap"
 
 
+# A sitemap document itself (robots.txt's Sitemap lines, an index's children) ranks as
+# "sitemap" too, so that a sitemap-first hook reads the sitemaps before the pages.
 _SOURCES = {BatchKind.SEEDS: PrioritySource.SEED, BatchKind.LINKS: PrioritySource.LINK,
-            BatchKind.SITEMAP: PrioritySource.SITEMAP}
+            BatchKind.SITEMAP: PrioritySource.SITEMAP,
+            BatchKind.SITEMAP_DOCUMENTS: PrioritySource.SITEMAP}
 
 
 def source_of(kind: BatchKind) -> PrioritySource | None:

@@ -70,6 +70,8 @@ class BatchKind(StrEnum):
     LINKS = "links"  # found on a page (or a redirect's target)
     SPILL = "spill"  # accepted once already, handed back by a full host queue: no seen-check
     SITEMAP = "sitemap"  # listed in a sitemap of its host (the --sitemaps option)
+    # Sitemaps to fetch and read, not pages: a robots.txt's Sitemap lines, an index's entries
+    SITEMAP_DOCUMENTS = "sitemap_documents"
 
 
 class HostSignalKind(StrEnum):
@@ -388,6 +390,18 @@ class FrontierEntry:
     # Its place in the host's queue (pipeline.core.priority): higher is taken sooner; given
     # once, when the URL is accepted, and kept through overflow and restarts.
     priority: float = 0.0
+    # A sitemap to read (BatchKind.SITEMAP_DOCUMENTS), not a page: fetched like one, its
+    # body read by pipeline.core.sitemaps instead of parsed.
+    sitemap: bool = False
+
+    def __setstate__(self, state: list) -> None:
+        # An entry pickled before `priority` and `sitemap` existed (a lease's, in a host's
+        # stored state) holds five values: a page of priority 0.
+        names = ("url", "url_hash", "depth", "attempt", "redirect_hops", "priority", "sitemap")
+        defaults = (0.0, False)
+        values = (*state, *defaults[len(state) - 5:])
+        for name, value in zip(names, values, strict=True):
+            object.__setattr__(self, name, value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,6 +425,7 @@ class FetchResult:
     # The product token of the crawl that fetched it: the name its page's
     # `<meta name=...>` robots directives are read for (None: the store's default).
     agent: str | None = None
+    sitemap: bool = False  # a sitemap document (FrontierEntry.sitemap): read, not parsed
 
     def header(self, name: str) -> str | None:
         return header_value(self.headers, name)

@@ -1,9 +1,10 @@
 """Sitemap reading: turn a fetched sitemap body into the page URLs or child sitemaps it lists.
 
 This module owns what a sitemap may cost and when one is refused. It does not fetch, resolve
-robots.txt, check scope or normalise URLs: a sitemap is to be fetched like any page, and the
-URLs it lists to go to the frontier as links do. No crawl reads sitemaps yet: the crawl's
-`--sitemaps` option, which will fetch them through the host state, is still to come.
+robots.txt, check scope or normalise URLs: with `--sitemaps` a sitemap is a URL of its host
+marked as a sitemap document, fetched like any page by the host's scheduler, and the store
+reads its body here (pipeline.core.pages.judge_sitemap); the URLs it lists go to the frontier
+as links do (docs/design.md, "Sitemaps").
 
 Why these limits: the sitemaps protocol (sitemaps.org) caps a file at 50,000 URLs and 50 MB
 uncompressed, so more than that is not a sitemap we owe anything to. Both caps cut, count and
@@ -26,6 +27,10 @@ from lxml import etree
 
 MAX_SITEMAP_BYTES = 50 * 1024 * 1024  # the protocol's cap on an uncompressed sitemap
 MAX_SITEMAP_URLS = 50_000  # the protocol's cap on entries per sitemap
+
+# Sitemap documents and the pages they list are one hop from the seeds, as a seed's links are:
+# --max-depth counts them so.
+SITEMAP_DEPTH = 1
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _INFLATE_STEP = 1024 * 1024  # inflated per step, so memory never holds more than the cap
@@ -108,10 +113,13 @@ def inflate_gzip(body: bytes, limit: int = MAX_SITEMAP_BYTES) -> tuple[bytes, bo
 
 def read_sitemap(body: bytes, content_type: str | None,
                  max_urls: int = MAX_SITEMAP_URLS,
-                 max_bytes: int = MAX_SITEMAP_BYTES) -> SitemapContents:
+                 max_bytes: int = MAX_SITEMAP_BYTES,
+                 truncated: bool = False) -> SitemapContents:
     """Read one fetched sitemap (XML, gzip-compressed XML, or plain text with one URL a line).
 
     Never raises on bad input: a body that is not a sitemap comes back REFUSED with why.
+    `truncated`: the fetch already cut the body (--max-body-bytes); the entries before the
+    cut stand, as they do past max_bytes.
     """
     mime = _mime_type(content_type)
     gzipped = body.startswith(_GZIP_MAGIC)
@@ -128,7 +136,7 @@ def read_sitemap(body: bytes, content_type: str | None,
         body, bytes_cut = body[:max_bytes], True
     if mime in _TEXT_TYPES and not body.lstrip().startswith(b"<"):
         return _read_text(body, max_urls, bytes_cut)
-    return _read_xml(body, max_urls, bytes_cut)
+    return _read_xml(body, max_urls, bytes_cut, truncated)
 
 
 def _read_text(body: bytes, max_urls: int, bytes_cut: bool) -> SitemapContents:
@@ -149,7 +157,8 @@ def _local_name(tag: object) -> str:
     return etree.QName(tag).localname if isinstance(tag, str) else ""
 
 
-def _read_xml(body: bytes, max_urls: int, bytes_cut: bool) -> SitemapContents:
+def _read_xml(body: bytes, max_urls: int, bytes_cut: bool,
+              truncated: bool = False) -> SitemapContents:
     root = _ROOT_START.search(body)
     if _DTD_SUBSET.search(body, 0, root.start() if root else len(body)):
         # Refused before lxml sees it: no entity of it is ever parsed, let alone expanded.
@@ -192,7 +201,7 @@ def _read_xml(body: bytes, max_urls: int, bytes_cut: bool) -> SitemapContents:
                 while parent is not None and element.getprevious() is not None:
                     del parent[0]
     except etree.XMLSyntaxError as error:
-        if bytes_cut and kind is not None:
+        if (bytes_cut or truncated) and kind is not None:
             # The cut ended the document mid-element; the entries before it stand.
             return SitemapContents(kind, tuple(urls), cut, bytes_cut)
         return SitemapContents(SitemapKind.REFUSED, tuple(urls), cut, bytes_cut,

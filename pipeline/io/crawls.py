@@ -15,7 +15,7 @@ Row layout (family `c`, every cell but the counters at timestamp 0 so a rewrite 
                                max_pages_per_host, max_depth (int64), min_delay,
                                max_duration_s (float64), user_agent, scope, frontier_topic,
                                dead_letter_subscription (UTF-8), include, exclude (JSON
-                               lists of regexes); the counters
+                               lists of regexes), sitemaps (b"1" or b"0"); the counters
                                (pipeline.io.bigtable.COUNTERS, int64 increments), pages_claimed
                                (the shared page budget) and the rate samples
   ~created/{inverted micros}/{crawl id}
@@ -89,6 +89,7 @@ _INT_LIMITS = ("max_pages", "max_pages_per_host", "max_depth")
 _FLOAT_LIMITS = ("min_delay", "max_duration_s")
 _TEXT_LIMITS = ("user_agent", "scope")
 _LIST_LIMITS = ("include", "exclude")
+_FLAG_LIMITS = ("sitemaps",)
 _TIMES = ("created_at", "started_at", "finished_at")
 _TERMINAL = tuple(str(state) for state in PageState)
 # Records written before every crawl was a fleet crawl: one-shot statuses, read as the state
@@ -221,6 +222,10 @@ def _limit_cells(limits: CrawlLimits) -> dict[str, bytes]:
         value = getattr(limits, name)
         if value is not None:
             cells[name] = json.dumps(list(value)).encode()
+    for name in _FLAG_LIMITS:
+        value = getattr(limits, name)
+        if value is not None:
+            cells[name] = b"1" if value else b"0"
     return cells
 
 
@@ -281,7 +286,7 @@ def restart_crawl(tables: BigtableTables, crawl_id: str, *, limits: CrawlLimits,
         *(DeleteRangeFromColumn(CRAWLS_FAMILY, name.encode())
           for name in (*current.counters, *(f"{SAMPLE_PREFIX}{i:02d}" for i in range(100)),
                      "finished_at", *_INT_LIMITS, *_FLOAT_LIMITS, *_TEXT_LIMITS,
-                     *_LIST_LIMITS))]
+                     *_LIST_LIMITS, *_FLAG_LIMITS))]
     mutations += [
         SetCell(CRAWLS_FAMILY, b"status", CrawlState.RUNNING.encode(), 0),
         SetCell(CRAWLS_FAMILY, b"reason", b"resumed", 0),
@@ -406,6 +411,7 @@ def _crawl_of(crawl_id: str, stored: Row) -> Crawl | None:
         scope=text("scope"),
         include=json.loads(cells["include"]) if "include" in cells else None,
         exclude=json.loads(cells["exclude"]) if "exclude" in cells else None,
+        sitemaps=cells["sitemaps"] == b"1" if "sitemaps" in cells else None,
     )
     samples = sorted(decode_sample(value) for name, value in cells.items()
                      if name.startswith(SAMPLE_PREFIX))

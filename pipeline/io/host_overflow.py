@@ -42,11 +42,14 @@ _NEWEST = CellsColumnLimitFilter(1)
 
 
 def encode_chunk(entries: tuple[FrontierEntry, ...]) -> bytes:
-    """[url, url_hash, depth, attempt, redirect_hops] per entry, and its priority sixth when
-    it has one (pipeline.core.priority): chunks without are as they always were."""
+    """[url, url_hash, depth, attempt, redirect_hops] per entry, its priority sixth when it has
+    one (pipeline.core.priority) or is a sitemap document, and `true` seventh for a sitemap
+    document: chunks of pages of priority 0 are as they always were."""
     return json.dumps(
+        # Fields past the fifth only where set: page chunks of priority 0 keep their layout.
         [[e.url, e.url_hash, e.depth, e.attempt, e.redirect_hops]
-         + ([e.priority] if e.priority else []) for e in entries],
+         + ([e.priority] if e.priority or e.sitemap else []) + ([True] if e.sitemap else [])
+         for e in entries],
         separators=(",", ":"),
     ).encode()
 

@@ -47,7 +47,8 @@ class ResumePlan:
 MANIFEST_LIMITS = {"max_pages": "max_pages", "max_pages_per_host": "max_pages_per_host",
                    "max_depth": "max_depth", "min_delay": "min_delay",
                    "user_agent": "user_agent", "max_duration": "max_duration_s",
-                   "scope": "scope", "include": "include", "exclude": "exclude"}
+                   "scope": "scope", "include": "include", "exclude": "exclude",
+                   "sitemaps": "sitemaps"}
 
 
 def crawl_manifest(crawl_id: str, seeds: Sequence[str], limits: CrawlLimits,

@@ -93,6 +93,11 @@ class CrawlSummary:
     max_duration: float | None = None  # the time budget (--max-duration), if any
     urls_over_time: int = 0  # URLs that ended `over_budget` when the time budget ran out
     urls_out_of_scope: int = 0  # URLs that ended `filtered` outside the crawl's scope
+    # --sitemaps: URLs the sitemaps listed, URLs cut past the protocol's limits, sitemaps
+    # that failed (an HTTP error, or not a sitemap)
+    sitemap_urls_listed: int = 0
+    sitemap_urls_cut: int = 0
+    sitemaps_failed: int = 0
     # Hosts parked (circuit open) with URLs waiting, and those URLs: when the time budget ran
     # out, or else at the end.
     hosts_parked: int = 0
@@ -397,6 +402,8 @@ def _summary(opts: CrawlOptions, out_dir: str, crawl: Crawl, parked: Crawl,
         urls_overflowed=c["urls_overflowed"], overflow_urls_lost=c["overflow_urls_lost"],
         urls_blocked_address=c["urls_blocked_address"], max_duration=opts.max_duration,
         urls_over_time=c["urls_over_time"], urls_out_of_scope=c["urls_out_of_scope"],
+        sitemap_urls_listed=c["sitemap_urls_listed"], sitemap_urls_cut=c["sitemap_urls_cut"],
+        sitemaps_failed=c["sitemaps_failed"],
         hosts_parked=parked.counters["hosts_parked_now"],
         urls_on_parked_hosts=parked.counters["urls_on_parked_hosts"],
         leases_expired=c["leases_expired"], links_rejected=_links_rejected(tally),

@@ -45,6 +45,11 @@ from pipeline.transforms.tags import Tag
 
 log = logging.getLogger(__name__)
 
+# The kinds of batch a stage counts as link_batches_emitted when it makes one: the store's
+# links and redirect targets, and what sitemaps list; the scheduler's sitemap documents
+# (robots.txt's Sitemap lines). Their publishing is the far side of that count in the
+# crawl's balance (FrontierBalance.links_published).
+LINK_KINDS = frozenset({BatchKind.LINKS, BatchKind.SITEMAP, BatchKind.SITEMAP_DOCUMENTS})
 
 
 # What a host's scheduler is handed: URLs to offer, seen-marks, a signal about the host, a
@@ -253,7 +258,7 @@ class PublishFn(beam.DoFn):
             counter.inc()
             if self._counts is not None:
                 self._counts.add(crawl_id, Counter.BATCHES_PUBLISHED)
-                if kind == BatchKind.LINKS:  # the far side of the store's link batches
+                if kind in LINK_KINDS:  # the far side of the link batches emitted
                     self._counts.add(crawl_id, Counter.BATCHES_PUBLISHED_LINKS)
         self._pending = []
         self._sent = []

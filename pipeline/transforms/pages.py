@@ -42,10 +42,13 @@ from pipeline.core.pages import (
     dedup_text,
     judge_content,
     judge_response,
+    judge_sitemap,
 )
 from pipeline.core.records import DeadLetter, FetchResult, HostSignal, PageRow, PageState
+from pipeline.io.bigtable import BigtableConfig
 from pipeline.io.segments import SegmentWriter
 from pipeline.metrics import CrawlCounter, crawl_counter
+from pipeline.transforms.counts import BundleCounts, WriteCrawlCounts
 from pipeline.transforms.resources import worker_resources
 from pipeline.transforms.tags import Tag
 
@@ -146,21 +149,46 @@ class ParsedPages(NamedTuple):
 
 class ParsePagesFn(beam.DoFn):
     def __init__(self, agent: str | None, extractor: TextExtractor, dead_letters: bool,
-                 parse_attempts: int = PARSE_ATTEMPTS) -> None:
+                 parse_attempts: int = PARSE_ATTEMPTS,
+                 counts: BigtableConfig | None = None) -> None:
         self._parse_attempts = parse_attempts
         self._agent = agent
         self._extractor = extractor
         self._dead_letters = dead_letters
         self._dead = crawl_counter(Counter.DEAD_LETTERS)
         self._rejected: dict[str, CrawlCounter] = {}
+        self._sitemap_counters = {counter: crawl_counter(counter) for counter in (
+            Counter.SITEMAP_URLS_LISTED, Counter.SITEMAP_URLS_CUT, Counter.SITEMAPS_FAILED)}
+        self._counting = counts is not None
+        self._counts: BundleCounts | None = None
+
+    def start_bundle(self) -> None:
+        self._counts = BundleCounts() if self._counting else None
+
+    def finish_bundle(self) -> Iterator[TaggedOutput]:
+        if self._counts is not None:  # Tag.COUNTS: committed with the bundle's pages
+            yield from self._counts.outputs()
+
+    def _count(self, crawl_id: str, counter: Counter, n: int) -> None:
+        if n:
+            self._sitemap_counters[counter].inc(n)
+            if self._counts is not None:
+                self._counts.add(crawl_id, counter, n)
 
     def process(self, stored: StoredResponse) -> Iterator[object]:
         try:
             # The crawl that fetched the page names the robots agent its meta robots are for.
             agent = stored.result.agent or self._agent
-            page = judge_response(stored, agent=agent, extractor=self._extractor,
-                                  raise_on_parse_failure=not self._dead_letters,
-                                  parse_attempts=self._parse_attempts)
+            if stored.result.sitemap:
+                page, tally = judge_sitemap(stored)
+                crawl_id = stored.result.crawl_id
+                self._count(crawl_id, Counter.SITEMAP_URLS_LISTED, tally.listed)
+                self._count(crawl_id, Counter.SITEMAP_URLS_CUT, tally.cut)
+                self._count(crawl_id, Counter.SITEMAPS_FAILED, int(tally.failed))
+            else:
+                page = judge_response(stored, agent=agent, extractor=self._extractor,
+                                      raise_on_parse_failure=not self._dead_letters,
+                                      parse_attempts=self._parse_attempts)
         except Exception as exc:
             if not self._dead_letters:
                 raise
@@ -199,16 +227,20 @@ class ParsePages(beam.PTransform):
     extractor: the main-text extractor, (tree, url) -> text (default: the crawler's
     trafilatura settings). agent: the robots name `<meta name=AGENT>` directives are read for,
     where a response does not name its crawl's own (FetchResult.agent).
+    A sitemap document (FetchResult.sitemap) is read instead (judge_sitemap), its URLs
+    listed, cut and failures counted, with `counts` in its crawl's record too.
     A page the parser fails on parse_attempts times (3) raises PageParseFailed, unless
     with_exception_handling() routes it to `dead_letters` (and gives it a dead_lettered row).
     """
 
     def __init__(self, *, extractor: TextExtractor | None = None,
-                 agent: str | None = None, parse_attempts: int = PARSE_ATTEMPTS) -> None:
+                 agent: str | None = None, parse_attempts: int = PARSE_ATTEMPTS,
+                 counts: BigtableConfig | None = None) -> None:
         super().__init__()
         if parse_attempts < 1:
             raise ValueError(f"parse_attempts must be at least 1, got {parse_attempts}")
         self._parse_attempts = parse_attempts
+        self._counts = counts
         extractor = extractor or Trafilatura()
         if not callable(extractor):
             raise TypeError(f"extractor must be callable as (tree, url) -> text, "
@@ -220,16 +252,19 @@ class ParsePages(beam.PTransform):
     def with_exception_handling(self) -> ParsePages:
         """The same transform, with pages that cannot be parsed sent to `dead_letters`."""
         handled = ParsePages(extractor=self._extractor, agent=self._agent,
-                             parse_attempts=self._parse_attempts)
+                             parse_attempts=self._parse_attempts, counts=self._counts)
         handled._dead_letters = True
         return handled
 
     def expand(self, stored: PCollection[StoredResponse]) -> ParsedPages:
         parsed = stored | "Parse" >> beam.ParDo(
-            ParsePagesFn(self._agent, self._extractor, self._dead_letters, self._parse_attempts)
+            ParsePagesFn(self._agent, self._extractor, self._dead_letters, self._parse_attempts,
+                         self._counts)
         ).with_input_types(StoredResponse).with_output_types(StoredPage).with_outputs(
-            Tag.DEAD_LETTERS, main="pages"
+            Tag.DEAD_LETTERS, Tag.COUNTS, main="pages"
         )
+        if self._counts is not None:
+            parsed[Tag.COUNTS] | "CountInRecords" >> WriteCrawlCounts(self._counts, "parse")
         return ParsedPages(parsed.pages, parsed[Tag.DEAD_LETTERS])
 
 

@@ -14,8 +14,10 @@ What the DoFn does for a crawl is counted in the crawl's record (pipeline.core.c
 
 It does not parse, store or publish anything: robots.txt errands for other hosts, and replies
 to hosts that asked this one, leave on the 'robots' output for the frontier to carry to the
-other host's key. A host that goes to sleep for long with a crawl's URLs (parked, backing off)
-notes itself (pipeline.io.sleepers), so that the crawl watch can wake it when the crawl is over.
+other host's key, and so do the Sitemap lines of a host's robots.txt for a crawl that reads
+sitemaps (a batch of sitemap documents, which each host then fetches as its own request). A
+host that goes to sleep for long with a crawl's URLs (parked, backing off) notes itself
+(pipeline.io.sleepers), so that the crawl watch can wake it when the crawl is over.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from pipeline.core.priority import source_of
 from pipeline.core.records import (
     BatchKind,
     FetchResult,
+    FrontierBatch,
     FrontierEntry,
     HostBatch,
     HostSeenMarks,
@@ -67,6 +70,7 @@ from pipeline.core.records import (
 )
 from pipeline.core.robots_relay import RobotsErrand, RobotsReply
 from pipeline.core.scope import OUT_OF_SCOPE
+from pipeline.core.sitemaps import SITEMAP_DEPTH
 from pipeline.io.bigtable import BigtableConfig, CrawlNotFound
 from pipeline.io.crawls import Crawl, read_crawl
 from pipeline.io.dns import parse_resolve
@@ -134,6 +138,7 @@ def crawl_policy(base: HostPolicy, crawl: Crawl) -> HostPolicy:
         bloom_capacity=min(4 * per_host, 1_000_000),
         deadline=crawl.deadline,
         scope=crawl.scope,
+        sitemaps=bool(limits.sitemaps),
     )
 
 
@@ -236,6 +241,7 @@ def fetch_result(crawl_id: str, host: str, entry: FrontierEntry, response: Fetch
         ip=response.ip,
         redirect_hops=entry.redirect_hops,
         agent=agent,
+        sitemap=entry.sitemap,
     )
 
 
@@ -500,6 +506,7 @@ class HostSchedulerFn(beam.DoFn):
             crawl_id, list(batch.entries), batch.depth, policy,
             already_accepted=batch.kind is BatchKind.SPILL,
             redirect_hops=batch.redirect_hops, rank=rank,
+            sitemap=batch.kind is BatchKind.SITEMAP_DOCUMENTS,
         )
         self._count(crawl_id, Counter.URLS_ACCEPTED, len(accepted))
         if rank is not None:
@@ -625,6 +632,12 @@ class HostSchedulerFn(beam.DoFn):
             for message in one.robots_messages:
                 self._count(crawl_id, Counter.ROBOTS_MESSAGES_EMITTED)
                 yield beam.pvalue.TaggedOutput(Tag.ROBOTS, robots_record(crawl_id, message))
+            if one.sitemaps:
+                # Counted as a link batch, before any row of the host's can be: the near side
+                # of the hop PublishFrontier counts the far side of (FrontierBalance).
+                self._count(crawl_id, Counter.LINK_BATCHES_EMITTED)
+                yield beam.pvalue.TaggedOutput(Tag.ROBOTS, FrontierBatch(
+                    crawl_id, SITEMAP_DEPTH, one.sitemaps, kind=BatchKind.SITEMAP_DOCUMENTS))
             yield from self._rows(host, crawl_id, one.outcomes)
             if one.page_done is not None and response is not None:
                 yield fetch_result(crawl_id, host, one.page_done, response, agent)
@@ -743,8 +756,9 @@ class ScheduleOutputs(NamedTuple):
 
     fetched: PCollection[FetchResult]  # pages fetched, of any crawl
     rows: PCollection[PageRow]  # URLs that ended here: disallowed, failed, over budget, ...
-    # robots.txt requests and answers bound for other hosts' keys, through the frontier
-    robots: PCollection[RobotsRequest | RobotsAnswer]
+    # robots.txt requests and answers bound for other hosts' keys, and the sitemap documents
+    # robots.txt lists (--sitemaps), through the frontier
+    robots: PCollection[RobotsRequest | RobotsAnswer | FrontierBatch]
 
 
 class ScheduleFetches(beam.PTransform):

@@ -139,7 +139,8 @@ class StorePages(beam.PTransform):
             fetched
             | "WriteResponses" >> WriteResponses(self._out, self._crawl_id)
             | "ParsePages" >> ParsePages(extractor=self._extractor, agent=self._agent,
-                                         parse_attempts=self._parse_attempts)
+                                         parse_attempts=self._parse_attempts,
+                                         counts=self._counts)
             .with_exception_handling()
         )
         pages = parsed.pages
