@@ -346,7 +346,8 @@ OPTIONS: tuple[Option, ...] = (
            "modes: for sites spread over many subdomains, at the cost of crawling them one "
            "request at a time). The job's, not a crawl's: host state is keyed once per job and "
            "politeness holds across every crawl it serves, so crawls cannot mix keys. `domain` "
-           f"is refused for now: its per-host robots.txt inside a domain key is not built {_D}",
+           "is refused for now: the scheduler does not run a domain's hosts under one key "
+           f"yet {_D}",
            default="host", choices=POLITENESS_KEYS,
            # A template job takes only what a job runs today; `domain` joins when it does.
            regex=r"^host$"),
@@ -623,8 +624,8 @@ class CrawlOptions:
         if self.politeness_key != PolitenessKey.HOST:
             raise ValueError(
                 f"--politeness-key {self.politeness_key}: not available yet; the host "
-                "scheduler keeps robots.txt per key, and a domain key holds several hosts, "
-                "each under its own robots.txt (docs/design.md, \"Politeness keys\"). Use "
+                "scheduler does not run a domain's hosts under one key, each under its own "
+                "robots.txt, yet (docs/design.md, \"Politeness keys\"). Use "
                 "--politeness-key host (the default)")
 
     @classmethod
