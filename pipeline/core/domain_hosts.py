@@ -34,7 +34,14 @@ from pipeline.core.fleet_host import (
     FleetDecision,
     FleetHostState,
 )
-from pipeline.core.politeness import Decision, FetchOrder, FetchReport, HostPolicy, Lease
+from pipeline.core.politeness import (
+    Decision,
+    FetchOrder,
+    FetchReport,
+    HostPolicy,
+    Lease,
+    Outcome,
+)
 from pipeline.core.records import FrontierEntry
 from pipeline.core.robots_relay import RobotsErrand, RobotsReply
 
@@ -114,12 +121,13 @@ class DomainHostsState:
     # -------------------------------------------------------------------------- events
     def offer(self, host: str, crawl_id: str, urls: list[tuple[str, int, str | None]],
               depth: int, policy: HostPolicy, **options
-              ) -> tuple[list[FrontierEntry], list, list[FrontierEntry]]:
+              ) -> tuple[list[FrontierEntry], list[Outcome], list[FrontierEntry]]:
         """URLs of one crawl for one host of the domain (FleetHostState.offer)."""
         return self.host(host).offer(crawl_id, urls, depth, policy, **options)
 
     def mark_seen(self, host: str, crawl_id: str, urls: list[tuple[str, int, str | None]],
                   policy: HostPolicy, *, issued: bool) -> None:
+        """A resumed crawl's done URLs of one host of the domain (FleetHostState.mark_seen)."""
         self.host(host).mark_seen(crawl_id, urls, policy, issued=issued)
 
     def robots_message(self, crawl_id: str, message: RobotsErrand | RobotsReply, now: float,
