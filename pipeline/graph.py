@@ -77,6 +77,7 @@ def build_crawler(
     bigquery_table: str | None = None,
     watch: CrawlWatch | None = None,
     clock: Callable[[], float] = time.time,
+    row_shards: int = 2,
 ) -> None:
     """Add the crawler to pipeline `p`. It reads the frontier `subscription` (messages of any
     crawl; `payloads` replaces it with any PTransform PBegin -> bytes, a TestStream in
@@ -91,7 +92,7 @@ def build_crawler(
     `page_step` runs on the parsed pages before their text is stored (see StorePages). With
     `events_topic`, each fetched page's event (it names its crawl) goes there once its row
     is durable; with `bigquery_table`, rows also go to BigQuery; with `watch`, the graph
-    ends its crawls itself (CrawlWatch)."""
+    ends its crawls itself (CrawlWatch). `row_shards`: the keys the row sinks batch on."""
     counts = config.bigtable
     frontier = p | "ReadFrontier" >> ReadFrontier(subscription, counts=counts, payloads=payloads,
                                                      id_label=frontier_id_label)
@@ -106,7 +107,7 @@ def build_crawler(
         page_step=page_step, counts=counts,
     )
     rows = (scheduled.rows, replayed.rows, stored.rows) | "AllRows" >> beam.Flatten()
-    rows | "WritePagesTable" >> WritePagesTable(out, None)
+    rows | "WritePagesTable" >> WritePagesTable(out, None, shards=row_shards)
     durable = rows | "WritePagesToBigtable" >> WritePagesToBigtable(config.bigtable)
     if events_topic is not None:
         (
@@ -117,7 +118,8 @@ def build_crawler(
     if bigquery_table is not None:
         from pipeline.transforms.bigquery import WritePagesToBigQuery  # needs BigQuery's client
 
-        rows | "WritePagesToBigQuery" >> WritePagesToBigQuery(bigquery_table)
+        rows | "WritePagesToBigQuery" >> WritePagesToBigQuery(bigquery_table,
+                                                               shards=row_shards)
     to_frontier = [stored.links, scheduled.robots]
     if watch is not None:
         woken = p | "WatchCrawls" >> WatchCrawls(config.bigtable, every_s=watch.every_s,

@@ -132,6 +132,23 @@ def _complete_for_dataflow(options: PipelineOptions, crawl: CrawlOptions) -> Non
     debug.add_experiment(ONE_SDK_PROCESS_PER_WORKER)
 
 
+# Keys per worker the row sinks batch on (pipeline.transforms.table, .bigquery): a few per
+# worker, so each worker has writers to run and a key never carries more than its share.
+ROW_SHARDS_PER_WORKER = 4
+# Keys when the job names no worker count (as for 100 workers).
+ROW_SHARDS_UNSIZED = 400
+
+
+def row_shards(options: PipelineOptions, crawl: CrawlOptions) -> int:
+    """The row sinks' key count: --row_shards, else ROW_SHARDS_PER_WORKER per worker of the
+    job's --max_num_workers (else --num_workers), else ROW_SHARDS_UNSIZED."""
+    if crawl.row_shards:
+        return crawl.row_shards
+    worker = options.view_as(WorkerOptions)
+    workers = worker.max_num_workers or worker.num_workers
+    return ROW_SHARDS_PER_WORKER * workers if workers else ROW_SHARDS_UNSIZED
+
+
 def build_job(p: beam.Pipeline, crawl: CrawlOptions) -> None:
     """The crawler on its cloud resources, with the watch that ends its crawls."""
     project = crawl.project
@@ -146,6 +163,7 @@ def build_job(p: beam.Pipeline, crawl: CrawlOptions) -> None:
         events_topic=f"projects/{project}/topics/{crawl.events_topic}",
         bigquery_table=crawl.bigquery_table,
         watch=CrawlWatch(every_s=WATCH_EVERY_S, quiet_s=WATCH_QUIET_S),
+        row_shards=row_shards(p.options, crawl),
     )
 
 

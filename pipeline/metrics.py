@@ -2,10 +2,10 @@
 
 Every stage counts through `crawl_counter(Counter.X)` (names in pipeline.core.counters). On
 Dataflow the Beam metrics are what `crawler status` and monitoring read. Beam 2.77's local
-runner, in streaming mode, keeps only the first bundle's updates of each step (measured: a
-timer-driven counter stayed at its first value while the DoFn fired 200 more times), so the
-local runtime reads the tally instead, which the same calls keep in this process's memory. This
-module does not interpret the numbers (pipeline.local.progress does).
+runner, in streaming mode, keeps only the first bundle's updates of each step (a timer-driven
+counter stays at its first value however often the DoFn fires), so the local runtime reads the
+tally instead, which the same calls keep in this process's memory. This module does not
+interpret the numbers (pipeline.local.progress does).
 """
 
 from __future__ import annotations

@@ -452,6 +452,12 @@ OPTIONS: tuple[Option, ...] = (
            "in Bigtable: one read-modify-write per block; at most block - 1 pages per "
            f"process stay unused when the budget runs out {_D}", default=16,
            value=POSITIVE_INT),
+    Option("row_shards", "keys the row sinks (Parquet part files, BigQuery inserts) spread "
+           "their batches over, so that no one key carries every row of the job; 0: "
+           "ROWS_SHARDS_PER_WORKER (4) per worker of --max_num_workers (else --num_workers, "
+           "else 400, as for 100 workers), so the writers grow with the job; a crawl on one "
+           f"machine uses 2 {_D}", default=0, value=NON_NEGATIVE_INT,
+           cli=False, serve=False),
     # --- Running on this machine
     Option("resume", "continue crawl --crawl-id under --out from what it stored (after a "
            "crash or kill): done URLs are not fetched again, links of stored pages are "
@@ -587,6 +593,7 @@ class CrawlOptions:
     dead_letter_topic: str = RESOURCES.dead_letter_topic
     events_topic: str = RESOURCES.events_topic
     budget_block: int = 16
+    row_shards: int = 0
     resume: bool = False
     redrive: bool = False
     status_port: int | None = None

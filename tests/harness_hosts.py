@@ -15,6 +15,10 @@ from __future__ import annotations
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import Timestamp
+from apache_beam.utils.windowed_value import WindowedValue
+
 from pipeline.core.fleet_host import FleetHostState
 from pipeline.core.politeness import HostPolicy
 from pipeline.core.records import HostBatch, RobotsAnswer, RobotsRequest
@@ -33,6 +37,21 @@ from pipeline.transforms.schedule import (
 AGENT = "testbot"
 TEXT = (("Content-Type", "text/plain"),)
 CELLS = ("host_state", "host_queues", "host_seen", "host_tombstones")
+BUNDLE_TIME = Timestamp(7)  # the element timestamp of the frontier messages decoded here
+
+
+def decode_bundle(decode: DecodeFrontierFn, payloads: list[bytes]) -> list:
+    """What one bundle of frontier `payloads` gives, as a runner runs it: what process yields,
+    then the merged offers finish_bundle holds back (unwrapped from their WindowedValues, in
+    the global window at the bundle's timestamp)."""
+    decode.start_bundle()
+    out = [item for payload in payloads
+           for item in decode.process(payload, timestamp=BUNDLE_TIME, window=GlobalWindow())]
+    for held in decode.finish_bundle():
+        assert isinstance(held, WindowedValue)
+        assert (held.timestamp, list(held.windows)) == (BUNDLE_TIME, [GlobalWindow()])
+        out.append(held.value)
+    return out
 
 
 class FakeState:
@@ -139,7 +158,7 @@ class Hosts:
         """Through the frontier: published as bytes, decoded and keyed by host as the
         crawler does, and processed."""
         out: list = []
-        for host, (crawl_id, message) in self.decode.process(record.to_bytes()):
+        for host, (crawl_id, message) in decode_bundle(self.decode, [record.to_bytes()]):
             out += self.process(host, crawl_id, message)
         return out
 

@@ -724,13 +724,13 @@ def test_the_shared_page_budget_grants_exactly_its_limit_across_processes(
     record: Bigtable's atomic increments make the pages granted exactly the limit."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from pipeline.core.budget import BlockPageBudget
+    from pipeline.core.budget import BlockPageBudget, BudgetBlocks
     from pipeline.transforms.budget import BigtablePageClaims, shared_page_budget
 
     crawl_id, limit = "c-budget", 250
-    processes = [type(f"Worker{i}", (BlockPageBudget,), {"_blocks": {}}) for i in range(3)]
     claims = BigtablePageClaims(bigtable_config, crawl_id)
-    budgets = [cls(crawl_id, limit, claims, 16) for cls in processes]
+    budgets = [BlockPageBudget(crawl_id, limit, claims, 16, blocks=BudgetBlocks())
+               for _ in range(3)]
     with ThreadPoolExecutor(8) as pool:
         granted = sum(pool.map(lambda i: budgets[i % 3].try_claim(), range(1000)))
     assert granted == limit

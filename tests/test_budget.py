@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.core.budget import BlockPageBudget
+from pipeline.core.budget import BlockPageBudget, BudgetBlocks
 
 
 class Counter:
@@ -29,9 +29,20 @@ class Counter:
             return self.total
 
 
-def _processes(count: int) -> list[type[BlockPageBudget]]:
-    """Budget classes that keep their blocks apart, as separate worker processes do."""
-    return [type(f"Process{i}", (BlockPageBudget,), {"_blocks": {}}) for i in range(count)]
+class Process:
+    """A worker process: its own blocks, shared by every budget made in it."""
+
+    def __init__(self) -> None:
+        self.blocks = BudgetBlocks()
+
+    def __call__(self, crawl_id: str, limit: int | None, advance: Counter,
+                 block: int = 16) -> BlockPageBudget:
+        return BlockPageBudget(crawl_id, limit, advance, block, blocks=self.blocks)
+
+
+def _processes(count: int) -> list[Process]:
+    """Processes that keep their blocks apart, as separate worker processes do."""
+    return [Process() for _ in range(count)]
 
 
 @settings(max_examples=300, deadline=None)
@@ -65,8 +76,8 @@ def test_a_process_that_stops_asking_leaves_at_most_a_block_unspent():
 
 def test_copies_in_one_process_share_one_block():
     counter = Counter()
-    cls = _processes(1)[0]
-    copies = [cls("c1", 1000, counter, 16) for _ in range(10)]
+    process = _processes(1)[0]
+    copies = [process("c1", 1000, counter, 16) for _ in range(10)]
     for copy in copies:
         assert copy.try_claim()
     assert counter.calls == 1
@@ -108,7 +119,8 @@ def test_a_resumed_crawl_counts_what_it_claimed_before():
 
 def test_left_is_what_this_process_holds_of_its_blocks():
     counter = Counter()
-    budget = _processes(1)[0]("c1", 20, counter, 16)
+    process = _processes(1)[0]
+    budget = process("c1", 20, counter, 16)
     assert budget.left == 0 and not budget.spent  # nothing claimed yet
     assert budget.try_claim()
     assert budget.left == 15
@@ -121,7 +133,7 @@ def test_left_is_what_this_process_holds_of_its_blocks():
         assert budget.try_claim()
     assert (budget.left, budget.spent) == (0, True)
     assert counter.calls == 2
-    type(budget).forget("c1")  # a crawl run again in this process starts without a block
+    process.blocks.forget("c1")  # a crawl run again in this process starts without a block
     assert (budget.left, budget.spent) == (0, False)
     assert not budget.try_claim() and counter.calls == 3  # the shared counter says spent
     assert budget.spent
@@ -129,6 +141,7 @@ def test_left_is_what_this_process_holds_of_its_blocks():
 
 @pytest.mark.parametrize("kwargs", [dict(limit=-1), dict(block=0)])
 def test_bad_budgets_are_refused(kwargs):
-    args = dict(crawl_id="c1", limit=10, advance=Counter(), block=4) | kwargs
+    args = dict(crawl_id="c1", limit=10, advance=Counter(), block=4,
+                blocks=BudgetBlocks()) | kwargs
     with pytest.raises(ValueError):
         BlockPageBudget(**args)

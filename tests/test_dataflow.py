@@ -15,6 +15,7 @@ import sys
 import textwrap
 import zlib
 from pathlib import Path
+from types import SimpleNamespace
 
 import apache_beam as beam
 import pytest
@@ -31,10 +32,13 @@ from pipeline.io.pubsub import MESSAGE_ID
 from pipeline.io.resources import RESOURCES
 from pipeline.main import (
     ONE_SDK_PROCESS_PER_WORKER,
+    ROW_SHARDS_PER_WORKER,
+    ROW_SHARDS_UNSIZED,
     WATCH_EVERY_S,
     WATCH_QUIET_S,
     LaunchError,
     job_options,
+    row_shards,
     run,
     scheduler_config,
 )
@@ -433,3 +437,28 @@ def test_the_launcher_command_reports_a_refused_option_in_one_line(capsys):
     assert len(lines) == 2 and all(line.startswith("pipeline.main: ") for line in lines)
     assert "--crawl_id 'a/b' names one crawl" in lines[0]
     assert "use_multiple_sdk_containers" in lines[1]
+
+
+@pytest.mark.parametrize(("flags", "shards"), [
+    ([], ROW_SHARDS_UNSIZED),
+    (["--max_num_workers", "25"], 25 * ROW_SHARDS_PER_WORKER),
+    (["--num_workers", "3"], 3 * ROW_SHARDS_PER_WORKER),
+    (["--num_workers", "3", "--max_num_workers", "50"], 50 * ROW_SHARDS_PER_WORKER),
+    (["--max_num_workers", "25", "--row_shards", "7"], 7),
+], ids=["unsized", "max-workers", "workers", "max-wins", "given"])
+def test_the_row_sinks_key_count_grows_with_the_jobs_workers(flags, shards):
+    options, crawl = job_options(FLAGS + flags)
+    assert row_shards(options, crawl) == shards
+
+
+def test_the_jobs_row_sinks_spread_rows_over_every_key_of_the_rule():
+    """The job's Parquet and BigQuery sinks key rows by the rule above, not a fixed few keys:
+    ten thousand rows reach all ROW_SHARDS_UNSIZED keys of a job that names no worker count."""
+    job = _dry_run(FLAGS + ["--bigquery_table", f"{PROJECT}:crawl.pages"])
+    keyers = {name: fn for name, fn in _dofns(job).items() if "/KeyByShard" in name}
+    assert {name.split("/")[0] for name in keyers} == {"WritePagesTable",
+                                                        "WritePagesToBigQuery"}
+    rows = [SimpleNamespace(url_hash=h * 7919 - 5_000_000) for h in range(10_000)]
+    for name, fn in keyers.items():
+        keys = {key for row in rows for key, _ in fn.process(row)}
+        assert keys == set(range(ROW_SHARDS_UNSIZED)), name

@@ -3,6 +3,9 @@ host (DecodeFrontierFn), and each crawl's limits over the shared policy (crawl_p
 
 from __future__ import annotations
 
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import Timestamp
+
 from pipeline.core.crawl_states import CrawlLimits, CrawlState
 from pipeline.core.politeness import HostPolicy
 from pipeline.core.records import (
@@ -20,8 +23,10 @@ from pipeline.core.records import (
 from pipeline.core.robots_relay import RobotsFetch, RobotsReply
 from pipeline.core.urls import url_hash
 from pipeline.io.crawls import Crawl
-from pipeline.transforms.frontier import REDRIVE, DecodeFrontierFn
+from pipeline.transforms.frontier import DecodeFrontierFn
 from pipeline.transforms.schedule import crawl_policy
+from pipeline.transforms.tags import Tag
+from tests.harness_hosts import decode_bundle
 
 BASE = HostPolicy(user_agent="shared/1.0", min_delay=1.0, max_crawl_delay=30.0, max_depth=None,
                   max_pages_per_host=None, bloom_capacity=400_000)
@@ -58,22 +63,60 @@ def test_every_crawl_s_messages_are_keyed_by_host_with_their_crawl():
     decode = DecodeFrontierFn()
     first = FrontierBatch("c1", 0, ("http://a.test/x", "http://b.test/y"), kind="seeds")
     second = FrontierBatch("c2", 1, ("http://A.test/z",))
-    got = [item for batch in (first, second) for item in decode.process(batch.to_bytes())]
+    got = decode_bundle(decode, [first.to_bytes(), second.to_bytes()])
     keyed = sorted((host, crawl_id, batch.entries[0][0]) for host, (crawl_id, batch) in got)
     assert keyed == [("a.test", "c1", "http://a.test/x"), ("a.test", "c2", "http://a.test/z"),
                      ("b.test", "c1", "http://b.test/y")]
     assert all(isinstance(batch, HostBatch) for _, (_, batch) in got)
     signal = HostSignal("c2", "http://a.test/z", "throttle")
-    assert list(decode.process(signal.to_bytes())) == [("a.test", ("c2", signal))]
+    assert decode_bundle(decode, [signal.to_bytes()]) == [("a.test", ("c2", signal))]
     wake = HostWake("c1", "b.test:8080")  # to the key of the host asleep
-    assert list(decode.process(wake.to_bytes())) == [("b.test:8080", ("c1", wake))]
+    assert decode_bundle(decode, [wake.to_bytes()]) == [("b.test:8080", ("c1", wake))]
+
+
+def test_a_host_every_page_links_to_gets_one_offer_per_bundle_not_one_per_page():
+    """A bundle of 300 pages' links, each page linking to one popular host and to a host of
+    its own: the popular host's key is offered its 300 URLs once, in the order they came,
+    and every other host its own URL; no URL is lost or doubled."""
+    pages = [FrontierBatch("c1", 2, (f"http://popular.test/p{i}", f"http://own{i}.test/"))
+             for i in range(300)]
+    got = decode_bundle(DecodeFrontierFn(), [page.to_bytes() for page in pages])
+    by_key: dict[str, list[HostBatch]] = {}
+    for host, (crawl_id, batch) in got:
+        assert crawl_id == "c1" and batch.depth == 2
+        by_key.setdefault(host, []).append(batch)
+    (popular,) = by_key.pop("popular.test")
+    assert [url for url, _, _ in popular.entries] == [
+        f"http://popular.test/p{i}" for i in range(300)]
+    assert sorted(by_key) == sorted(f"own{i}.test" for i in range(300))
+    assert all(len(batches) == 1 and len(batches[0].entries) == 1
+               for batches in by_key.values())
+
+
+def test_offers_of_other_depths_kinds_and_crawls_stay_apart_and_large_ones_leave_early():
+    decode = DecodeFrontierFn(max_offer=3)
+    batches = [FrontierBatch("c1", 1, ("http://a.test/1", "http://a.test/2")),
+               FrontierBatch("c1", 2, ("http://a.test/3",)),
+               FrontierBatch("c2", 1, ("http://a.test/4",)),
+               FrontierBatch("c1", 1, ("http://a.test/5",), kind="spill"),
+               FrontierBatch("c1", 1, ("http://a.test/6", "http://a.test/7"))]
+    decode.start_bundle()
+    early = [item for batch in batches for item in decode.process(
+        batch.to_bytes(), timestamp=Timestamp(1), window=GlobalWindow())]
+    # The first and last batches merge to four URLs: three leave at once, the fourth waits.
+    assert [(c, b.depth, [u[-1] for u, _, _ in b.entries]) for _, (c, b) in early] == [
+        ("c1", 1, ["1", "2", "6"])]
+    held = [(v.value[1][0], v.value[1][1].depth, str(v.value[1][1].kind),
+             [u[-1] for u, _, _ in v.value[1][1].entries]) for v in decode.finish_bundle()]
+    assert held == [("c1", 1, "links", ["7"]), ("c1", 2, "links", ["3"]),
+                    ("c2", 1, "links", ["4"]), ("c1", 1, "spill", ["5"])]
 
 
 def test_malformed_messages_are_counted_and_dropped_not_raised():
     decode = DecodeFrontierFn()
     for payload in (b"not json", b'{"version":1,"kind":"dead_letter","crawl_id":"c1"}',
                     b'{"version":1,"kind":"no-such-kind","crawl_id":"c1"}'):
-        assert list(decode.process(payload)) == []
+        assert decode_bundle(decode, [payload]) == []
 
 
 def test_a_redriven_dead_letter_leaves_for_the_store_whatever_its_crawl():
@@ -83,8 +126,8 @@ def test_a_redriven_dead_letter_leaves_for_the_store_whatever_its_crawl():
     letters = [DeadLetter(crawl_id, "parse", "http://a.test/x", 7, "boom", 3,
                           warc=RecordPointer("c/warc/s.warc.gz", 10, 20), depth=2,
                           fetched_at=1.5) for crawl_id in ("c1", "c2")]
-    out = [item for letter in letters for item in decode.process(letter.to_bytes())]
-    assert [(o.tag, o.value) for o in out] == [(REDRIVE, letter) for letter in letters]
+    out = decode_bundle(decode, [letter.to_bytes() for letter in letters])
+    assert [(o.tag, o.value) for o in out] == [(Tag.REDRIVE, letter) for letter in letters]
 
 
 def test_a_resumed_crawl_s_seen_marks_are_keyed_by_host_with_their_crawl():

@@ -20,7 +20,8 @@ from pipeline.core.near_duplicates import (
 )
 from pipeline.core.pages import StoredPage
 from pipeline.core.records import PageRow, PageState
-from pipeline.transforms.pages import HOST_SIGNALS, HostContentFn
+from pipeline.transforms.pages import HostContentFn
+from pipeline.transforms.tags import Tag
 
 CELL = HostContentFn.CONTENT.coder
 BAG = HostContentFn.URLS.coder
@@ -215,7 +216,7 @@ def test_the_store_stage_takes_over_a_host_content_pickled_by_the_earlier_versio
     assert expected.near_duplicate_of == "http://a.test/2" and expected.throttle is True
     assert outputs[0].row.near_duplicate_of == "http://a.test/2"
     assert [(o.tag, o.value.kind, o.value.url) for o in outputs[1:]] == [
-        (HOST_SIGNALS, "throttle", "http://a.test/4")]
+        (Tag.HOST_SIGNALS, "throttle", "http://a.test/4")]
     assert isinstance(cell.read(), bytes)  # converted, and its URLs now in the bag
     assert len(bag.encoded) == 2
     for url, fingerprint in [("http://a.test/5", 0x0F0F), ("http://a.test/6", 0xF3),

@@ -4,7 +4,7 @@ holds job-wide, and the record still reads as the crawl."""
 
 from __future__ import annotations
 
-from pipeline.core.budget import BlockPageBudget
+from pipeline.core.budget import BudgetBlocks
 from pipeline.core.crawl_states import CrawlLimits, CrawlState
 from pipeline.io.crawls import create_crawl, read_crawl
 from pipeline.transforms.budget import shared_page_budget
@@ -26,15 +26,12 @@ def test_a_crawls_max_pages_holds_across_worker_processes(bigtable_config, bigta
                  limits=CrawlLimits(max_pages=7), at=0.0)
     try:
         # One process spends what the record lets it claim, block by block ...
-        first = _claims(shared_page_budget(bigtable_config, crawl_id, 7, block=3))
-        assert shared_page_budget(bigtable_config, crawl_id, 7, block=3).spent
-        # ... and another process (its own block table) finds nothing left.
-        saved = dict(BlockPageBudget._blocks)
-        BlockPageBudget._blocks.pop(crawl_id)
-        try:
-            second = _claims(shared_page_budget(bigtable_config, crawl_id, 7, block=3))
-        finally:
-            BlockPageBudget._blocks.update(saved)
+        one, other = BudgetBlocks(), BudgetBlocks()
+        first = _claims(shared_page_budget(bigtable_config, crawl_id, 7, block=3, blocks=one))
+        assert shared_page_budget(bigtable_config, crawl_id, 7, block=3, blocks=one).spent
+        # ... and another process (its own blocks) finds nothing left.
+        second = _claims(shared_page_budget(bigtable_config, crawl_id, 7, block=3,
+                                            blocks=other))
         assert (first, second) == (7, 0)
         # The claim counter lives in the crawl's record, which still reads as before.
         crawl = read_crawl(bigtable_tables, crawl_id)

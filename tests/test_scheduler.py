@@ -21,7 +21,8 @@ from pipeline.core.records import FetchResult, PageRow, RobotsAnswer, RobotsRequ
 from pipeline.io.crawls import create_crawl, read_crawl
 from pipeline.metrics import LocalTally
 from pipeline.transforms.resources import worker_resources
-from pipeline.transforms.schedule import ROBOTS, ROWS, sooner_wake
+from pipeline.transforms.schedule import sooner_wake
+from pipeline.transforms.tags import Tag
 from tests.conftest import fresh_name
 from tests.harness_hosts import FakePool, FakeTimer, Hosts, tagged
 
@@ -162,7 +163,7 @@ def test_terminal_rows_leave_as_tagged_rows(host):
     pool.finish(0, status=200, body=b"User-agent: *\nDisallow: /a\n",
                 headers=(("Content-Type", "text/plain"),))
     out = fire(1.0)
-    rows = tagged(out, ROWS)
+    rows = tagged(out, Tag.ROWS)
     assert len(rows) == 1 and isinstance(rows[0], PageRow)
     assert rows[0].state == "disallowed" and "/a" in rows[0].reason
     assert rows[0].crawl_id == host.crawl_id
@@ -197,12 +198,12 @@ def test_a_refused_address_ends_the_hosts_urls_filtered_with_the_range_and_count
     pool.finish(0, status=None, body=b"", headers=(), error=ERROR_BLOCKED_ADDRESS,
                 error_detail=reason)
     out = fire(0.01)
-    rows = tagged(out, ROWS)
+    rows = tagged(out, Tag.ROWS)
     assert [(r.url, r.state, r.reason, r.http_status) for r in rows] == [
         (f"http://{HOST}/{p}", "filtered", reason, None) for p in ("a", "b")]
     assert not [o for o in out if isinstance(o, FetchResult)]
     out = offer("c") + fire(5.0)
-    assert [o.reason for o in tagged(out, ROWS)] == [reason]
+    assert [o.reason for o in tagged(out, Tag.ROWS)] == [reason]
     assert len(pool.submitted) == 1  # the host is not tried again
     assert LocalTally.snapshot()[0]["urls_blocked_address"] == 3
     assert host.counters()["urls_blocked_address"] == 3  # in the crawl's record too
@@ -216,7 +217,7 @@ def test_a_robots_txt_redirect_to_another_host_travels_to_its_key_and_back(host)
     hosts.offer(crawl, "http://a.test/private/x", "http://a.test/open")
     hosts.fire("a.test", 0.0)
     pool.finish(0, status=301, body=b"", headers=(("Location", "http://b.test/robots.txt"),))
-    (request,) = tagged(hosts.fire("a.test", 0.2), ROBOTS)
+    (request,) = tagged(hosts.fire("a.test", 0.2), Tag.ROBOTS)
     assert isinstance(request, RobotsRequest) and request.host == "b.test"
     assert request.crawl_id == crawl
     # Through the frontier, as bytes, to b.test's key.
@@ -226,12 +227,12 @@ def test_a_robots_txt_redirect_to_another_host_travels_to_its_key_and_back(host)
                                                  "http://b.test/robots.txt"]
     pool.finish(1, body=b"User-agent: *\nDisallow: /private/\n",
                 headers=(("Content-Type", "text/plain"),))
-    (answer,) = tagged(hosts.fire("b.test", 0.3), ROBOTS)
+    (answer,) = tagged(hosts.fire("b.test", 0.3), Tag.ROBOTS)
     assert isinstance(answer, RobotsAnswer) and answer.host == "a.test"
     hosts.deliver(answer)
     assert hosts.timers["a.test"].at == 1.0  # a full delay after a.test's own last request
     out = hosts.fire("a.test", 1.0)
-    (row,) = tagged(out, ROWS)
+    (row,) = tagged(out, Tag.ROWS)
     assert row.url == "http://a.test/private/x" and row.state == "disallowed"
     assert "Disallow" in row.reason or "/private/" in row.reason
     assert pool.submitted[-1][0] == "http://a.test/open"
@@ -291,7 +292,7 @@ def test_a_parked_host_is_woken_at_the_deadline_and_its_urls_end_over_budget(one
     assert host.hosts.state(HOST).crawls[host.crawl_id].parked_until is not None
     assert host.timer.at == 20.0
     out = fire(20.0)
-    rows = tagged(out, ROWS)
+    rows = tagged(out, Tag.ROWS)
     assert sorted((r.url.rsplit("/", 1)[1], r.state, r.reason) for r in rows) == [
         (p, "over_budget", "time budget") for p in ("a", "b", "c")]
     assert len(pool.submitted) == 2 and not host.hosts.state(HOST).busy
@@ -309,9 +310,9 @@ def test_a_url_whose_every_attempt_failed_counts_them_all_in_its_row(one_host):
         for _ in range(20):
             if len(host.pool.submitted) > index:
                 break
-            rows += tagged(host.fire_when_due(), ROWS)
+            rows += tagged(host.fire_when_due(), Tag.ROWS)
         host.pool.finish(index, status=None, body=b"", headers=(), error="timeout")
-    rows += tagged(host.fire_when_due(), ROWS)
+    rows += tagged(host.fire_when_due(), Tag.ROWS)
     assert [(r.state, r.reason, r.attempts, r.http_status) for r in rows] == [
         ("failed", "timeout after 2 attempts", 2, None)]
 

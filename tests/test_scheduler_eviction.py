@@ -18,7 +18,8 @@ from pipeline.core.politeness import HostPolicy
 from pipeline.core.robots_relay import RobotsErrand
 from pipeline.core.urls import url_hash
 from pipeline.io.crawls import apply_action, create_crawl
-from pipeline.transforms.schedule import ROWS, HostCells, crawl_records
+from pipeline.transforms.schedule import HostCells, crawl_records
+from pipeline.transforms.tags import Tag
 from tests.conftest import fresh_name
 from tests.harness_hosts import FakeState, Hosts, tagged
 
@@ -52,7 +53,7 @@ def run(hosts: Hosts, start: float, end: float, rows: list) -> float:
     once. Returns the clock."""
     now = start
     while now < end:
-        rows.extend(tagged(hosts.fire(HOST, now), ROWS))
+        rows.extend(tagged(hosts.fire(HOST, now), Tag.ROWS))
         answer(hosts)
         now += 0.5
     return now
@@ -89,7 +90,7 @@ def test_a_crawl_that_ends_leaves_the_host_state_and_its_seen_set_goes_after_the
     # The crawl is done; the scheduler reads its record afresh at the next firing.
     apply_action(opened, end, CrawlAction.FINISH, at=now)
     crawl_records().clear()
-    rows.extend(tagged(hosts.fire(HOST, now), ROWS))
+    rows.extend(tagged(hosts.fire(HOST, now), Tag.ROWS))
     state = hosts.state(HOST)
     assert set(state.crawls) == {keep} and set(state.tombstones) == {end}
     after = cell_bytes(hosts)
@@ -107,11 +108,11 @@ def test_a_crawl_that_ends_leaves_the_host_state_and_its_seen_set_goes_after_the
     # A late link to a page the crawl fetched is dropped as seen, a new one ends in one
     # row, and the next firing evicts the crawl again.
     out = hosts.offer(end, f"http://{HOST}/end/1", f"http://{HOST}/end/3")
-    assert tagged(out, ROWS) == []
+    assert tagged(out, Tag.ROWS) == []
     assert [e.url for e in hosts.state(HOST).crawls[end].queue] == [f"http://{HOST}/end/3"]
     assert set(cells["host_seen"].value) == {keep, end} and not cells["host_tombstones"].value
     answer(hosts)
-    rows.extend(tagged(hosts.fire(HOST, now + 0.1), ROWS))
+    rows.extend(tagged(hosts.fire(HOST, now + 0.1), Tag.ROWS))
     assert end not in hosts.state(HOST).crawls and set(cells["host_seen"].value) == {keep}
     assert set(cells["host_tombstones"].value) == {end}
     assert [(r.url, r.state, r.reason) for r in rows if r.crawl_id == end] == [

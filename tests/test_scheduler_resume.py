@@ -17,7 +17,7 @@ import pytest
 from pipeline.core.crawl_states import CrawlLimits
 from pipeline.core.records import FrontierBatch, SeenMarks
 from pipeline.io.crawls import create_crawl
-from pipeline.transforms.schedule import ROWS
+from pipeline.transforms.tags import Tag
 from tests.conftest import fresh_name
 from tests.harness_hosts import TEXT, Hosts, tagged
 
@@ -42,7 +42,7 @@ def crawl_a_test(hosts: Hosts, until: float = 30.0) -> list:
     200), until it has nothing left to do; returns every row the scheduler decided."""
     rows, answered = [], 0
     while (at := hosts.timers["a.test"].at) is not None and at <= until:
-        rows += tagged(hosts.fire("a.test", at), ROWS)
+        rows += tagged(hosts.fire("a.test", at), Tag.ROWS)
         hosts.pool.clock[0] = at + 0.1
         for index in range(answered, len(hosts.pool.submitted)):
             url = hosts.pool.submitted[index][0]

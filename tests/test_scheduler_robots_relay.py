@@ -16,7 +16,7 @@ import pytest
 from pipeline.core.crawl_states import CrawlAction, CrawlLimits
 from pipeline.core.records import RobotsAnswer, RobotsRequest
 from pipeline.io.crawls import apply_action, create_crawl
-from pipeline.transforms.schedule import ROBOTS, ROWS
+from pipeline.transforms.tags import Tag
 from tests.conftest import fresh_name
 from tests.harness_hosts import TEXT, Hosts, tagged
 
@@ -51,7 +51,7 @@ def test_a_robots_txt_moved_to_another_host_is_fetched_there_and_governs_the_hos
     hosts.offer(asker, "http://a.test/private/x", "http://a.test/open")
     hosts.fire("a.test", 0.1)
     hosts.pool.finish(1, status=301, body=b"", headers=(("Location", SHARED),))
-    (request,) = tagged(hosts.fire("a.test", 0.2), ROBOTS)
+    (request,) = tagged(hosts.fire("a.test", 0.2), Tag.ROBOTS)
     assert isinstance(request, RobotsRequest)
     assert (request.crawl_id, request.host, request.url, request.asker) == (
         asker, "b.test", SHARED, "a.test")
@@ -61,7 +61,7 @@ def test_a_robots_txt_moved_to_another_host_is_fetched_there_and_governs_the_hos
     hosts.fire("b.test", 1.0)
     assert hosts.started("b.test") == [("http://b.test/robots.txt", 0.0), (SHARED, 1.0)]
     hosts.pool.finish(2, status=200, body=RULES, headers=TEXT)
-    (answer,) = tagged(hosts.fire("b.test", 1.1), ROBOTS)
+    (answer,) = tagged(hosts.fire("b.test", 1.1), Tag.ROBOTS)
     assert isinstance(answer, RobotsAnswer)
     assert (answer.crawl_id, answer.host, answer.url) == (asker, "a.test", SHARED)
     # Meanwhile a.test, due again, starts nothing: it waits for the answer (to a deadline).
@@ -75,14 +75,14 @@ def test_a_robots_txt_moved_to_another_host_is_fetched_there_and_governs_the_hos
     assert hosts.state("a.test").crawls[asker].robots.crawl_delay("testbot") == 2.0
     assert hosts.fire("a.test", 2.0) == [] and len(hosts.started("a.test")) == 1
     out = hosts.fire("a.test", 2.1)
-    (row,) = tagged(out, ROWS)
+    (row,) = tagged(out, Tag.ROWS)
     assert (row.crawl_id, row.url, row.state) == (asker, "http://a.test/private/x", "disallowed")
     assert row.reason == "robots: disallowed by rule /private/ for testbot"
     assert hosts.started("a.test") == [("http://a.test/robots.txt", 0.1),
                                        ("http://a.test/open", 2.1)]
     # Another host whose robots.txt leads to the same file is answered from b.test's copy.
     again = RobotsRequest(asker, "b.test", SHARED, "c.test", "e-again")
-    (reply,) = tagged(hosts.deliver(again), ROBOTS)
+    (reply,) = tagged(hosts.deliver(again), Tag.ROBOTS)
     assert (reply.host, reply.errand_id, reply.status) == ("c.test", "e-again", 200)
     assert [url for url, _ in hosts.started("b.test")].count(SHARED) == 1
 
@@ -96,7 +96,7 @@ def test_an_errand_of_a_cancelled_crawl_is_answered_unreachable_without_a_reques
     try:
         errand = RobotsRequest(gone, "b.test", SHARED, "a.test", "e1")
         assert hosts.deliver(errand) == []  # taken, as a batch of an ended crawl is
-        (reply,) = tagged(hosts.fire("b.test", hosts.timers["b.test"].at), ROBOTS)
+        (reply,) = tagged(hosts.fire("b.test", hosts.timers["b.test"].at), Tag.ROBOTS)
         assert isinstance(reply, RobotsAnswer)
         assert (reply.crawl_id, reply.host, reply.errand_id, reply.robots_kind) == (
             gone, "a.test", "e1", "unreachable")

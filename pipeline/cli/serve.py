@@ -69,39 +69,52 @@ def crawl_keeper(options):
 
 
 def run_serve(args: argparse.Namespace) -> int:
+    try:
+        tokens, options = _checked(args)
+    except _Refused as exc:
+        print(f"crawler serve: {exc}", file=sys.stderr)
+        return exc.code
+    if args.cloud:
+        return _run_cloud(args, options)
+    return _serve_locally(args, tokens, options)
+
+
+class _Refused(Exception):
+    """A reason not to start, with the exit code it ends `crawler serve` with."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _checked(args: argparse.Namespace):
+    """The API's tokens and the crawl options, or _Refused saying what is wrong."""
     from pipeline.service.auth import TokenFileError, load_tokens
 
     try:
         tokens = load_tokens(args.token_file)
     except TokenFileError as exc:
-        print(f"crawler serve: {exc}", file=sys.stderr)
-        return 2
+        raise _Refused(str(exc)) from None
     if not 0 <= args.port <= 65535:
-        print(f"crawler serve: --port {args.port} is not a port", file=sys.stderr)
-        return 2
+        raise _Refused(f"--port {args.port} is not a port")
     try:
         import fastapi  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as exc:
-        print(f"crawler serve: the control API needs the `service` extra ({exc.name} is "
-              "missing): pip install 'beam-crawler[service]'", file=sys.stderr)
-        return 3
+        raise _Refused(f"the control API needs the `service` extra ({exc.name} is missing): "
+                       "pip install 'beam-crawler[service]'", code=3) from None
     from pipeline.options import serve_options
 
     try:
-        options = serve_options(args)
+        return tokens, serve_options(args)
     except ValueError as exc:
-        print(f"crawler serve: {exc}", file=sys.stderr)
-        return 2
-    if args.cloud:
-        return _run_cloud(args, options)
-    from pipeline.io.bigtable import open_tables
+        raise _Refused(str(exc)) from None
+
+
+def _serve_locally(args: argparse.Namespace, tokens, options) -> int:
+    """The emulators, the local fleet and the API in front of it, until Ctrl-C or SIGTERM."""
     from pipeline.local.emulators import EmulatorMissing, start_missing_emulators, stop_emulators
-    from pipeline.local.fleet import LocalFleet
-    from pipeline.service.app import create_app
-    from pipeline.service.control import CrawlControl, PubSubFrontier
-    from pipeline.service.server import ApiServer, ApiServerFailed
-    from pipeline.service.status import mount_status_page
+    from pipeline.service.server import ApiServerFailed
 
     show_service_logs()
     log_dir = Path(tempfile.mkdtemp(prefix="crawler-serve-"))
@@ -112,44 +125,68 @@ def run_serve(args: argparse.Namespace) -> int:
         return 3
     except KeyboardInterrupt:  # stopped while starting: start_missing_emulators cleaned up
         return 0
-    tables = frontier = server = fleet = None
+    service = _LocalService()
     try:
-        tables = open_tables(options.bigtable_config(), create=True)
-        settings = fleet_settings(options)
-        fleet = LocalFleet(settings).start()
-        frontier = PubSubFrontier(fleet.topic)
-        control = CrawlControl(tables, frontier, options.limits(),
-                               propagation_s=settings.state_ttl_s,
-                               on_created=crawl_keeper(options))
-        app = create_app(control, tokens)
-        mount_status_page(app, out=options.out)
-        try:
-            server = ApiServer(app, host=args.host, port=args.port).start()
-        except ApiServerFailed as exc:
-            print(f"crawler serve: {exc}", file=sys.stderr)
-            return 1
-        print(f"control API on {server.url} (OpenAPI: {server.url}/docs); "
-              f"emulator logs in {log_dir}")
+        url = service.start(args, tokens, options)
+        print(f"control API on {url} (OpenAPI: {url}/docs); emulator logs in {log_dir}")
         print("try:\n"
               f"  curl -s -H \"Authorization: Bearer $(head -n1 {args.token_file})\" \\\n"
               f"       -H 'Content-Type: application/json' \\\n"
               f"       -d '{{\"seeds\": [\"https://example.com/\"], \"max_pages\": 100}}' \\\n"
-              f"       {server.url}/crawls")
-        print(next_steps(server.url, args, options), flush=True)
-        server.wait()
+              f"       {url}/crawls")
+        print(next_steps(url, args, options), flush=True)
+        service.wait()
+    except ApiServerFailed as exc:
+        print(f"crawler serve: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("\nstopping", file=sys.stderr)
     finally:
-        if server is not None:
-            server.stop()
-        if fleet is not None:
-            fleet.stop()
-        if frontier is not None:
-            frontier.close()
-        if tables is not None:
-            tables.close()
+        service.stop()
         stop_emulators(emulators)
     return 0
+
+
+class _LocalService:
+    """The tables, the local fleet, its frontier and the API server of `crawler serve`,
+    started in that order and stopped in the reverse one (whatever got started)."""
+
+    def __init__(self) -> None:
+        self.tables = self.fleet = self.frontier = self.server = None
+
+    def start(self, args: argparse.Namespace, tokens, options) -> str:
+        """Start everything; the API's URL."""
+        from pipeline.io.bigtable import open_tables
+        from pipeline.local.fleet import LocalFleet
+        from pipeline.service.app import create_app
+        from pipeline.service.control import CrawlControl, PubSubFrontier
+        from pipeline.service.server import ApiServer
+        from pipeline.service.status import mount_status_page
+
+        self.tables = open_tables(options.bigtable_config(), create=True)
+        settings = fleet_settings(options)
+        self.fleet = LocalFleet(settings).start()
+        self.frontier = PubSubFrontier(self.fleet.topic)
+        control = CrawlControl(self.tables, self.frontier, options.limits(),
+                               propagation_s=settings.state_ttl_s,
+                               on_created=crawl_keeper(options))
+        app = create_app(control, tokens)
+        mount_status_page(app, out=options.out)
+        self.server = ApiServer(app, host=args.host, port=args.port).start()
+        return self.server.url
+
+    def wait(self) -> None:
+        self.server.wait()
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+        if self.fleet is not None:
+            self.fleet.stop()
+        if self.frontier is not None:
+            self.frontier.close()
+        if self.tables is not None:
+            self.tables.close()
 
 
 def next_steps(url: str, args: argparse.Namespace, options) -> str:

@@ -34,19 +34,31 @@ class PageBudget(Protocol):
         ...
 
 
+class BudgetBlocks:
+    """The pages a process holds of each crawl's budget: the blocks it claimed and has not
+    spent. One per process, made and kept by the caller (the Beam shell keeps it with the
+    worker's shared resources), so that the many copies Beam makes of a DoFn share one
+    block instead of each wasting its own; this module keeps no state of its own."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.held: dict[str, tuple[int, bool]] = {}  # crawl id -> (pages left in block, spent)
+
+    def forget(self, crawl_id: str) -> None:
+        """Drop the block of a crawl (a crawl run again in the same process)."""
+        with self.lock:
+            self.held.pop(crawl_id, None)
+
+
 class BlockPageBudget:
     """A budget shared across processes through `advance(n) -> new total`, an atomic counter
-    (module docstring). Blocks are kept per process and crawl, so the many copies Beam makes
-    of a DoFn share one block instead of each wasting its own.
+    (module docstring), spending the blocks this process holds in `blocks`.
 
     `advance` must be picklable (Beam pickles the DoFn holding the budget).
     """
 
-    _lock = threading.Lock()
-    _blocks: dict[str, tuple[int, bool]] = {}  # crawl id -> (pages left in block, spent)
-
     def __init__(self, crawl_id: str, limit: int | None, advance: Callable[[int], int],
-                 block: int = 16) -> None:
+                 block: int = 16, *, blocks: BudgetBlocks) -> None:
         if limit is not None and limit < 0:
             raise ValueError(f"page budget must be >= 0, got {limit}")
         if block < 1:
@@ -55,12 +67,14 @@ class BlockPageBudget:
         self.limit = limit
         self.block = block
         self._advance = advance
+        self._blocks = blocks
 
     def try_claim(self) -> bool:
         if self.limit is None:
             return True
-        with self._lock:
-            left, spent = self._blocks.get(self.crawl_id, (0, False))
+        blocks = self._blocks
+        with blocks.lock:
+            left, spent = blocks.held.get(self.crawl_id, (0, False))
             if left == 0 and not spent:
                 # The counter call holds the lock: one claim per process at a time, and the
                 # threads waiting on it are served from the block it brings.
@@ -68,26 +82,20 @@ class BlockPageBudget:
                 left = max(0, min(self.block, self.limit - (total - self.block)))
                 spent = total >= self.limit
             if left == 0:
-                self._blocks[self.crawl_id] = (0, True)
+                blocks.held[self.crawl_id] = (0, True)
                 return False
-            self._blocks[self.crawl_id] = (left - 1, spent)
+            blocks.held[self.crawl_id] = (left - 1, spent)
             return True
 
     @property
     def left(self) -> int:
         """Pages this process holds from the blocks it claimed and has not spent yet."""
-        with self._lock:
-            return self._blocks.get(self.crawl_id, (0, False))[0]
+        with self._blocks.lock:
+            return self._blocks.held.get(self.crawl_id, (0, False))[0]
 
     @property
     def spent(self) -> bool:
         """True once this process has no page left and the shared counter reached the limit."""
-        with self._lock:
-            left, spent = self._blocks.get(self.crawl_id, (0, False))
+        with self._blocks.lock:
+            left, spent = self._blocks.held.get(self.crawl_id, (0, False))
         return self.limit is not None and spent and left == 0
-
-    @classmethod
-    def forget(cls, crawl_id: str) -> None:
-        """Drop this process's block for a crawl (tests; a crawl run twice in one process)."""
-        with cls._lock:
-            cls._blocks.pop(crawl_id, None)

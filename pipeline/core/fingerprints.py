@@ -72,7 +72,8 @@ def _simhash(normalised: str) -> int:
         shingles = [" ".join(words)]
     else:
         # map/zip keep the per-shingle loop in C: joining slices and calling mmh3.hash64 in a
-        # generator cost a third more on real articles (docs/benchmarks.md).
+        # generator costs more on real articles (docs/benchmarks.md, "Fingerprints from one
+        # normalisation").
         # (the shorter slices end the zip: strict=False is the point)
         shingles = list(map(" ".join, zip(*(words[i:] for i in range(SHINGLE_WORDS)),
                                           strict=False)))
@@ -80,8 +81,8 @@ def _simhash(normalised: str) -> int:
     # little-endian, are hash64's first (unsigned) value.
     digests = np.frombuffer(b"".join(map(mmh3.hash_bytes, shingles)), dtype=np.uint8)
     # Vectorised vote: each hash's 8 little-endian bytes unpacked least significant bit first
-    # give its bits 0..63 in order; a Python loop over 64 bits per shingle costs ~50 ms on a
-    # long article, and unpacking bytes is ~4x cheaper than shifting the uint64s 64 times.
+    # give its bits 0..63 in order; a Python loop over 64 bits per shingle is slow on a long
+    # article, and unpacking bytes is cheaper than shifting the uint64s 64 times.
     ones = np.unpackbits(digests.reshape(-1, 16)[:, :8], axis=1,
                          bitorder="little").sum(axis=0, dtype=np.int64)
     set_bits = 2 * ones > len(shingles)

@@ -99,9 +99,9 @@ class HostContent:
     def nearest(self, fingerprint: int, bits: int) -> str | None:
         """The earliest remembered URL whose fingerprint is within `bits` of this one.
 
-        A vectorised scan: at the bounded capacity it costs microseconds, far below the
-        ~40 ms of extracting the text, while a band index (pigeonhole on `bits + 1` blocks)
-        would only pay off at far larger capacities and would multiply the state size.
+        A vectorised scan: at the bounded capacity it costs microseconds, far below
+        extracting the text, while a band index (pigeonhole on `bits + 1` blocks) would only
+        pay off at far larger capacities and would multiply the state size.
         """
         if not self.prints:
             return None
@@ -357,8 +357,8 @@ class HostIndex:
         self._logged += 1
         # At twice the live entries: compacting sooner makes a near-duplicate's read of the log
         # smaller and every other page's share of the compactions larger, which pays only when
-        # near-duplicates are more than ~1 % of a host's pages (docs/benchmarks.md, "The
-        # near-duplicate index per host").
+        # near-duplicates are more than a small share of a host's pages (docs/benchmarks.md,
+        # "The near-duplicate index per host").
         if self._logged >= 2 * max(len(self), policy.capacity):
             self._urls.keep_from(self._next_seq - len(self))
             self._logged = len(self)

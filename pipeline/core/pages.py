@@ -141,9 +141,9 @@ def page_links(page_url: str, hrefs: tuple[str, ...],
 # URL Standard never reads the base of an input that starts with a special scheme and "//"), and
 # the links the parser hands over are all absolute. Much of a page's links are its site's
 # navigation, which every page of the site repeats, so a worker keeps the latest ones normalised.
-# On the worker-cost corpus, where most hosts give one article and its home page, 31 % of the
-# links hit and a page's links cost 0.144 instead of 0.158 ms (docs/benchmarks.md); a site
-# crawled in depth repeats more. 16,384 entries are a few megabytes.
+# Even on the worker-cost corpus, where most hosts give one article and its home page, many
+# links hit (docs/benchmarks.md, "Links normalised once"); a site crawled in depth repeats more.
+# 16,384 entries are a few megabytes.
 _ABSOLUTE = ("http://", "https://")
 
 

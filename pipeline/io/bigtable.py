@@ -344,10 +344,10 @@ def _decode(kind: str, data: bytes) -> Any:
 
 
 # The raw protobuf classes behind the client's proto-plus types. The client turns every
-# SetCell and DeleteRangeFromColumn object into a proto-plus message one by one, at ~20 us per
-# cell; a crawl writes a row for every URL it accepts (40 per fetched page at depth 1 on real
-# pages), which made row writes 22 % of a real-pages crawl's CPU. Built straight as protobuf,
-# the same entry costs a quarter of that (docs/bigtable.md, "Measured").
+# SetCell and DeleteRangeFromColumn object into a proto-plus message one by one, and a crawl
+# writes a row for every URL it accepts (dozens per fetched page at depth 1 on real pages), so
+# that conversion is a large share of a crawl's CPU. Built straight as protobuf, the same
+# entry costs a fraction of it (docs/bigtable.md, "Measured").
 _ENTRY_PB = bigtable_types.MutateRowsRequest.Entry.pb()
 _MUTATION_PB = data_types.Mutation.pb()
 _SET_CELL_PB = data_types.Mutation.SetCell.pb()

@@ -467,7 +467,7 @@ class _CrawlerAdapter(HTTPAdapter):
 
 @functools.lru_cache(maxsize=8)
 def _tls_context(verify_tls: bool, ca_bundle: str | None) -> ssl.SSLContext:
-    # Loading a CA bundle takes ~40 ms; contexts are safe to share between clients and threads.
+    # Loading a CA bundle is costly; contexts are safe to share between clients and threads.
     if verify_tls:
         context = create_urllib3_context(cert_reqs=ssl.CERT_REQUIRED)
         context.load_verify_locations(cafile=ca_bundle or DEFAULT_CA_BUNDLE_PATH)

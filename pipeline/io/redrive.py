@@ -31,7 +31,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pipeline.core.records import DeadLetter, FetchResult, RecordPointer
 from pipeline.core.urls import host_key
@@ -144,75 +144,105 @@ def redrive(project: str, crawl_id: str, *, route: RedriveRoute | None = None,
     counters are corrected there). On a shared subscription, other crawls' letters are not
     acknowledged: they are held while this runs and then handed back to the subscription.
     """
-    from google.api_core.exceptions import DeadlineExceeded
     from google.cloud import pubsub_v1
 
     route = route or crawl_route(project, crawl_id)
-    subscription, topic = route.subscription, route.topic
-    subscriber = pubsub_v1.SubscriberClient()
-    publisher = pubsub_v1.PublisherClient()
-    moved = skipped = 0
-    held: dict[str, str] = {}  # message id -> ack id of the other crawls' letters held
+    mover = _LetterMover(route, crawl_id, pubsub_v1.SubscriberClient(),
+                         pubsub_v1.PublisherClient())
     try:
-        while limit is None or moved < limit:
-            want = 100 if limit is None else min(100, limit - moved)
-            try:
-                response = subscriber.pull(subscription=subscription, max_messages=want,
-                                           timeout=pull_timeout_s)
-            except DeadlineExceeded:
-                break
-            received = []
-            for message in response.received_messages:
-                if message.message.message_id in held:  # its hold ran out: held anew
-                    held[message.message.message_id] = message.ack_id
-                else:
-                    received.append(message)
+        while limit is None or mover.moved < limit:
+            want = 100 if limit is None else min(100, limit - mover.moved)
+            received = mover.pull(want, pull_timeout_s)
             if not received:
                 break  # nothing, or only letters already held (their hold ran out)
-            futures = []
-            done: list[str] = []  # ack ids: moved letters and messages nobody can use
-            keep: list[str] = []
-            for message in received:
-                try:
-                    letter = DeadLetter.from_bytes(message.message.data)
-                except ValueError as exc:
-                    log.warning("not a dead letter, dropped from %s: %s", subscription, exc)
-                    skipped += 1
-                    done.append(message.ack_id)
-                    continue
-                if letter.crawl_id != crawl_id:
-                    if route.shared:
-                        held[message.message.message_id] = message.ack_id
-                        keep.append(message.ack_id)
-                        continue
-                    log.warning("dead letter of crawl %s in %s, dropped", letter.crawl_id,
-                                subscription)
-                    skipped += 1
-                    done.append(message.ack_id)
-                    continue
-                futures.append(publish_once(publisher, topic, letter.to_bytes()))
-                done.append(message.ack_id)
-            if keep:
-                subscriber.modify_ack_deadline(subscription=subscription, ack_ids=keep,
-                                               ack_deadline_seconds=_HOLD_S)
-            for future in futures:
-                future.result(timeout=60)
-            if on_moved is not None and futures:
-                on_moved(len(futures))
-            if done:
-                subscriber.acknowledge(subscription=subscription, ack_ids=done)
-            moved += len(futures)
+            mover.move(received, on_moved)
     finally:
-        if held:
+        mover.close()
+    return RedriveReport(moved=mover.moved, skipped=mover.skipped, left=len(mover.held))
+
+
+class _LetterMover:
+    """One redrive's clients and tallies: pulls batches of letters, publishes the crawl's own
+    to the frontier, holds other crawls' (on a shared subscription) and drops strays."""
+
+    def __init__(self, route: RedriveRoute, crawl_id: str, subscriber: Any,
+                 publisher: Any) -> None:
+        self.route = route
+        self.crawl_id = crawl_id
+        self.subscriber = subscriber
+        self.publisher = publisher
+        self.moved = 0
+        self.skipped = 0
+        self.held: dict[str, str] = {}  # message id -> ack id of other crawls' letters held
+
+    def pull(self, want: int, timeout_s: float) -> list[Any]:
+        """Up to `want` messages not already held; [] when the subscription has none."""
+        from google.api_core.exceptions import DeadlineExceeded
+
+        try:
+            response = self.subscriber.pull(subscription=self.route.subscription,
+                                            max_messages=want, timeout=timeout_s)
+        except DeadlineExceeded:
+            return []
+        received = []
+        for message in response.received_messages:
+            if message.message.message_id in self.held:  # its hold ran out: held anew
+                self.held[message.message.message_id] = message.ack_id
+            else:
+                received.append(message)
+        return received
+
+    def move(self, received: list[Any], on_moved: Callable[[int], None] | None) -> None:
+        """Publish the batch's letters of this crawl, then acknowledge them (and what nobody
+        can use) only once Pub/Sub has accepted every one."""
+        futures = []
+        done: list[str] = []  # ack ids: moved letters and messages nobody can use
+        keep: list[str] = []
+        for message in received:
+            letter = self._letter(message)
+            if letter is None:
+                done.append(message.ack_id)
+            elif letter.crawl_id != self.crawl_id and self.route.shared:
+                self.held[message.message.message_id] = message.ack_id
+                keep.append(message.ack_id)
+            elif letter.crawl_id != self.crawl_id:
+                log.warning("dead letter of crawl %s in %s, dropped", letter.crawl_id,
+                            self.route.subscription)
+                self.skipped += 1
+                done.append(message.ack_id)
+            else:
+                futures.append(publish_once(self.publisher, self.route.topic,
+                                            letter.to_bytes()))
+                done.append(message.ack_id)
+        if keep:
+            self.subscriber.modify_ack_deadline(subscription=self.route.subscription,
+                                                ack_ids=keep, ack_deadline_seconds=_HOLD_S)
+        for future in futures:
+            future.result(timeout=60)
+        if on_moved is not None and futures:
+            on_moved(len(futures))
+        if done:
+            self.subscriber.acknowledge(subscription=self.route.subscription, ack_ids=done)
+        self.moved += len(futures)
+
+    def _letter(self, message: Any) -> DeadLetter | None:
+        try:
+            return DeadLetter.from_bytes(message.message.data)
+        except ValueError as exc:
+            log.warning("not a dead letter, dropped from %s: %s", self.route.subscription, exc)
+            self.skipped += 1
+            return None
+
+    def close(self) -> None:
+        if self.held:
             # Back to the subscription at once, for those crawls' own redrive; should this
             # fail, their hold runs out and they come back then.
             with contextlib.suppress(Exception):
-                subscriber.modify_ack_deadline(subscription=subscription,
-                                               ack_ids=list(held.values()),
-                                               ack_deadline_seconds=0)
-        publisher.stop()
-        subscriber.close()
-    return RedriveReport(moved=moved, skipped=skipped, left=len(held))
+                self.subscriber.modify_ack_deadline(subscription=self.route.subscription,
+                                                    ack_ids=list(self.held.values()),
+                                                    ack_deadline_seconds=0)
+        self.publisher.stop()
+        self.subscriber.close()
 
 
 def uncount_dead_letters(tables: BigtableTables, crawl_id: str, n: int) -> None:

@@ -39,19 +39,11 @@ record of a page can refer to its WARC record (WARC-Refers-To) from the pointer 
 Files are created and read by path only through pipeline.io.storage, which knows the difference
 between local files and GCS objects; the record logic here is the same for both.
 
-Throughput of one writer, 1,000 records of 100 KB bodies, flush (fsync) every 100 records,
-local disk, 2 shared vCPUs (`.venv/bin/python -m pipeline.io.segments /tmp/segment-bench`):
-
-    gzip level     real HTML bodies (compression)          random bytes (incompressible)
-    6 (used)       220-235 records/s, 22-23 MB/s (4.8:1)   205-230 records/s, 20-23 MB/s
-    1              390 records/s, 39 MB/s (4.2:1)
-    9 (warcio's)   150 records/s, 15 MB/s (4.8:1)
-
-zlib is ~80 % of the time (~3.5 ms per 100 KB); building the record and its two SHA-1 digests
-~0.5 ms. At ~4 ms a page, storing costs a tenth of parsing (~40 ms). Level 1 would save ~2 ms
-a page for 14 % more bytes stored; level 9 costs 2.5 ms more for nothing. The same command
-takes a gs:// root and a flush interval (`... gs://bucket/prefix 10`); figures against the GCS
-emulator are in docs/storage.md.
+gzip level 6: zlib is most of a write's CPU, and level 1 would store noticeably more bytes
+while level 9 (warcio's default) costs more CPU for no smaller files. Throughput by level is in
+docs/benchmarks.md ("Writing WARC segments: gzip level"; `python -m bench.stores segments
+ROOT` measures it, on a local directory or a gs:// root), and against the GCS emulator in
+docs/storage.md.
 """
 
 from __future__ import annotations
@@ -536,7 +528,7 @@ def read_segment(path: str, record_type: str) -> Iterator[SegmentRecord | Unread
     pipeline.core.segment_records). After a record cut short by damaged bytes, reading goes
     on at the next record that starts cleanly; a file that ends inside a record ends there.
 
-    warcio rather than fastwarc: reading is about 1 % of re-parsing a page either way, and
+    warcio rather than fastwarc: reading is a small part of re-parsing a page either way, and
     warcio gives each record's exact compressed offset and length, which a pointer needs
     (docs/benchmarks.md, "Reading WARC segments").
     """

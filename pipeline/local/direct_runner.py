@@ -10,14 +10,14 @@ and processing-time timers locally, re-inspects each DoFn's method signatures fo
 round-trips each DoFn through pickle, re-parses the pipeline options on every pull and scans
 every key for timers after every bundle; a crawl makes many small bundles (every host's timer
 firing is one). Signatures depend only on the function, not on the DoFn instance, so caching
-them changes no behaviour; the same holds for the other cuts. docs/architecture.md has what
-each patch saves, measured.
+them changes no behaviour; the same holds for the other cuts.
 
 This module owns those patches and nothing else. They are applied only while a local crawl
 runs (`direct_runner_speedups()`, a context manager the local runtime enters; Beam is restored
 when the last crawl in the process leaves it), only on the Beam release they were measured on
 (`TESTED_BEAM`; any other leaves Beam as it is: slower, still correct), and each wraps Beam's
-function rather than replacing its body. What each one saves is in docs/architecture.md.
+function rather than replacing its body. What each one saves is in docs/architecture.md and
+docs/benchmarks.md ("What the profiles showed").
 
 One wrap here is for correctness, not speed, and is applied on every release: the pulls drop
 a repeat of a frontier message, which Dataflow does through `id_label` and this runner cannot
@@ -33,7 +33,7 @@ import threading
 import time
 import types
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pipeline.io.pubsub import MESSAGE_ID, Deduplicator
@@ -72,9 +72,9 @@ PULL_DEADLINE_S = 0.5
 PULL_MAX_MESSAGES = 100
 # After an empty pull, the runner's only thread waits this long at most before its next
 # loop, unless other work is queued or a timer falls due sooner (then it waits until then).
-# The emulator answers an empty pull in 5-25 ms, so without a pause an idle crawl loops
-# 40-200 times a second, each loop a pull, a bundle and a timer scan: 0.7 of a core and as
-# much emulator CPU while a politeness-bound crawl waits for its hosts.
+# The emulator answers an empty pull at once, so without a pause an idle crawl loops many
+# times a second, each loop a pull, a bundle and a timer scan: much of a core, and as much
+# emulator CPU, while a politeness-bound crawl waits for its hosts.
 IDLE_PAUSE_MAX_S = 0.05
 
 
@@ -189,8 +189,8 @@ class _CachedViews:
 
     The local runner builds a Pub/Sub read evaluator for every pull and each one asks for
     `pipeline_options.view_as(GoogleCloudOptions)`, which re-parses every option with argparse:
-    4 % of a many-hosts crawl's CPU. Views of one options object share its values, so one view
-    per class is the same view.
+    a visible share of a many-hosts crawl's CPU. Views of one options object share its values,
+    so one view per class is the same view.
     """
 
     def __init__(self, options: Any) -> None:
@@ -367,10 +367,11 @@ def _install_no_pickle_round_trip(transform_evaluator: Any) -> bool:
     """Skip the per-bundle pickle round trip of the crawl's own DoFns.
 
     The runner round-trips every DoFn through pickle at the start of every bundle (a
-    picklability check that gives each bundle a fresh copy): 14% of a crawl's CPU. The crawl's
-    DoFns are picklable (ParDo round-trips its DoFn once when it is applied, and the Dataflow
-    dry-run test unpickles them all) and a runner may reuse a DoFn instance across bundles
-    (Dataflow does), so the check is skipped for them; every other DoFn keeps it.
+    picklability check that gives each bundle a fresh copy), a large share of a crawl's CPU
+    (docs/architecture.md). The crawl's DoFns are picklable (ParDo round-trips its DoFn once
+    when it is applied, and the Dataflow dry-run test unpickles them all) and a runner may
+    reuse a DoFn instance across bundles (Dataflow does), so the check is skipped for them;
+    every other DoFn keeps it.
     """
     evaluator = getattr(transform_evaluator, "_ParDoEvaluator", None)
     original = getattr(evaluator, "__init__", None)
@@ -435,8 +436,31 @@ def _install() -> bool:
     )
     from apache_beam.transforms import core, userstate
 
-    original_args = core.get_function_args_defaults
-    original_specs = userstate.get_dofn_specs
+    cached_specs, cached_is_stateful = _cached_dofn_specs(userstate.get_dofn_specs)
+    try:
+        _install_no_pickle_round_trip(transform_evaluator)
+        _install_frontier_pulls(transform_evaluator, short=True)
+        _install_idle_pauses(executor)
+        _install_cached_option_views(transform_evaluator)
+        _install_cheaper_timer_scan(evaluation_context, watermark_manager)
+        _patch(core, "get_function_args_defaults",
+               _cached_function_args(core.get_function_args_defaults))
+        _patch(userstate, "get_dofn_specs", cached_specs)
+        _patch(userstate, "is_stateful_dofn", cached_is_stateful)
+        _patch(transform_evaluator, "get_dofn_specs", cached_specs)
+        _patch(transform_evaluator, "is_stateful_dofn", cached_is_stateful)
+    except AttributeError as exc:  # a name moved despite the release check: leave Beam be
+        log.warning("Beam's local runner is not as expected (%s): running without speedups", exc)
+        _undo_patches()
+        _install_frontier_pulls(transform_evaluator, short=False)
+        return False
+    return True
+
+
+def _cached_function_args(original_args: Callable[[Any], Any]
+                          ) -> Callable[[Any], tuple[list[str], list[Any]]]:
+    """Beam's get_function_args_defaults, answered once per function (and per function behind
+    a bound method) instead of inspecting its signature at every call."""
 
     @functools.lru_cache(maxsize=4096)
     def _args_by_function(func: Any, bound: bool) -> tuple[tuple[str, ...], tuple[Any, ...]]:
@@ -455,12 +479,20 @@ def _install() -> bool:
             return original_args(f)
         return list(args), list(defaults)
 
-    # Specs come from the bound methods get_dofn_specs finds on the instance: the class's,
-    # unless the instance shadows one (Beam's Map and FlatMap wrappers keep the user's
-    # function as an instance attribute `process`), plus any bound method the instance holds.
-    # Keyed by the class and those instance attributes (the function behind a bound method,
-    # None for a plain function, which get_dofn_specs skips), every DoFn is cached, the Map
-    # wrappers too.
+    return cached_args
+
+
+def _cached_dofn_specs(original_specs: Callable[[Any], Any]
+                       ) -> tuple[Callable[[Any], tuple[set[Any], set[Any]]],
+                                  Callable[[Any], bool]]:
+    """Beam's get_dofn_specs and is_stateful_dofn, answered once per kind of DoFn.
+
+    Specs come from the bound methods get_dofn_specs finds on the instance: the class's,
+    unless the instance shadows one (Beam's Map and FlatMap wrappers keep the user's function
+    as an instance attribute `process`), plus any bound method the instance holds. Keyed by
+    the class and those instance attributes (the function behind a bound method, None for a
+    plain function, which get_dofn_specs skips), every DoFn is cached, the Map wrappers too.
+    """
     spec_cache: dict[tuple[Any, ...], tuple[frozenset[Any], frozenset[Any]]] = {}
 
     def spec_key(dofn: Any) -> tuple[Any, ...]:
@@ -487,20 +519,4 @@ def _install() -> bool:
         states, timers = cached_specs(dofn)
         return bool(states or timers)
 
-    try:
-        _install_no_pickle_round_trip(transform_evaluator)
-        _install_frontier_pulls(transform_evaluator, short=True)
-        _install_idle_pauses(executor)
-        _install_cached_option_views(transform_evaluator)
-        _install_cheaper_timer_scan(evaluation_context, watermark_manager)
-        _patch(core, "get_function_args_defaults", cached_args)
-        _patch(userstate, "get_dofn_specs", cached_specs)
-        _patch(userstate, "is_stateful_dofn", cached_is_stateful)
-        _patch(transform_evaluator, "get_dofn_specs", cached_specs)
-        _patch(transform_evaluator, "is_stateful_dofn", cached_is_stateful)
-    except AttributeError as exc:  # a name moved despite the release check: leave Beam be
-        log.warning("Beam's local runner is not as expected (%s): running without speedups", exc)
-        _undo_patches()
-        _install_frontier_pulls(transform_evaluator, short=False)
-        return False
-    return True
+    return cached_specs, cached_is_stateful

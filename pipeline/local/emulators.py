@@ -152,7 +152,7 @@ def start_pubsub_emulator(
             "JAVA_HOME: install the Debian package default-jre-headless"
         )
     env = dict(os.environ)
-    env.setdefault("JAVA_OPTS", "-Xmx256m")  # ~100-300 MB instead of a quarter of the RAM
+    env.setdefault("JAVA_OPTS", "-Xmx256m")  # a bounded heap, not a quarter of the RAM
     return _start(
         PUBSUB,
         lambda p: [str(binary), "--host=127.0.0.1", f"--port={p}"],

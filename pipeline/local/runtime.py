@@ -141,8 +141,7 @@ def run_local_crawl(
     page = contextlib.ExitStack()
     started = time.monotonic()
     cpu_started = time.process_time()
-    parked: Crawl | None = None
-    crawl: Crawl | None = None
+    watch = _Watch(opts.crawl_id, started)
     interrupted = False
     try:
         LocalTally.reset()
@@ -158,20 +157,7 @@ def run_local_crawl(
         fleet.publish(opts.crawl_id, _first_messages(opts, seeds, plan))
         if opts.redrive:
             _redrive(fleet, opts)
-        window = RateWindow()
-        while True:
-            time.sleep(POLL_S)  # the progress display's pace, not a synchronisation
-            crawl = read_crawl(tables, opts.crawl_id)
-            deadline = crawl.deadline
-            if deadline is None or time.time() < deadline:
-                # The schedulers end parked hosts' queues at the deadline: what waited on
-                # them is what the last look before it saw.
-                parked = crawl
-            elapsed = time.monotonic() - started
-            if on_progress is not None:
-                on_progress(progress_line(crawl, elapsed, window.add(elapsed, crawl.fetched)))
-            if crawl.state in FINAL_STATES:
-                break
+        watch.follow(tables, on_progress)
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -182,17 +168,46 @@ def run_local_crawl(
             if interrupted:
                 _pause_interrupted(tables, opts.crawl_id)
             with contextlib.suppress(Exception):  # the record as it stands at the end
-                crawl = read_crawl(tables, opts.crawl_id)
+                watch.crawl = read_crawl(tables, opts.crawl_id)
             tables.close()
         stop_emulators(emulators)
+    crawl = watch.crawl
     if crawl is None:
         raise RuntimeError(f"crawl {opts.crawl_id} stopped before its record could be read")
-    summary = _summary(opts, out_dir, crawl, parked or crawl, bad_seeds,
+    summary = _summary(opts, out_dir, crawl, watch.parked or crawl, bad_seeds,
                        elapsed=time.monotonic() - started,
                        cpu_s=time.process_time() - cpu_started)
     storage.write_file(storage.join(out_dir, "summary.json"),
                        (json.dumps(asdict(summary), indent=2) + "\n").encode())
     return summary
+
+
+class _Watch:
+    """The crawl's record as last read while it runs, and as it stood at its last look before
+    its time budget ran out (what waited on parked hosts then)."""
+
+    def __init__(self, crawl_id: str, started: float) -> None:
+        self.crawl_id = crawl_id
+        self.started = started
+        self.crawl: Crawl | None = None
+        self.parked: Crawl | None = None
+
+    def follow(self, tables, on_progress: Callable[[str], None] | None) -> None:
+        """Read the record every POLL_S, report progress, return once the crawl is final."""
+        window = RateWindow()
+        while True:
+            time.sleep(POLL_S)  # the progress display's pace, not a synchronisation
+            crawl = self.crawl = read_crawl(tables, self.crawl_id)
+            deadline = crawl.deadline
+            if deadline is None or time.time() < deadline:
+                # The schedulers end parked hosts' queues at the deadline: what waited on
+                # them is what the last look before it saw.
+                self.parked = crawl
+            elapsed = time.monotonic() - self.started
+            if on_progress is not None:
+                on_progress(progress_line(crawl, elapsed, window.add(elapsed, crawl.fetched)))
+            if crawl.state in FINAL_STATES:
+                return
 
 
 # ------------------------------------------------------------------------------- steps

@@ -17,8 +17,7 @@ JSON cannot carry (NaN, Infinity, bytes that are not UTF-8) is named in the 422,
 (pipeline.service.status) is mounted on top of any app built here.
 """
 
-# No `from __future__ import annotations`: FastAPI reads the routes' annotations at runtime,
-# and some name objects local to create_app.
+# No `from __future__ import annotations`: FastAPI reads the routes' annotations at runtime.
 import logging
 import math
 from collections.abc import Callable
@@ -320,18 +319,26 @@ def create_app(control: CrawlControl, tokens: TokenSet, *,
         docs_url=None, redoc_url=None,  # served below from the package's own assets
     )
     app.add_middleware(TokenGate, tokens=tokens)
-    bearer = HTTPBearer(auto_error=False, description="a token from the server's token file")
+    _answer_errors(app)
+    _serve_docs(app)
+    routes = _CrawlRoutes(control, tokens)
+    # What a router mounted later (pipeline.service.status) needs to serve the same crawls
+    # behind the same tokens.
+    app.state.extension = ApiExtension(control=control, authorised=routes.authorised,
+                                       find=routes.find, unavailable=_Unavailable)
+    app.get("/healthz", response_model=Health, tags=["health"],
+            summary="Liveness (no token needed)")(healthz)
+    app.include_router(routes.router(starts_crawls))
+    return app
 
-    def authorised(
-        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-    ) -> None:
-        # TokenGate has refused a bad token already; this declares the scheme in the schema
-        # and keeps a route safe if it is ever served without the gate.
-        header = None if credentials is None else (
-            f"{credentials.scheme} {credentials.credentials}")
-        refused = _refusal(header, tokens)
-        if refused is not None:
-            raise refused
+
+def healthz() -> Health:
+    return Health(status="ok")
+
+
+def _answer_errors(app: FastAPI) -> None:
+    """The app's answers to a backend outage (503), a request failing validation (422, its
+    inputs made JSON-safe) and FastAPI's own HTTP errors."""
 
     @app.exception_handler(_Unavailable)
     def unavailable(request: Request, exc: _Unavailable) -> JSONResponse:
@@ -351,9 +358,55 @@ def create_app(control: CrawlControl, tokens: TokenSet, *,
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code,
                             headers=getattr(exc, "headers", None))
 
-    _serve_docs(app)
 
-    def backend(call, *args):
+_BEARER = HTTPBearer(auto_error=False, description="a token from the server's token file")
+_CrawlIdPath = Annotated[str, Path(description="the crawl's id")]
+_TRANSITIONS = _responses(401, 404, 409, 503)
+
+
+class _CrawlRoutes:
+    """The token-protected routes over one CrawlControl: each maps a request to an operation
+    and its failures to the status codes the module docstring lists."""
+
+    def __init__(self, control: CrawlControl, tokens: TokenSet) -> None:
+        self.control = control
+        self.tokens = tokens
+
+    def router(self, starts_crawls: bool) -> APIRouter:
+        api = APIRouter(dependencies=[Depends(self.authorised)], tags=["crawls"])
+        if starts_crawls:
+            api.post("/crawls", status_code=201, response_model=Crawl,
+                     responses=_responses(401, 503), summary="Start a crawl on the fleet",
+                     )(self.create)
+        api.get("/crawls", response_model=CrawlPage, responses=_responses(401, 503),
+                summary="Crawls, newest first")(self.list_crawls)
+        api.get("/crawls/{crawl_id}", response_model=Crawl,
+                responses=_responses(401, 404, 503),
+                summary="A crawl's state and progress")(self.get_crawl)
+        api.post("/crawls/{crawl_id}/pause", response_model=Crawl, responses=_TRANSITIONS,
+                 summary="Pause: the crawl's URLs wait, none is requested")(self.pause)
+        api.post("/crawls/{crawl_id}/resume", response_model=Crawl, responses=_TRANSITIONS,
+                 summary="Resume a paused crawl where it was")(self.resume)
+        api.post("/crawls/{crawl_id}/cancel", response_model=Crawl, responses=_TRANSITIONS,
+                 summary="Cancel: `cancelling` until every waiting URL has its row, then "
+                         "`cancelled`")(self.cancel)
+        api.get("/pages", response_model=Page, response_model_exclude_unset=True,
+                responses=_responses(401, 404, 503),
+                summary="A page's latest row, by any spelling of its URL")(self.page)
+        return api
+
+    def authorised(
+        self, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)],
+    ) -> None:
+        # TokenGate has refused a bad token already; this declares the scheme in the schema
+        # and keeps a route safe if it is ever served without the gate.
+        header = None if credentials is None else (
+            f"{credentials.scheme} {credentials.credentials}")
+        refused = _refusal(header, self.tokens)
+        if refused is not None:
+            raise refused
+
+    def backend(self, call: Callable[..., Any], *args: Any) -> Any:
         """Run a Bigtable-backed operation; its client errors become a 503 saying what
         failed (logged once here)."""
         from google.api_core.exceptions import GoogleAPICallError, RetryError
@@ -361,51 +414,34 @@ def create_app(control: CrawlControl, tokens: TokenSet, *,
         try:
             return call(*args)
         except (GoogleAPICallError, RetryError) as exc:
-            detail = describe_failure(exc, control.tables.config)
+            detail = describe_failure(exc, self.control.tables.config)
             log.error("%s", detail)
             raise _Unavailable(detail) from exc
 
+    @staticmethod
     def known(crawl_id: str) -> str:
         try:
             return check_crawl_id(crawl_id)
         except ValueError:
             raise HTTPException(404, f"no crawl {crawl_id!r}") from None
 
-    def find(crawl_id: str) -> CrawlRecord:
+    def find(self, crawl_id: str) -> CrawlRecord:
         """The crawl, or the 404 or 503 that says why not."""
         try:
-            return backend(control.get, known(crawl_id))
+            return self.backend(self.control.get, self.known(crawl_id))
         except CrawlNotFound as exc:
             raise HTTPException(404, str(exc)) from None
 
-    # What a router mounted later (pipeline.service.status) needs to serve the same crawls
-    # behind the same tokens.
-    app.state.extension = ApiExtension(control=control, authorised=authorised, find=find,
-                                       unavailable=_Unavailable)
-
-    @app.get("/healthz", response_model=Health, tags=["health"],
-             summary="Liveness (no token needed)")
-    def healthz() -> Health:
-        return Health(status="ok")
-
-    api = APIRouter(dependencies=[Depends(authorised)], tags=["crawls"])
-    crawl_id_path = Annotated[str, Path(description="the crawl's id")]
-
-    def create(body: CrawlRequest) -> Crawl:
+    def create(self, body: CrawlRequest) -> Crawl:
         limits = CrawlLimits(**{name: getattr(body, name) for name in LIMIT_FIELDS})
         try:
-            crawl = backend(control.create, body.seeds, limits)
+            crawl = self.backend(self.control.create, body.seeds, limits)
         except SeedsNotPublished as exc:
             raise _Unavailable(str(exc)) from exc
         return _crawl_json(crawl, None)
 
-    if starts_crawls:
-        api.post("/crawls", status_code=201, response_model=Crawl,
-                 responses=_responses(401, 503), summary="Start a crawl on the fleet")(create)
-
-    @api.get("/crawls", response_model=CrawlPage, responses=_responses(401, 503),
-             summary="Crawls, newest first")
     def list_crawls(
+        self,
         limit: Annotated[int, Query(ge=1, le=100, description="crawls per page")] = 20,
         cursor: Annotated[str | None, Query(description="next_cursor of the previous page")]
         = None,
@@ -415,65 +451,42 @@ def create_app(control: CrawlControl, tokens: TokenSet, *,
                 check_cursor(cursor)
             except ValueError as exc:
                 raise _validation_error(("query", "cursor"), str(exc), cursor) from None
-        crawls, next_cursor = backend(control.list, limit, cursor)
-        return CrawlPage(crawls=[_crawl_json(c, control.pages_per_s(c)) for c in crawls],
+        crawls, next_cursor = self.backend(self.control.list, limit, cursor)
+        return CrawlPage(crawls=[_crawl_json(c, self.control.pages_per_s(c)) for c in crawls],
                          next_cursor=next_cursor)
 
-    @api.get("/crawls/{crawl_id}", response_model=Crawl, responses=_responses(401, 404, 503),
-             summary="A crawl's state and progress")
-    def get_crawl(crawl_id: crawl_id_path) -> Crawl:
-        crawl = find(crawl_id)
-        return _crawl_json(crawl, control.pages_per_s(crawl))
+    def get_crawl(self, crawl_id: _CrawlIdPath) -> Crawl:
+        crawl = self.find(crawl_id)
+        return _crawl_json(crawl, self.control.pages_per_s(crawl))
 
-    def act(crawl_id: str, action: CrawlAction) -> Crawl:
+    def _act(self, crawl_id: str, action: CrawlAction) -> Crawl:
         try:
-            crawl = backend(control.act, known(crawl_id), action)
+            crawl = self.backend(self.control.act, self.known(crawl_id), action)
         except CrawlNotFound as exc:
             raise HTTPException(404, str(exc)) from None
-        except TransitionRefused as exc:
+        except (TransitionRefused, TransitionRaced) as exc:
             raise HTTPException(409, str(exc)) from None
-        except TransitionRaced as exc:
-            raise HTTPException(409, str(exc)) from None
-        return _crawl_json(crawl, control.pages_per_s(crawl))
+        return _crawl_json(crawl, self.control.pages_per_s(crawl))
 
-    transitions = _responses(401, 404, 409, 503)
+    def pause(self, crawl_id: _CrawlIdPath) -> Crawl:
+        return self._act(crawl_id, CrawlAction.PAUSE)
 
-    @api.post("/crawls/{crawl_id}/pause", response_model=Crawl, responses=transitions,
-              summary="Pause: the crawl's URLs wait, none is requested")
-    def pause(crawl_id: crawl_id_path) -> Crawl:
-        return act(crawl_id, CrawlAction.PAUSE)
+    def resume(self, crawl_id: _CrawlIdPath) -> Crawl:
+        return self._act(crawl_id, CrawlAction.RESUME)
 
-    @api.post("/crawls/{crawl_id}/resume", response_model=Crawl, responses=transitions,
-              summary="Resume a paused crawl where it was")
-    def resume(crawl_id: crawl_id_path) -> Crawl:
-        return act(crawl_id, CrawlAction.RESUME)
+    def cancel(self, crawl_id: _CrawlIdPath) -> Crawl:
+        return self._act(crawl_id, CrawlAction.CANCEL)
 
-    @api.post("/crawls/{crawl_id}/cancel", response_model=Crawl, responses=transitions,
-              summary="Cancel: `cancelling` until every waiting URL has its row, then "
-                      "`cancelled`")
-    def cancel(crawl_id: crawl_id_path) -> Crawl:
-        return act(crawl_id, CrawlAction.CANCEL)
-
-    @api.get("/pages", response_model=Page, response_model_exclude_unset=True,
-             responses=_responses(401, 404, 503),
-             summary="A page's latest row, by any spelling of its URL")
     def page(
+        self,
         url: Annotated[str, Query(min_length=1, max_length=8192, description="the page's URL")],
         crawl_id: Annotated[str | None, Query(description="only this crawl's row (default: "
                                                           "the newest crawl with one)")] = None,
         text: Annotated[bool, Query(description="add the extracted text")] = False,
     ) -> dict[str, Any]:
+        self._check_page_query(url, crawl_id)
         try:
-            normalize_url(url)
-        except InvalidURL as exc:
-            raise _validation_error(("query", "url"), str(exc), url) from None
-        if crawl_id is not None:
-            try:
-                check_crawl_id(crawl_id)
-            except ValueError as exc:
-                raise _validation_error(("query", "crawl_id"), str(exc), crawl_id) from None
-        try:
-            found = backend(control.page, url, crawl_id, text)
+            found = self.backend(self.control.page, url, crawl_id, text)
         except PageNotFound as exc:
             raise HTTPException(404, str(exc)) from None
         except (SegmentReadError, OSError) as exc:
@@ -484,8 +497,17 @@ def create_app(control: CrawlControl, tokens: TokenSet, *,
             found["fetched_at"] = str(found["fetched_at"])
         return found
 
-    app.include_router(api)
-    return app
+    @staticmethod
+    def _check_page_query(url: str, crawl_id: str | None) -> None:
+        try:
+            normalize_url(url)
+        except InvalidURL as exc:
+            raise _validation_error(("query", "url"), str(exc), url) from None
+        if crawl_id is not None:
+            try:
+                check_crawl_id(crawl_id)
+            except ValueError as exc:
+                raise _validation_error(("query", "crawl_id"), str(exc), crawl_id) from None
 
 
 class ApiExtension:

@@ -14,9 +14,10 @@ after a replay gets a fresh id and is stored twice. Here every row's insert id i
 with an id it saw in about the last minute are dropped) catches both kinds of repeat. Dedup
 is best-effort: queries still count pages once per (crawl_id, url_hash), as docs/queries do.
 
-Rows are batched first (BatchRows on a few shard keys: at most `batch_size` rows or
+Rows are batched first (BatchRows on `shards` keys: at most `batch_size` rows or
 `max_wait_s` seconds per insert call), as WritePagesTable batches Parquet parts; the number of
-shard keys bounds the number of concurrent insert calls.
+shard keys bounds the number of concurrent insert calls. The job sizes it from its workers
+(pipeline.main.row_shards), so no key carries more than its share of the job's rows.
 
 `api_endpoint` points the write at another BigQuery REST endpoint, such as a local emulator,
 with no credentials. Beam has one hook for that, the write DoFn's `test_client`: the client

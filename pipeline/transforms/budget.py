@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from google.cloud.bigtable.data.read_modify_write_rules import IncrementRule
 
-from pipeline.core.budget import BlockPageBudget
+from pipeline.core.budget import BlockPageBudget, BudgetBlocks
 from pipeline.io.bigtable import CRAWLS_FAMILY, BigtableConfig, check_crawl_id
 from pipeline.transforms.resources import worker_resources
 
@@ -37,6 +37,11 @@ class BigtablePageClaims:
 
 
 def shared_page_budget(config: BigtableConfig, crawl_id: str, limit: int | None,
-                       block: int = 16) -> BlockPageBudget:
-    """The budget a job with many workers uses: blocks claimed from the crawl record."""
-    return BlockPageBudget(crawl_id, limit, BigtablePageClaims(config, crawl_id), block)
+                       block: int = 16, *, blocks: BudgetBlocks | None = None
+                       ) -> BlockPageBudget:
+    """The budget a job with many workers uses: blocks claimed from the crawl record, held in
+    `blocks` (default: this process's, kept with its shared resources)."""
+    if blocks is None:
+        blocks = worker_resources().budget_blocks
+    return BlockPageBudget(crawl_id, limit, BigtablePageClaims(config, crawl_id), block,
+                           blocks=blocks)

@@ -18,8 +18,10 @@ from typing import NamedTuple
 
 import apache_beam as beam
 from apache_beam.pvalue import PBegin, PCollection
+from apache_beam.utils.windowed_value import WindowedValue
 
 from pipeline.core.counters import Counter, published
+from pipeline.core.offers import MAX_OFFER_ENTRIES, OfferBuffer
 from pipeline.core.records import (
     BatchKind,
     DeadLetter,
@@ -38,10 +40,10 @@ from pipeline.io.bigtable import BigtableConfig, check_crawl_id
 from pipeline.io.pubsub import MESSAGE_ID, publish_once
 from pipeline.metrics import CrawlCounter, crawl_counter
 from pipeline.transforms.resources import CrawlCounts, worker_resources
+from pipeline.transforms.tags import Tag
 
 log = logging.getLogger(__name__)
 
-REDRIVE = "redrive"
 
 
 # What a host's scheduler is handed: URLs to offer, seen-marks, a signal about the host, a
@@ -94,11 +96,20 @@ class DecodeFrontierFn(beam.DoFn):
 
     With `counts` (the Bigtable of the crawl records), what each crawl's messages bring is
     counted in its record: the far side of the frontier's balance (messages received), and
-    the near side of the next hop (URLs routed to their hosts' keys)."""
+    the near side of the next hop (URLs routed to their hosts' keys).
 
-    def __init__(self, counts: BigtableConfig | None = None) -> None:
+    A batch's URLs for one host are offered merged with the other batches of the bundle for
+    that host, crawl, depth and kind (pipeline.core.offers): a host that most pages link to
+    gets an offer per bundle, not one per page, so its key cannot hold the job back. The
+    merged offers leave in finish_bundle, in the window and at the timestamp of their first
+    batch; a bundle that fails is retried whole, so a held offer is never lost."""
+
+    def __init__(self, counts: BigtableConfig | None = None,
+                 max_offer: int = MAX_OFFER_ENTRIES) -> None:
         self._counts_config = counts
         self._counts: CrawlCounts | None = None
+        self._max_offer = max_offer
+        self._offers = OfferBuffer(max_offer)
         self._received = crawl_counter(Counter.BATCHES_RECEIVED)
         self._decoded = crawl_counter(Counter.URLS_DECODED)
         self._invalid = crawl_counter(Counter.URLS_INVALID)
@@ -109,12 +120,20 @@ class DecodeFrontierFn(beam.DoFn):
         if self._counts_config is not None:
             self._counts = worker_resources().crawl_counts(self._counts_config)
 
+    def start_bundle(self) -> None:
+        self._offers = OfferBuffer(self._max_offer)
+
+    def finish_bundle(self) -> Iterator[WindowedValue]:
+        for host, crawl_id, batch, (timestamp, window) in self._offers.drain():
+            yield WindowedValue((host, (crawl_id, batch)), timestamp, [window])
+
     def _count(self, crawl_id: str, metric: CrawlCounter, n: int = 1) -> None:
         metric.inc(n)
         if self._counts is not None:
             self._counts.add(crawl_id, metric.name, n)
 
-    def process(self, payload: bytes) -> Iterator[object]:
+    def process(self, payload: bytes, timestamp=beam.DoFn.TimestampParam,
+                window=beam.DoFn.WindowParam) -> Iterator[object]:
         try:
             message = frontier_message(payload)
             crawl_id = check_crawl_id(message.crawl_id)
@@ -125,7 +144,7 @@ class DecodeFrontierFn(beam.DoFn):
         if isinstance(message, DeadLetter):
             self._count(crawl_id, self._received)
             self._count(crawl_id, self._redriven)
-            yield beam.pvalue.TaggedOutput(REDRIVE, message)
+            yield beam.pvalue.TaggedOutput(Tag.REDRIVE, message)
             return
         self._count(crawl_id, self._received)
         if isinstance(message, RobotsRequest | RobotsAnswer | HostWake):
@@ -142,7 +161,12 @@ class DecodeFrontierFn(beam.DoFn):
         self._count(crawl_id, self._invalid, invalid)
         for host, host_batch in by_host.items():
             self._count(crawl_id, self._decoded, len(host_batch.entries))
-            yield host, (crawl_id, host_batch)
+            if isinstance(host_batch, HostSeenMarks):
+                yield host, (crawl_id, host_batch)
+                continue
+            for full_host, full_crawl, merged, _ in self._offers.add(
+                    host, crawl_id, host_batch, group=window, note=(timestamp, window)):
+                yield full_host, (full_crawl, merged)
 
 
 class FrontierOutputs(NamedTuple):
@@ -186,9 +210,9 @@ class ReadFrontier(beam.PTransform):
             # A str key gets a deterministic coder: the host scheduler's state is keyed by it.
             # (The hint applies to the main output.)
             .with_output_types(tuple[str, tuple[str, HostMessage]])
-            .with_outputs(REDRIVE, main="batches")
+            .with_outputs(Tag.REDRIVE, main="batches")
         )
-        return FrontierOutputs(decoded.batches, decoded[REDRIVE])
+        return FrontierOutputs(decoded.batches, decoded[Tag.REDRIVE])
 
 
 class PublishFn(beam.DoFn):

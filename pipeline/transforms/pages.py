@@ -47,11 +47,10 @@ from pipeline.core.records import DeadLetter, FetchResult, HostSignal, PageRow, 
 from pipeline.io.segments import SegmentWriter
 from pipeline.metrics import CrawlCounter, crawl_counter
 from pipeline.transforms.resources import worker_resources
+from pipeline.transforms.tags import Tag
 
 log = logging.getLogger(__name__)
 
-DEAD_LETTERS = "dead_letters"
-HOST_SIGNALS = "host_signals"
 
 
 class _BundleSegments:
@@ -176,7 +175,7 @@ class ParsePagesFn(beam.DoFn):
         yield page
         if page.dead_letter is not None:
             self._dead.inc()
-            yield TaggedOutput(DEAD_LETTERS, page.dead_letter)
+            yield TaggedOutput(Tag.DEAD_LETTERS, page.dead_letter)
 
 
 def _dead_lettered(stored: StoredResponse, error: str) -> StoredPage:
@@ -229,9 +228,9 @@ class ParsePages(beam.PTransform):
         parsed = stored | "Parse" >> beam.ParDo(
             ParsePagesFn(self._agent, self._extractor, self._dead_letters, self._parse_attempts)
         ).with_input_types(StoredResponse).with_output_types(StoredPage).with_outputs(
-            DEAD_LETTERS, main="pages"
+            Tag.DEAD_LETTERS, main="pages"
         )
-        return ParsedPages(parsed.pages, parsed[DEAD_LETTERS])
+        return ParsedPages(parsed.pages, parsed[Tag.DEAD_LETTERS])
 
 
 # --------------------------------------------------------------------------- DedupContent
@@ -369,7 +368,7 @@ class HostContentFn(beam.DoFn):
         yield dataclasses.replace(page, row=row)
         if signal is not None:
             self._signals.inc()
-            yield TaggedOutput(HOST_SIGNALS, signal)
+            yield TaggedOutput(Tag.HOST_SIGNALS, signal)
 
 
 def _restored_index(host: str, stored: object, urls_state) -> HostIndex:
@@ -415,9 +414,9 @@ class FlagNearDuplicates(beam.PTransform):
             .with_output_types(tuple[str, StoredPage])
             | "NearDuplicates" >> beam.ParDo(HostContentFn(self._policy))
             .with_output_types(StoredPage)
-            .with_outputs(HOST_SIGNALS, main="pages")
+            .with_outputs(Tag.HOST_SIGNALS, main="pages")
         )
         return NearDuplicateOutputs(
             (others, judged.pages) | "AllPages" >> beam.Flatten().with_output_types(StoredPage),
-            judged[HOST_SIGNALS],
+            judged[Tag.HOST_SIGNALS],
         )

@@ -34,10 +34,10 @@ from pipeline.core.urls import InvalidURL, host_key, url_hash
 from pipeline.io.pages_table import dict_to_row
 from pipeline.io.segments import SegmentRecord, read_segment
 from pipeline.metrics import crawl_counter
+from pipeline.transforms.tags import Tag
 
 log = logging.getLogger(__name__)
 
-_DEAD_LETTERS = "dead_letters"
 
 
 def crawl_id_of(path: str) -> str:
@@ -69,7 +69,7 @@ class _ReadSegmentFn(beam.DoFn):
             if isinstance(element, UnreadableRecord):
                 self._problems[element.problem].inc()
                 log.error("not read as good: %s", element.describe())
-                yield TaggedOutput(_DEAD_LETTERS, element)
+                yield TaggedOutput(Tag.DEAD_LETTERS, element)
                 continue
             self._records.inc()
             if isinstance(item, SegmentRecord) and item.raw_payload is not None:
@@ -124,12 +124,12 @@ class _ReadSegments(beam.PTransform):
             | "MatchFiles" >> fileio.MatchFiles(self._pattern)
             | "SpreadFiles" >> beam.Reshuffle()
             | "ReadRecords" >> beam.ParDo(_ReadSegmentFn(self._record_type, self._crawl_id))
-            .with_output_types(self._element_type).with_outputs(_DEAD_LETTERS, main="records")
+            .with_output_types(self._element_type).with_outputs(Tag.DEAD_LETTERS, main="records")
         )
         if not self._dead_letters:
             return read.records
         return SegmentReadOutputs(
-            read.records, read[_DEAD_LETTERS] | "DeadLetters" >> beam.Map(lambda d: d)
+            read.records, read[Tag.DEAD_LETTERS] | "DeadLetters" >> beam.Map(lambda d: d)
             .with_output_types(UnreadableRecord))
 
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from apache_beam.utils.shared import Shared
 
+from pipeline.core.budget import BudgetBlocks
 from pipeline.core.counters import Counter, record_name
 from pipeline.io.bigtable import (
     BigtableConfig,
@@ -55,7 +56,7 @@ class CrawlCounts:
     gathered from every DoFn and written by a thread of their own every `flush_s`, one
     read-modify-write per crawl, rather than by each bundle: a local crawl makes a bundle
     for every timer firing, and a write per bundle and stage would cost more CPU than the
-    pages (0.4 ms each against the emulator).
+    pages themselves.
 
     A write that fails keeps its counts for the next one. Counts are at least once: a
     retried bundle counts again, and a write whose answer was lost may be applied twice.
@@ -165,6 +166,8 @@ class WorkerResources:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._open = _Open()
+        # The pages this process holds of each crawl's budget (pipeline.core.budget).
+        self.budget_blocks = BudgetBlocks()
         # Closed when collected too (Shared lets go of it when the endpoints change).
         self._finalizer = weakref.finalize(self, self._open.close)
         _LIVE.add(self)
@@ -175,6 +178,7 @@ class WorkerResources:
         self._lock = threading.Lock()
         self._finalizer.detach()
         self._open = _Open()
+        self.budget_blocks = BudgetBlocks()  # the parent's blocks are the parent's to spend
         self._finalizer = weakref.finalize(self, self._open.close)
 
     # --- Pub/Sub ----------------------------------------------------------------------------

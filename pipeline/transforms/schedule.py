@@ -76,11 +76,10 @@ from pipeline.io.sleepers import SLEEP_NOTED_S, note_asleep
 from pipeline.metrics import CrawlCounter, crawl_counter, crawl_maximum
 from pipeline.transforms.budget import shared_page_budget
 from pipeline.transforms.resources import CrawlCounts, WorkerResources, worker_resources
+from pipeline.transforms.tags import Tag
 
 log = logging.getLogger(__name__)
 
-ROWS = "rows"
-ROBOTS = "robots"
 # What a host's scheduler is handed, with the id of the crawl it belongs to.
 HostMessage = HostBatch | HostSeenMarks | HostSignal | HostWake | RobotsRequest | RobotsAnswer
 
@@ -610,7 +609,7 @@ class HostSchedulerFn(beam.DoFn):
         for crawl_id, one in decision.decisions:
             for message in one.robots_messages:
                 self._count(crawl_id, Counter.ROBOTS_MESSAGES_EMITTED)
-                yield beam.pvalue.TaggedOutput(ROBOTS, robots_record(crawl_id, message))
+                yield beam.pvalue.TaggedOutput(Tag.ROBOTS, robots_record(crawl_id, message))
             yield from self._rows(host, crawl_id, one.outcomes)
             if one.page_done is not None and response is not None:
                 yield fetch_result(crawl_id, host, one.page_done, response, agent)
@@ -623,7 +622,7 @@ class HostSchedulerFn(beam.DoFn):
                 self._count(crawl_id, Counter.URLS_OVER_TIME)
             if outcome.reason and outcome.reason.startswith(OUT_OF_SCOPE):
                 self._count(crawl_id, Counter.URLS_OUT_OF_SCOPE)
-            yield beam.pvalue.TaggedOutput(ROWS, outcome_row(crawl_id, host, outcome))
+            yield beam.pvalue.TaggedOutput(Tag.ROWS, outcome_row(crawl_id, host, outcome))
 
     def _start_fetch(self, crawl_id: str, lease: Lease, now: float) -> None:
         policy = self._policy(self._crawl(crawl_id, now))
@@ -755,5 +754,5 @@ class ScheduleFetches(beam.PTransform):
                ) -> ScheduleOutputs:
         scheduled = host_messages | "HostScheduler" >> beam.ParDo(
             HostSchedulerFn(self._config, self._clock, submit=self._submit)
-        ).with_output_types(FetchResult).with_outputs(ROWS, ROBOTS, main="fetched")
-        return ScheduleOutputs(scheduled.fetched, scheduled[ROWS], scheduled[ROBOTS])
+        ).with_output_types(FetchResult).with_outputs(Tag.ROWS, Tag.ROBOTS, main="fetched")
+        return ScheduleOutputs(scheduled.fetched, scheduled[Tag.ROWS], scheduled[Tag.ROBOTS])

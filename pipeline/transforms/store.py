@@ -45,11 +45,10 @@ from pipeline.transforms.pages import (
 )
 from pipeline.transforms.resources import CrawlCounts, WorkerResources, worker_resources
 from pipeline.transforms.schedule import CrawlRecords, agent_token, crawl_records
+from pipeline.transforms.tags import Tag
 
 log = logging.getLogger(__name__)
 
-LINKS = "links"
-ROWS = "rows"
 
 
 class StoreOutputs(NamedTuple):
@@ -83,7 +82,7 @@ class LinksLeaveFn(beam.DoFn):
         self._link_batches.inc()
         if self._counts is not None:
             self._counts.add(page.links.crawl_id, Counter.LINK_BATCHES_EMITTED)
-        yield TaggedOutput(LINKS, page.links)
+        yield TaggedOutput(Tag.LINKS, page.links)
         yield dataclasses.replace(page, links=None)
 
 
@@ -129,7 +128,7 @@ class StorePages(beam.PTransform):
         self._page_step = page_step
 
     def expand(self, fetched: PCollection[FetchResult]) -> StoreOutputs:
-        # No Reshuffle before the write: it would carry every body (~100 KB of a real page)
+        # No Reshuffle before the write: it would carry every body (most of a page's bytes)
         # through the shuffle to save a parse that then runs on another worker, while the
         # first shuffle after the parse (content dedup, keyed by text) spreads the pages anyway.
         parsed = (
@@ -144,10 +143,10 @@ class StorePages(beam.PTransform):
             pages = pages | "PageStep" >> self._page_step
         deduped = pages | "DedupContent" >> DedupContent(self._out, self._crawl_id)
         split = deduped | "LinksLeave" >> beam.ParDo(LinksLeaveFn(self._counts)).with_output_types(
-            StoredPage).with_outputs(LINKS, main="pages")
+            StoredPage).with_outputs(Tag.LINKS, main="pages")
         judged = split.pages | "FlagNearDuplicates" >> FlagNearDuplicates(self._duplicates)
         rows = judged.pages | "Rows" >> beam.ParDo(RowsFn()).with_output_types(PageRow)
-        links = (split[LINKS], judged.host_signals) | "Links" >> beam.Flatten()
+        links = (split[Tag.LINKS], judged.host_signals) | "Links" >> beam.Flatten()
         return StoreOutputs(rows, links, parsed.dead_letters)
 
 
@@ -189,7 +188,7 @@ class ReplayDeadLettersFn(beam.DoFn):
             result = replay_result(letter)
         except Exception as exc:  # noqa: BLE001 - any storage error costs this letter only
             log.warning("cannot replay the dead letter for %s: %s", letter.url, exc)
-            yield TaggedOutput(ROWS, PageRow(
+            yield TaggedOutput(Tag.ROWS, PageRow(
                 crawl_id=letter.crawl_id, url=letter.url, url_hash=letter.url_hash,
                 host=host_key(letter.url), depth=letter.depth, state=PageState.DEAD_LETTERED,
                 reason=f"redrive could not read the stored response: {exc}"[:500],
@@ -223,5 +222,5 @@ class ReplayDeadLetters(beam.PTransform):
     def expand(self, letters: PCollection[DeadLetter]) -> ReplayOutputs:
         replayed = letters | "ReadStoredResponses" >> beam.ParDo(
             ReplayDeadLettersFn(self._records, self._state_ttl_s)
-        ).with_input_types(DeadLetter).with_outputs(ROWS, main="fetched")
-        return ReplayOutputs(replayed.fetched, replayed[ROWS])
+        ).with_input_types(DeadLetter).with_outputs(Tag.ROWS, main="fetched")
+        return ReplayOutputs(replayed.fetched, replayed[Tag.ROWS])
