@@ -53,3 +53,16 @@ def key_function(mode: PolitenessKey | str) -> Callable[[str], str]:
         raise ValueError(f"politeness key {mode!r}: use one of {', '.join(PolitenessKey)}")
     mode = PolitenessKey(mode)
     return host_key if mode is PolitenessKey.HOST else url_domain_key
+
+
+def _same_host(host: str) -> str:
+    return host
+
+
+def host_key_function(mode: PolitenessKey | str) -> Callable[[str], str]:
+    """The function from a host key to the politeness key it belongs to in `mode`: what a
+    message naming a host (a robots.txt errand or reply, a wake) is routed by. `host` gives
+    the host key back unchanged; a domain key is its own key."""
+    if mode not in PolitenessKey._value2member_map_:
+        raise ValueError(f"politeness key {mode!r}: use one of {', '.join(PolitenessKey)}")
+    return _same_host if PolitenessKey(mode) is PolitenessKey.HOST else domain_key

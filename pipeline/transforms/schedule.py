@@ -112,6 +112,10 @@ class SchedulerConfig:
     # A local output root: each crawl's requests are recorded under ROOT/CRAWL_ID/requests/
     # for `crawler audit` (pipeline.io.request_log). None: not recorded (cloud output).
     request_log_root: str | None = None
+    # What one delay and one request in flight are kept for (--politeness-key,
+    # pipeline.core.politeness_keys): the frontier keys messages by it, and `domain` runs
+    # DomainSchedulerFn (pipeline.transforms.schedule_domain) over the key's hosts.
+    politeness_key: str = "host"
 
 
 def crawl_policy(base: HostPolicy, crawl: Crawl) -> HostPolicy:
