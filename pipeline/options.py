@@ -345,12 +345,11 @@ OPTIONS: tuple[Option, ...] = (
            "of one registered domain, public suffix + 1, as Nutch's and StormCrawler's byDomain "
            "modes: for sites spread over many subdomains, at the cost of crawling them one "
            "request at a time). The job's, not a crawl's: host state is keyed once per job and "
-           "politeness holds across every crawl it serves, so crawls cannot mix keys. `domain` "
-           "is refused for now: the scheduler does not run a domain's hosts under one key "
-           f"yet {_D}",
+           "politeness holds across every crawl it serves, so crawls cannot mix keys. "
+           "robots.txt, the page budget per host and each server's backoff stay per host "
+           f"under either {_D}",
            default="host", choices=POLITENESS_KEYS,
-           # A template job takes only what a job runs today; `domain` joins when it does.
-           regex=r"^host$"),
+           regex=r"^(host|domain)$"),
     Option("user_agent", "User-Agent header, and the product token robots.txt groups are "
            f"matched against {_D}", default=DEFAULT_USER_AGENT,
            # Beam's SetupOptions has its own --user_agent (for Google API calls).
@@ -628,12 +627,6 @@ class CrawlOptions:
                 "(it names topics, directories and Bigtable row keys)")
         if self.duplicate_slowdown < 1:
             raise ValueError("--duplicate-slowdown must be at least 1")
-        if self.politeness_key != PolitenessKey.HOST:
-            raise ValueError(
-                f"--politeness-key {self.politeness_key}: not available yet; the host "
-                "scheduler does not run a domain's hosts under one key, each under its own "
-                "robots.txt, yet (docs/design.md, \"Politeness keys\"). Use "
-                "--politeness-key host (the default)")
 
     @classmethod
     def from_pipeline_options(cls, options: PipelineOptions,

@@ -756,7 +756,13 @@ class ScheduleFetches(beam.PTransform):
 
     def expand(self, host_messages: PCollection[tuple[str, tuple[str, HostMessage]]]
                ) -> ScheduleOutputs:
-        scheduled = host_messages | "HostScheduler" >> beam.ParDo(
-            HostSchedulerFn(self._config, self._clock, submit=self._submit)
+        if self._config.politeness_key == "domain":
+            # The hosts of one registered domain under one key, in cells of their own.
+            from pipeline.transforms.schedule_domain import DomainSchedulerFn
+            name, fn = "DomainScheduler", DomainSchedulerFn
+        else:
+            name, fn = "HostScheduler", HostSchedulerFn
+        scheduled = host_messages | name >> beam.ParDo(
+            fn(self._config, self._clock, submit=self._submit)
         ).with_output_types(FetchResult).with_outputs(Tag.ROWS, Tag.ROBOTS, main="fetched")
         return ScheduleOutputs(scheduled.fetched, scheduled[Tag.ROWS], scheduled[Tag.ROBOTS])
