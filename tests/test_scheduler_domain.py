@@ -126,9 +126,15 @@ def test_a_url_ended_on_a_subdomain_has_a_row_naming_that_host_and_a_wake_reache
     assert isinstance(row, PageRow) and (row.host, row.state) == ("img.shop.test", "filtered")
     d.fire(0.0)
     assert d.started() == [("http://www.shop.test/robots.txt", 0.0)]
+    polled = d.timer.at
+    assert polled is not None and polled > 0.0
+    # Another host's URLs while www's robots.txt is in flight: the timer stays for the poll.
+    d.pool.clock[0] = 0.01
+    d.publish(FrontierBatch(crawl_id, 0, ("http://cdn.shop.test/b",)))
+    assert d.timer.at == polled
     d.timer.fired_for.clear()
     d.publish(HostWake(crawl_id, "www.shop.test"))  # the watch wakes the host that slept
-    assert d.timer.at == 0.0
+    assert d.timer.at == 0.01
 
 
 def test_state_of_another_version_is_refused_with_a_message(domain):

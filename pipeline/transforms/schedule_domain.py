@@ -343,7 +343,12 @@ class DomainSchedulerFn(HostSchedulerFn):
         """Each host's timer as HostSchedulerFn._arm sets it (with its sleep notes), the
         domain's the earliest of them."""
         earliest = _Earliest()
+        # While a request is in flight no host of the domain starts one: a host that got
+        # work meanwhile looks again when the holder does, not at its own next moment.
+        holder = state.hosts[state.holder] if state.lease is not None else None
         for fleet in state.hosts.values():
+            if holder is not None and fleet.wake_at is None:
+                fleet.wake_at = holder.wake_at
             self._arm(fleet, earliest, now)
         if earliest.at is not None:
             wake.set(earliest.at)
