@@ -5,15 +5,17 @@ bring (public and private suffixes, IP hosts, ports, IDN, trailing dots)."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from pipeline.core.politeness_keys import (
     PolitenessKey,
     domain_key,
+    host_key_function,
     key_function,
     url_domain_key,
 )
+from pipeline.core.scope import registered_domain
 from pipeline.core.urls import host_key, normalize_url
 
 
@@ -79,9 +81,22 @@ _LABEL = st.from_regex(r"[a-z][a-z0-9-]{0,10}[a-z0-9]", fullmatch=True)
        suffix=st.sampled_from(["com", "co.uk", "test", "github.io", "com.cn"]),
        port=st.one_of(st.none(), st.integers(1, 65535)))
 def test_a_domain_key_is_its_own_domain_key_and_a_suffix_of_the_host(sub, name, suffix, port):
+    # A name that with the suffix is itself a listed suffix (ru.com, private) is no owner's
+    # domain: the key is one label longer there, as for a.github.io.
+    assume(registered_domain(f"x.{name}.{suffix}") == f"{name}.{suffix}")
     host = ".".join([*sub, name, suffix])
     url = normalize_url(f"http://{host}{'' if port is None else f':{port}'}/p")
     key = url_domain_key(url)
     assert key == f"{name}.{suffix}"
     assert domain_key(key) == key  # a key read back as a host gives itself: stable
     assert host_key(url).split(":")[0].endswith(key)
+
+
+def test_a_host_named_by_a_message_is_routed_to_the_key_its_urls_have_in_either_mode():
+    for url in ("http://img.shop.example.co.uk:8080/p", "http://10.0.0.1:81/", "http://[::1]/"):
+        host = host_key(normalize_url(url))
+        for mode in ("host", "domain"):
+            assert host_key_function(mode)(host) == key_function(mode)(normalize_url(url))
+    assert host_key_function("domain")("img.shop.example.co.uk:8080") == "example.co.uk"
+    with pytest.raises(ValueError, match="politeness key 'origin'"):
+        host_key_function("origin")
