@@ -10,6 +10,8 @@ the test completes; the crawl's record is a real one, in the Bigtable emulator.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from pipeline.core.crawl_states import CrawlLimits
@@ -17,6 +19,7 @@ from pipeline.core.politeness import HostPolicy
 from pipeline.core.records import FetchResult, FrontierBatch, HostWake, PageRow
 from pipeline.io.crawls import create_crawl
 from pipeline.io.fetch import FetchConfig
+from pipeline.io.host_overflow import HostOverflow
 from pipeline.transforms.frontier import DecodeFrontierFn
 from pipeline.transforms.resources import worker_resources
 from pipeline.transforms.schedule import SchedulerConfig, crawl_records
@@ -38,9 +41,9 @@ class Domain:
     """One domain key's scheduler, its cells and timer, fed through the frontier's decoding
     with the domain key."""
 
-    def __init__(self, bigtable_config) -> None:
+    def __init__(self, bigtable_config, policy: HostPolicy = POLICY) -> None:
         self.pool = FakePool()
-        config = SchedulerConfig(policy=POLICY, fetch=FetchConfig(user_agent="testbot"),
+        config = SchedulerConfig(policy=policy, fetch=FetchConfig(user_agent="testbot"),
                                  bigtable=bigtable_config, state_ttl_s=3600.0,
                                  politeness_key="domain")
         self.fn = DomainSchedulerFn(config, clock=lambda: self.pool.clock[0],
@@ -67,11 +70,11 @@ class Domain:
 
 
 @pytest.fixture
-def domain(bigtable_config, bigtable_tables):
+def domain(request, bigtable_config, bigtable_tables):
     crawl_id = fresh_name("c")
     create_crawl(bigtable_tables, crawl_id, seeds=(),
                  limits=CrawlLimits(max_pages=1000), at=0.0)
-    made = Domain(bigtable_config)
+    made = Domain(bigtable_config, getattr(request, "param", POLICY))
     yield made, crawl_id
     worker_resources().close()
     crawl_records().clear()
@@ -143,3 +146,32 @@ def test_state_of_another_version_is_refused_with_a_message(domain):
                                      "hosts": {}}
     with pytest.raises(ValueError, match="domain state of version"):
         DomainCells(*d.cells.values()).read()
+
+
+@pytest.mark.parametrize("domain", [dataclasses.replace(POLICY, queue_cap=4)], indirect=True,
+                         ids=["queue-cap-4"])
+def test_each_subdomain_spills_to_its_own_overflow_chunks_and_gets_them_back(domain,
+                                                                           bigtable_tables):
+    d, crawl_id = domain
+    urls = {host: [f"http://{host}/p{i}" for i in range(10)]
+            for host in ("a.shop.test", "b.shop.test")}
+    d.publish(FrontierBatch(crawl_id, 0, tuple(u for found in urls.values() for u in found)))
+    overflow = HostOverflow(bigtable_tables.frontier, crawl_id)
+    for host in urls:  # stored under the URL's own host, as under the host key
+        spilled = [e.url for chunk in overflow.read(host, range(0, 10)).values()
+                   for e in chunk]
+        assert spilled and all(u.startswith(f"http://{host}/") for u in spilled), host
+    out: list = []
+    t = 0.0
+    while t < 40.0 and len(d.pool.submitted) < 22:
+        out += d.fire(t)
+        for index, (url, _, future) in enumerate(d.pool.submitted):
+            if not future.done():
+                d.pool.finish(index, status=404 if url.endswith("/robots.txt") else 200)
+        t += 0.5
+    out += d.fire(t)
+    fetched = {(f.url, f.host) for f in out if isinstance(f, FetchResult)}
+    assert fetched == {(u, host) for host, found in urls.items() for u in found}
+    starts = [at for _, at in d.started()]
+    assert all(later - earlier >= POLICY.min_delay
+               for earlier, later in zip(starts, starts[1:], strict=False)), starts
