@@ -175,3 +175,35 @@ def test_each_subdomain_spills_to_its_own_overflow_chunks_and_gets_them_back(dom
     starts = [at for _, at in d.started()]
     assert all(later - earlier >= POLICY.min_delay
                for earlier, later in zip(starts, starts[1:], strict=False)), starts
+
+
+def test_a_robots_txt_redirected_to_another_subdomain_is_fetched_there_and_governs_its_host(
+        domain):
+    """a.shop.test's robots.txt redirects to b.shop.test's: the errand leaves for the
+    frontier, comes back to the same domain key, is fetched by b in its turn, and the reply
+    gives a its rules (RFC 9309 2.3.1.2), each host's state its own."""
+    d, crawl_id = domain
+    d.publish(FrontierBatch(crawl_id, 0, ("http://a.shop.test/private/x",
+                                          "http://a.shop.test/open")))
+    d.fire(0.0)
+    shared = "http://b.shop.test/robots.txt"
+    d.pool.finish(0, status=301, body=b"", headers=(("Location", shared),))
+    (request,) = tagged(d.fire(0.5), Tag.ROBOTS)
+    assert (request.host, request.asker) == ("b.shop.test", "a.shop.test")
+    d.publish(request)
+    d.fire(1.0)
+    assert [url for url, _ in d.started()] == ["http://a.shop.test/robots.txt", shared]
+    d.pool.finish(1, status=200, body=b"User-agent: *\nDisallow: /private/\n",
+                  headers=(("Content-Type", "text/plain"),))
+    (answer,) = tagged(d.fire(1.5), Tag.ROBOTS)
+    assert answer.host == "a.shop.test"
+    out = d.publish(answer)
+    for t in (2.0, 2.5, 3.0, 3.5):
+        out += d.fire(t)
+        for index, (_, _, future) in enumerate(d.pool.submitted):
+            if not future.done():
+                d.pool.finish(index)
+    assert [url for url, _ in d.started()][2:] == ["http://a.shop.test/open"]
+    (row,) = [r for r in tagged(out, Tag.ROWS) if isinstance(r, PageRow)]
+    assert (row.url, row.host, row.state) == ("http://a.shop.test/private/x", "a.shop.test",
+                                              "disallowed")
