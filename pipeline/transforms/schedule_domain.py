@@ -16,6 +16,7 @@ job's key function (pipeline.transforms.frontier).
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Iterator
 
@@ -47,8 +48,9 @@ from pipeline.transforms.schedule import (
     _activity,
     _report,
     agent_token,
-    log,
 )
+
+log = logging.getLogger(__name__)
 
 # The version of what DomainCells stores: a job finds only its own kind of state (the cells
 # have names of their own), and a later layout reads this one by its number.
