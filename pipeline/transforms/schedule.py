@@ -117,6 +117,10 @@ class SchedulerConfig:
     # A local output root: each crawl's requests are recorded under ROOT/CRAWL_ID/requests/
     # for `crawler audit` (pipeline.io.request_log). None: not recorded (cloud output).
     request_log_root: str | None = None
+    # What one delay and one request in flight are kept for (--politeness-key,
+    # pipeline.core.politeness_keys): the frontier keys messages by it, and `domain` runs
+    # DomainSchedulerFn (pipeline.transforms.schedule_domain) over the key's hosts.
+    politeness_key: str = "host"
 
 
 def crawl_policy(base: HostPolicy, crawl: Crawl) -> HostPolicy:
@@ -777,7 +781,13 @@ class ScheduleFetches(beam.PTransform):
 
     def expand(self, host_messages: PCollection[tuple[str, tuple[str, HostMessage]]]
                ) -> ScheduleOutputs:
-        scheduled = host_messages | "HostScheduler" >> beam.ParDo(
-            HostSchedulerFn(self._config, self._clock, submit=self._submit)
+        if self._config.politeness_key == "domain":
+            # The hosts of one registered domain under one key, in cells of their own.
+            from pipeline.transforms.schedule_domain import DomainSchedulerFn
+            name, fn = "DomainScheduler", DomainSchedulerFn
+        else:
+            name, fn = "HostScheduler", HostSchedulerFn
+        scheduled = host_messages | name >> beam.ParDo(
+            fn(self._config, self._clock, submit=self._submit)
         ).with_output_types(FetchResult).with_outputs(Tag.ROWS, Tag.ROBOTS, main="fetched")
         return ScheduleOutputs(scheduled.fetched, scheduled[Tag.ROWS], scheduled[Tag.ROBOTS])
