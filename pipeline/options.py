@@ -34,8 +34,8 @@ from pipeline.core.crawl_states import CrawlLimits
 from pipeline.core.extractors import DEFAULT_EXTRACTOR, EXTRACTORS, extractor_help
 from pipeline.core.near_duplicates import DuplicatePolicy
 from pipeline.core.politeness import HostPolicy
-from pipeline.core.priority import PriorityHook
 from pipeline.core.politeness_keys import PolitenessKey
+from pipeline.core.priority import PriorityHook
 from pipeline.core.scope import ScopeRule, check_pattern
 from pipeline.io.bigtable import BigtableConfig
 from pipeline.io.dns import parse_resolve
