@@ -279,8 +279,9 @@ class BloomFilter:
     __slots__ = ("_slices", "fp_rate", "growth", "first_share", "tightening", "max_bits",
                  "_saturated")
 
-    def __init__(self, capacity: int, fp_rate: float, *, max_bits: int = MAX_BITS) -> None:
+    def __init__(self, capacity: int, fp_rate: float, *, max_bits: int | None = None) -> None:
         bloom_size(capacity, fp_rate)  # says what is wrong with either
+        max_bits = MAX_BITS if max_bits is None else max_bits
         m, _ = bloom_size(capacity, slice_fp_rate(fp_rate, 0))
         if m > max_bits:
             raise ValueError(
@@ -363,16 +364,10 @@ class BloomFilter:
         that share all their bits both count as new, where `add` one by one would count the
         second as seen. Slices fill and grow as `add` makes them."""
         if any(piece.indexing is not Indexing.ENHANCED for piece in self._slices):
-            return sum(self.add(item) for item in items)  # a format 1 slice: one by one
-        keys = np.fromiter((item & _MASK64 for item in items), dtype=np.uint64)
+            return sum(map(self.add, _keys(items).tolist()))  # a format 1 slice: one by one
+        keys = _keys(items)
         _, first = np.unique(keys, return_index=True)
-        keys = keys[np.sort(first)].astype("<u8")
-        buffer = keys.tobytes()
-        digest = mmh3.mmh3_x64_128_digest
-        halves = np.frombuffer(
-            b"".join([digest(buffer[at:at + 8]) for at in range(0, len(buffer), 8)]),
-            dtype="<u8").reshape(-1, 2)
-        low, high = halves[:, 0], halves[:, 1]
+        low, high = _halves(keys[np.sort(first)])
         added = 0
         start = 0
         while start < len(low):
@@ -399,6 +394,18 @@ class BloomFilter:
                 added += new
             current.bits[:] = np.packbits(unpacked, bitorder="little").tobytes()
         return added
+
+    def contains_many(self, items: Iterable[int]) -> np.ndarray:
+        """`item in self` for many items at once with numpy, as a boolean array."""
+        if any(piece.indexing is not Indexing.ENHANCED for piece in self._slices):
+            return np.fromiter(map(self.__contains__, _keys(items).tolist()), dtype=bool)
+        low, high = _halves(_keys(items))
+        found = np.zeros(len(low), dtype=bool)
+        for start in range(0, len(low), _BULK_CHUNK):
+            part = slice(start, start + _BULK_CHUNK)
+            for piece in self._slices:
+                found[part] |= piece.has_many(low[part], high[part])  # type: ignore[attr-defined]
+        return found
 
     def _grow(self) -> bool:
         """Close the last slice and open the next, GROWTH times larger at TIGHTENING times the
@@ -553,6 +560,23 @@ def _bits(stored: bytes | memoryview, compression: int, k: int, m: int) -> bytes
             f"Bloom filter data is inconsistent: m={m} bits, k={k}, {len(stored)} bytes of bits"
         )
     return stored
+
+
+def _keys(items: Iterable[int]) -> np.ndarray:
+    """Items as unsigned 64-bit keys (two's complement, as `item & _MASK64`)."""
+    if isinstance(items, np.ndarray) and items.dtype.kind in "iu":
+        return items.astype(np.uint64)
+    return np.fromiter((item & _MASK64 for item in items), dtype=np.uint64)
+
+
+def _halves(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The low and high 64 bits of each key's murmur3 x64-128, as `add` hashes one key."""
+    buffer = keys.astype("<u8").tobytes()
+    digest = mmh3.mmh3_x64_128_digest
+    halves = np.frombuffer(
+        b"".join([digest(buffer[at:at + 8]) for at in range(0, len(buffer), 8)]),
+        dtype="<u8").reshape(-1, 2)
+    return halves[:, 0], halves[:, 1]
 
 
 def is_saturated(data: bytes) -> bool:
