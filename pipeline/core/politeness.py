@@ -431,12 +431,15 @@ class HostState:
         sees it (Bloom filter, invariant 5); URLs it has seen are dropped here without a row,
         because their first copy has one. An accepted URL the frontier already rejected (too
         long, out of scope) ends `filtered` with that reason. Spilled entries come back from the
-        frontier with `already_accepted` and skip the seen-check.
+        frontier with `already_accepted` and skip the seen-check. Past its byte ceiling the
+        seen-set says it is saturated (pipeline.core.bloom.is_saturated of `seen`): the caller
+        counts the URLs dropped as seen from then on, some of which may be new.
         """
         accepted: list[FrontierEntry] = []
         outcomes: list[Outcome] = []
         spilled: list[FrontierEntry] = []
         bloom = None if already_accepted else self._bloom(policy)
+        was_saturated = bloom is not None and bloom.saturated
         for url, url_hash, rejection in urls:
             if bloom is not None and not bloom.add(url_hash):
                 continue
@@ -457,6 +460,11 @@ class HostState:
             else:
                 self.queue.append(entry)
         if bloom is not None:
+            if bloom.saturated and not was_saturated:
+                log.warning("host %s: the seen-set reached its ceiling (%d bits) at %d URLs; "
+                            "its false-positive rate now rises above %g, and the URLs it "
+                            "drops as seen are counted urls_seen_at_ceiling", self.host,
+                            bloom.bits, len(bloom), policy.bloom_fp_rate)
             self.seen = bloom.to_bytes()
         return accepted, outcomes, spilled
 
