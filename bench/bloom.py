@@ -9,6 +9,12 @@ does not count) as the best of --rounds rounds, the two versions interleaved:
   - bytes: to_bytes + from_bytes (what an offer costs on top of its URLs), and the stored size.
 
     .venv/bin/python -m bench.bloom [--before main] [--rounds 15]
+    .venv/bin/python -m bench.bloom --sizes   # stored bytes as a seen-set grows (~1 minute)
+
+`--sizes` adds random URL hashes (add_many) to seen-sets whose first slice is sized as a host
+budget of 100, HostPolicy's default and the global budget size it, and prints the bytes each
+stores (to_bytes) at 0 to 10^7 URLs, with its slices (docs/scale.md, "The seen-set as it
+grows").
 
 Figures go to docs/benchmarks.md ("The seen-set's compression").
 """
@@ -60,6 +66,32 @@ def measure(module: ModuleType, items: list[int], absent: list[int]) -> dict[str
     return {"add": add, "lookup": lookup, "bytes": trip, "stored": len(data)}
 
 
+SIZE_STEPS = (0, 1_000, 20_000, 100_000, 1_000_000, 4_000_000, 10_000_000)
+FIRST_SLICES = (400, 20_000, 1_000_000)
+
+
+def sizes() -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    print("| URLs offered | " + " | ".join(f"first slice {c:,}" for c in FIRST_SLICES) + " |")
+    print("|---:|" + "---:|" * len(FIRST_SLICES))
+    columns = []
+    for capacity in FIRST_SLICES:
+        bloom = after.BloomFilter(capacity, FP_RATE)
+        done, column = 0, []
+        for target in SIZE_STEPS:
+            if target > done:
+                bloom.add_many(rng.integers(-(2**63), 2**63 - 1, size=target - done,
+                                            dtype=np.int64))
+                done = target
+            mark = ", at the ceiling" if bloom.saturated else ""
+            column.append(f"{len(bloom.to_bytes()):,} B ({len(bloom.slices)}{mark})")
+        columns.append(column)
+    for row, target in enumerate(SIZE_STEPS):
+        print(f"| {target:,} | " + " | ".join(column[row] for column in columns) + " |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.bloom", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -67,7 +99,12 @@ def main(argv: list[str] | None = None) -> int:
                         "against (default: %(default)s)")
     parser.add_argument("--rounds", type=int, default=15,
                         help="rounds, best taken (default: %(default)s)")
+    parser.add_argument("--sizes", action="store_true",
+                        help="print the stored bytes of growing seen-sets instead")
     args = parser.parse_args(argv)
+    if args.sizes:
+        sizes()
+        return 0
     before = load_before(args.before)
     commit = subprocess.run(["git", "rev-parse", "--short", args.before], cwd=ROOT,
                             capture_output=True, text=True, check=True).stdout.strip()

@@ -515,7 +515,7 @@ def test_a_format_1_filter_is_read_and_answers_for_every_item_it_was_given(name:
     assert all(item in again for item in items)
 
 
-def test_a_format_1_filter_stored_zlib_compressed_still_loads() -> None:
+def test_filters_stored_zlib_compressed_by_earlier_releases_still_load() -> None:
     # A running job's state, written before the format moved to zstd: same header, flag 1.
     data = bloom_format1.path("sparse").read_bytes()
     size = bloom_module._HEADER_V1.size
