@@ -425,6 +425,7 @@ def test_closed_slices_are_stored_as_they_were_read() -> None:
     copy = BloomFilter.from_bytes(bloom.to_bytes())
     closed = copy._slices[0]
     assert isinstance(closed.bits, bytes) and closed.stored is not None
+    assert closed.bits is closed.stored[1]  # full, so stored raw: one copy of its bits
     copy.add(10**9)
     assert copy.to_bytes().count(closed.stored[1]) == 1
 

@@ -421,8 +421,8 @@ class BloomFilter:
         if capacity >= 1 and len(self._slices) < 255:
             piece = _EnhancedSlice.empty(capacity, fp_rate)
             if piece.m <= room and piece.k <= _MAX_K:
-                last.stored = last.payload()
                 last.bits = bytes(last.bits)  # closed: never written again
+                last.stored = last.payload()  # raw, the same bytes object as its bits
                 self._slices.append(piece)
                 return True
         self._saturated = True
@@ -487,9 +487,9 @@ class BloomFilter:
             stored = view[offset:offset + size]
             offset += size
             if number < count - 1:  # closed: kept as stored, never written again
-                piece = kind(_bits(bytes(stored), compression, k, m), m, k, items, capacity,
-                             slice_rate)
-                piece.stored = (compression, bytes(stored))
+                kept = bytes(stored)  # raw, its bits are this same object
+                piece = kind(_bits(kept, compression, k, m), m, k, items, capacity, slice_rate)
+                piece.stored = (compression, kept)
             else:
                 piece = kind(bytearray(_bits(stored, compression, k, m)), m, k, items,
                              capacity, slice_rate)
