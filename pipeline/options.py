@@ -420,7 +420,9 @@ OPTIONS: tuple[Option, ...] = (
            f"Bigtable and come back in order as the queue empties {_D}", default=2000,
            value=POSITIVE_INT),
     Option("bloom_fp_rate", "false-positive rate of each host's seen-set: the chance that a "
-           f"new URL is taken for one already seen and skipped {_D}", default=1e-4,
+           "new URL is taken for one already seen and skipped; the seen-set grows with the "
+           "URLs offered and keeps this rate up to 32 MiB per host and crawl, past which the "
+           f"URLs it drops are counted (urls_seen_at_ceiling) {_D}", default=1e-4,
            value=FRACTION, label="Bloom false-positive rate"),
     Option("priority", "order of each host's queue: MODULE:FUNCTION names a function "
            "(url, depth, source) -> number, source `seed`, `link` or `sitemap`, called once "
@@ -722,7 +724,8 @@ class CrawlOptions:
             circuit_failures=self.circuit_failures,
             circuit_seconds=self.circuit_seconds,
             # A host's seen-set holds every URL it is offered, about 4x the pages it may fetch
-            # on link-dense sites; sizing it from the host budget keeps state kilobytes.
+            # on link-dense sites; sizing its first slice from the host budget keeps state
+            # kilobytes, and it grows in larger slices past that (pipeline.core.bloom).
             bloom_capacity=min(4 * budget, 1_000_000),
             bloom_fp_rate=self.bloom_fp_rate,
             duplicate_slowdown=self.duplicate_slowdown,

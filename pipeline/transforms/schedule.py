@@ -41,6 +41,7 @@ from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec
 from apache_beam.utils.shared import Shared
 from apache_beam.utils.timestamp import Timestamp
 
+from pipeline.core.bloom import is_saturated
 from pipeline.core.budget import BlockPageBudget
 from pipeline.core.counters import RECORD_COUNTERS, Counter, Maximum
 from pipeline.core.crawl_states import keeps_waiting
@@ -511,6 +512,9 @@ class HostSchedulerFn(beam.DoFn):
         self._count(crawl_id, Counter.URLS_ACCEPTED, len(accepted))
         if rank is not None:
             self._count(crawl_id, Counter.PRIORITY_ERRORS, rank.errors)
+        if batch.kind is not BatchKind.SPILL and is_saturated(state.crawls[crawl_id].seen or b""):
+            self._count(crawl_id, Counter.URLS_SEEN_AT_CEILING,
+                        len(batch.entries) - len(accepted))
         yield from self._rows(host, crawl_id, outcomes)
         if spilled:
             # Stored before the state that counts them: a retry rewrites the same rows.
