@@ -46,6 +46,7 @@ def scheduler_config(opts: CrawlOptions, *, state_ttl_s: float = 1.0) -> Schedul
         fetch_concurrency=opts.fetch_concurrency, state_ttl_s=state_ttl_s,
         budget_block=opts.budget_block,
         request_log_root=None if is_gcs(opts.out) else opts.out,
+        politeness_key=opts.politeness_key,
     )
 
 
@@ -95,7 +96,8 @@ def build_crawler(
     ends its crawls itself (CrawlWatch). `row_shards`: the keys the row sinks batch on."""
     counts = config.bigtable
     frontier = p | "ReadFrontier" >> ReadFrontier(subscription, counts=counts, payloads=payloads,
-                                                     id_label=frontier_id_label)
+                                                     id_label=frontier_id_label,
+                                                     politeness_key=config.politeness_key)
     scheduled = frontier.batches | "ScheduleFetches" >> ScheduleFetches(config, clock)
     # Dead letters of any crawl, sent back by `crawler redrive`: parsed again, no request.
     replayed = frontier.redrive | "ReplayDeadLetters" >> ReplayDeadLetters(

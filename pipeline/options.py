@@ -34,6 +34,7 @@ from pipeline.core.crawl_states import CrawlLimits
 from pipeline.core.extractors import DEFAULT_EXTRACTOR, EXTRACTORS, extractor_help
 from pipeline.core.near_duplicates import DuplicatePolicy
 from pipeline.core.politeness import HostPolicy
+from pipeline.core.politeness_keys import PolitenessKey
 from pipeline.core.priority import PriorityHook
 from pipeline.core.scope import ScopeRule, check_pattern
 from pipeline.io.bigtable import BigtableConfig
@@ -171,6 +172,7 @@ FLAG = ValueType(_flag, r"^(?:true|false)$", "TEXT", bool)
 # A regular expression (--include, --exclude).
 PATTERN = ValueType(_pattern, r"^.+$", "TEXT", str, (("min_length", 1),))
 SCOPE_RULES = tuple(str(rule) for rule in ScopeRule)
+POLITENESS_KEYS = tuple(str(key) for key in PolitenessKey)
 
 _HEADER_MAX = 512
 
@@ -361,6 +363,16 @@ OPTIONS: tuple[Option, ...] = (
     Option("slow_factor", "a host waits at least this many times its last response time "
            "before its next request, so a slow server gets room before it fails; 0 turns it "
            f"off {_D}", default=2.0, value=NON_NEGATIVE_FLOAT),
+    Option("politeness_key", "what one delay and one request in flight are kept for: `host` "
+           "(a host and its port, the unit robots.txt governs) or `domain` (every host and port "
+           "of one registered domain, public suffix + 1, as Nutch's and StormCrawler's byDomain "
+           "modes: for sites spread over many subdomains, at the cost of crawling them one "
+           "request at a time). The job's, not a crawl's: host state is keyed once per job and "
+           "politeness holds across every crawl it serves, so crawls cannot mix keys. "
+           "robots.txt, the page budget per host and each server's backoff stay per host "
+           f"under either {_D}",
+           default="host", choices=POLITENESS_KEYS,
+           regex=r"^(host|domain)$"),
     Option("user_agent", "User-Agent header, and the product token robots.txt groups are "
            f"matched against {_D}", default=DEFAULT_USER_AGENT,
            # Beam's SetupOptions has its own --user_agent (for Google API calls).
@@ -408,7 +420,9 @@ OPTIONS: tuple[Option, ...] = (
            f"Bigtable and come back in order as the queue empties {_D}", default=2000,
            value=POSITIVE_INT),
     Option("bloom_fp_rate", "false-positive rate of each host's seen-set: the chance that a "
-           f"new URL is taken for one already seen and skipped {_D}", default=1e-4,
+           "new URL is taken for one already seen and skipped; the seen-set grows with the "
+           "URLs offered and keeps this rate up to 32 MiB per host and crawl, past which the "
+           f"URLs it drops are counted (urls_seen_at_ceiling) {_D}", default=1e-4,
            value=FRACTION, label="Bloom false-positive rate"),
     Option("priority", "order of each host's queue: MODULE:FUNCTION names a function "
            "(url, depth, source) -> number, source `seed`, `link` or `sitemap`, called once "
@@ -584,6 +598,7 @@ class CrawlOptions:
     min_delay: float = 1.0
     max_crawl_delay: float = 30.0
     slow_factor: float = 2.0
+    politeness_key: str = "host"
     user_agent: str = DEFAULT_USER_AGENT
     resolve: tuple[str, ...] = ()
     allow_networks: tuple[str, ...] = ()  # --allow-network: non-public ranges allowed
@@ -709,7 +724,8 @@ class CrawlOptions:
             circuit_failures=self.circuit_failures,
             circuit_seconds=self.circuit_seconds,
             # A host's seen-set holds every URL it is offered, about 4x the pages it may fetch
-            # on link-dense sites; sizing it from the host budget keeps state kilobytes.
+            # on link-dense sites; sizing its first slice from the host budget keeps state
+            # kilobytes, and it grows in larger slices past that (pipeline.core.bloom).
             bloom_capacity=min(4 * budget, 1_000_000),
             bloom_fp_rate=self.bloom_fp_rate,
             duplicate_slowdown=self.duplicate_slowdown,
@@ -782,7 +798,7 @@ README_END = "<!-- end of options table -->"
 # The options README.md shows; docs/options.md has all of them.
 README_OPTIONS = ("max_pages", "max_pages_per_host", "max_depth", "scope", "include", "exclude",
                   "sitemaps",
-                  "min_delay", "resolve",
+                  "min_delay", "politeness_key", "resolve",
                   "allow_networks", "user_agent", "extractor", "host_queue_cap",
                   "priority", "max_duration")
 

@@ -165,6 +165,28 @@ def test_the_job_schedules_every_crawl_in_host_state_with_a_processing_time_time
                                       "fleet_host_tombstones"}
 
 
+def test_a_job_keyed_by_domain_routes_by_domain_and_schedules_in_domain_state_of_its_own():
+    """--politeness-key domain reaches the job: the frontier keys by registered domain and
+    the scheduler step is DomainSchedulerFn, in cells no host-keyed job has."""
+    from pipeline.core.politeness_keys import url_domain_key
+    from pipeline.transforms.frontier import DecodeFrontierFn
+    from pipeline.transforms.schedule_domain import DomainSchedulerFn
+
+    job = _dry_run([*FLAGS, "--politeness_key", "domain"])
+    dofns = _dofns(job)
+    schedulers = [name for name, fn in dofns.items() if isinstance(fn, HostSchedulerFn)]
+    assert schedulers == ["ScheduleFetches/DomainScheduler/ParDo(DomainSchedulerFn)"]
+    assert isinstance(dofns[schedulers[0]], DomainSchedulerFn)
+    assert dofns[schedulers[0]]._config.politeness_key == "domain"
+    pardos = _transforms(job, common_urns.primitives.PAR_DO.urn)
+    _only_timer_is_processing_time(pardos[schedulers[0]])
+    pardo = beam_runner_api_pb2.ParDoPayload.FromString(pardos[schedulers[0]].spec.payload)
+    assert set(pardo.state_specs) == {"domain_hosts", "domain_hosts_queues",
+                                      "domain_hosts_seen", "domain_hosts_tombstones"}
+    (decode,) = [fn for fn in dofns.values() if isinstance(fn, DecodeFrontierFn)]
+    assert decode._key_of is url_domain_key
+
+
 def test_the_schedulers_read_each_crawls_record_from_the_jobs_bigtable(job):
     (scheduler,) = [fn for fn in _dofns(job).values() if isinstance(fn, HostSchedulerFn)]
     config = scheduler._config

@@ -161,3 +161,45 @@ def test_robots_requests_and_answers_are_keyed_by_the_host_they_are_for_with_the
     ((host, (crawl_id, decoded)),) = list(decode.process(answer.to_bytes()))
     assert (host, crawl_id, decoded) == ("a.test", "c2", answer)
     assert decoded.reply() == RobotsReply("a.test", "e1", fetch)
+
+
+# --- Keyed by registered domain (--politeness-key domain) ------------------------------------
+def test_with_the_domain_key_two_subdomains_urls_are_offered_together_under_their_domain():
+    """Two subdomains' links (and a port of one) are one offer to their registered domain's
+    key, merged over the bundle, each URL as it came; another domain keeps its own key."""
+    decode = DecodeFrontierFn(politeness_key="domain")
+    first = FrontierBatch("c1", 1, ("http://www.shop.test/a", "http://img.shop.test/b",
+                                    "http://other.test/c"))
+    second = FrontierBatch("c1", 1, ("http://img.shop.test:8080/d",))
+    got = decode_bundle(decode, [first.to_bytes(), second.to_bytes()])
+    offers = {key: tuple(url for url, _, _ in batch.entries)
+              for key, (crawl_id, batch) in got}
+    assert offers == {
+        "shop.test": ("http://www.shop.test/a", "http://img.shop.test/b",
+                      "http://img.shop.test:8080/d"),
+        "other.test": ("http://other.test/c",)}
+    assert len(got) == 2
+    by_host = decode_bundle(DecodeFrontierFn(), [first.to_bytes(), second.to_bytes()])
+    assert sorted(key for key, _ in by_host) == [
+        "img.shop.test", "img.shop.test:8080", "other.test", "www.shop.test"]
+
+
+def test_with_the_domain_key_seen_marks_signals_errands_replies_and_wakes_reach_the_domain():
+    decode = DecodeFrontierFn(politeness_key="domain")
+    marks = SeenMarks("c1", ("http://www.shop.test/x", "http://img.shop.test/y"))
+    ((key, (_, host_marks)),) = list(decode.process(marks.to_bytes()))
+    assert key == "shop.test" and len(host_marks.entries) == 2
+    signal = HostSignal("c1", "http://img.shop.test/z", "throttle")
+    assert list(decode.process(signal.to_bytes())) == [("shop.test", ("c1", signal))]
+    request = RobotsRequest("c1", "img.shop.test:8080", "http://img.shop.test:8080/robots.txt",
+                            "www.shop.test", "e1")
+    assert list(decode.process(request.to_bytes())) == [("shop.test", ("c1", request))]
+    fetch = RobotsFetch.of("http://img.shop.test:8080/robots.txt", 200, b"", 5.0)
+    answer = RobotsAnswer.of("c1", RobotsReply("www.shop.test", "e1", fetch))
+    assert list(decode.process(answer.to_bytes())) == [("shop.test", ("c1", answer))]
+    # A wake names the key that noted itself asleep, a host of the domain or the domain.
+    for asleep in ("www.shop.test", "shop.test"):
+        wake = HostWake("c1", asleep)
+        assert list(decode.process(wake.to_bytes())) == [("shop.test", ("c1", wake))]
+    bare = HostWake("c1", "10.0.0.1:8080")  # an address is its own domain, without a port
+    assert list(decode.process(bare.to_bytes())) == [("10.0.0.1", ("c1", bare))]

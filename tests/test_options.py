@@ -374,3 +374,28 @@ def test_a_seed_out_of_scope_is_said_in_one_line_and_still_crawled_to_its_row(ca
     assert [r.getMessage() for r in caplog.records] == [
         "seed http://a.test/shop/ is out of scope (include): it ends `filtered` without a "
         "request"]
+
+
+def test_the_politeness_key_is_the_job_s_defaults_to_host_and_takes_domain():
+    """`crawler crawl`, a job's pipeline options and the template all take `domain`."""
+    import re
+
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline.options import option, template_metadata
+    from pipeline.service.app import CrawlRequest
+
+    opt = option("politeness_key")
+    assert opt.default == "host" and not opt.per_crawl  # the job's: not a POST /crawls field
+    assert "politeness_key" not in CrawlRequest.model_fields
+    assert options_from_args(_crawl_parser().parse_args(["http://a.test/"])).politeness_key \
+        == "host"
+    with pytest.raises(SystemExit):
+        _crawl_parser().parse_args(["http://a.test/", "--politeness-key", "origin"])
+    args = _crawl_parser().parse_args(["http://a.test/", "--politeness-key", "domain"])
+    assert options_from_args(args).politeness_key == "domain"
+    job = PipelineOptions(["--politeness_key", "domain"])
+    assert CrawlOptions.from_pipeline_options(job).politeness_key == "domain"
+    (param,) = [p for p in template_metadata()["parameters"] if p["name"] == "politeness_key"]
+    assert [re.fullmatch(param["regexes"][0], key) is not None
+            for key in ("host", "domain", "origin")] == [True, True, False]

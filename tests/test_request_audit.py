@@ -104,6 +104,56 @@ def test_a_robots_txt_redirected_to_another_host_governs_the_host_that_asked():
         "(Disallow: /private)"]
 
 
+# --- Per registered domain (--politeness-key domain) ---------------------------------------
+
+def _shop(per: str):
+    # www.shop.test reads rules with Crawl-delay 2, img.shop.test has none (404: delay 1); each
+    # host alone keeps its delay, the two together do not.
+    return audit_requests([
+        robots(0, "www.shop.test"), robots(1.0, "img.shop.test", status=404),
+        page("/", 3.0, "www.shop.test", end=3.5), page("/", 3.2, "img.shop.test"),
+        page("/a", 5.0, "www.shop.test"), page("/a", 6.0, "img.shop.test"),
+    ], user_agent=AGENT, min_delay=1.0, max_crawl_delay=30.0, per=per)
+
+
+def test_hosts_of_one_domain_each_polite_overlap_and_crowd_when_counted_per_domain():
+    assert _shop("host").ok, _shop("host").violations
+    report = _shop("domain")
+    assert list(report.hosts) == ["shop.test"]
+    shop = report.hosts["shop.test"]
+    assert (shop.requests, shop.robots_requests, shop.max_in_flight) == (6, 2, 2)
+    assert "in flight: shop.test: 2 requests at once" in report.violations
+    # The gap keeps the largest delay of the domain's hosts: img.shop.test's own is 1 s.
+    assert ("politeness: shop.test: img.shop.test/a started 1.0000 s after www.shop.test/a, "
+            "delay is 2.000 s") in report.violations
+    assert sum(v.startswith("politeness: shop.test") for v in report.violations) == 4
+
+
+def test_per_domain_each_host_keeps_its_own_robots_txt():
+    report = audit_requests([
+        robots(0, "www.shop.test"), robots(2.0, "img.shop.test", status=404),
+        page("/private/x", 4.0, "img.shop.test"),  # allowed: img.shop.test has no rules
+        page("/private/x", 6.0, "www.shop.test"),  # disallowed by www.shop.test's rules
+        page("/", 8.0, "cdn.shop.test"),  # before cdn.shop.test's own robots.txt
+        robots(10.0, "cdn.shop.test", status=404),
+    ], user_agent=AGENT, min_delay=1.0, max_crawl_delay=30.0, per="domain")
+    assert [v for v in report.violations if v.startswith("robots")] == [
+        "robots: www.shop.test: requested http://www.shop.test/private/x, which robots.txt "
+        "disallows (Disallow: /private)",
+        "robots: cdn.shop.test: http://cdn.shop.test/ requested before robots.txt was read"]
+    assert report.hosts["shop.test"].robots_first is False
+    assert report.hosts["shop.test"].disallowed == 1
+
+
+def test_per_domain_two_owners_under_a_private_suffix_are_two_keys():
+    report = audit_requests([
+        robots(0, "alice.github.io", status=404), robots(0.1, "bob.github.io", status=404),
+        page("/", 2.0, "alice.github.io", end=3.0), page("/", 2.1, "bob.github.io"),
+    ], user_agent=AGENT, min_delay=1.0, max_crawl_delay=30.0, per="domain")
+    assert report.ok, report.violations
+    assert sorted(report.hosts) == ["alice.github.io", "bob.github.io"]
+
+
 # --- A real crawl of the synthetic web ---------------------------------------------------------
 
 

@@ -46,6 +46,9 @@ sitemaps list pages no page links (/hidden/*), a page robots.txt disallows, and 
 sitemap-other.test (the protocol's cross-host case). The home is its own seed and links only
 its about page, so a crawl without sitemaps finds two pages there, and the rest of the web is
 what it was without them.
+
+With `WebSpec(domain="shop.test")` the regular hosts are subdomains of one registered domain
+(site-NNNN.shop.test), a site spread over many hosts; without it, their names are as before.
 """
 
 from __future__ import annotations
@@ -183,6 +186,10 @@ class WebSpec:
     robots_elsewhere: bool = False
     # The SitemapHost hosts: sitemaps listing pages no page links (sitemap-home.test a seed).
     sitemaps: bool = False
+    # Non-empty (a name of one label under .test, e.g. "shop.test"): the regular hosts are
+    # subdomains of this one registered domain, site-NNNN.shop.test, the rest of the web as
+    # it is. A site spread over many subdomains, for crawls keyed by domain.
+    domain: str = ""
 
     def __post_init__(self) -> None:
         if self.only_faults:
@@ -205,6 +212,10 @@ class WebSpec:
             )
         if self.seed_hosts < 1:
             raise ValueError(f"seed_hosts={self.seed_hosts}: a crawl needs at least one seed")
+        if self.domain and not re.fullmatch(r"[a-z][a-z0-9-]*" + re.escape(TEST_TLD),
+                                            self.domain):
+            raise ValueError(f"domain={self.domain!r}: use one label and {TEST_TLD} (e.g. "
+                             f"'shop{TEST_TLD}'), a registered domain of the synthetic web")
         if self.hang_seconds < 0 or self.slow_seconds < 0:
             raise ValueError("hang_seconds and slow_seconds must not be negative")
         if self.big_body_bytes < _BIG_BODY_FLOOR or self.bomb_bytes < _BIG_BODY_FLOOR:
@@ -760,7 +771,7 @@ class SyntheticWeb:
         self._profiles: dict[str, HostProfile] = {}
         for index in range(0 if spec.only_faults else spec.hosts):
             robots, role = _PROFILE_CYCLE[index % len(_PROFILE_CYCLE)]
-            name = f"site-{index:04d}{TEST_TLD}"
+            name = self._site(index)
             self._profiles[name] = HostProfile(index, name, robots, role)
         self._plans = {name: self._plan_host(profile) for name, profile in self._profiles.items()}
         if spec.only_faults:
@@ -1446,6 +1457,11 @@ class SyntheticWeb:
                 (name, path) for path in _linked_paths(kind))
         return names
 
+    def _site(self, index: int) -> str:
+        """The name of regular host number `index`."""
+        return f"site-{index:04d}.{self.spec.domain}" if self.spec.domain \
+            else f"site-{index:04d}{TEST_TLD}"
+
     def _add_robots_hosts(self) -> list[str]:
         """The RobotsHost hosts, after every other host; returns their names."""
         names = []
@@ -1531,7 +1547,7 @@ class SyntheticWeb:
         for index in _STORY_HOSTS:
             if index >= self.spec.hosts:
                 continue
-            plan = self._plans[f"site-{index:04d}{TEST_TLD}"]
+            plan = self._plans[self._site(index)]
             rng = _rng(self.spec.seed, plan.profile.name, "stories")
             slugs: list[str] = []
             while len(slugs) < 3:

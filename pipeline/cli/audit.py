@@ -1,8 +1,8 @@
 """`crawler audit OUT/CRAWL_ID`: does the crawl's own record of its requests show it was
-polite? Per host: the shortest gap between request starts against the delay that applied,
-requests in flight at once, robots.txt read before the first page, pages robots.txt
-disallowed. Exit status 0 when nothing broke the rules, 1 on any violation, 2 when the crawl
-has no request record.
+polite? Per host (or per registered domain, `--per domain`): the shortest gap between request
+starts against the delay that applied, requests in flight at once, robots.txt read before the
+first page, pages robots.txt disallowed. Exit status 0 when nothing broke the rules, 1 on any
+violation, 2 when the crawl has no request record.
 
 The evidence is OUT/CRAWL_ID/requests/ (pipeline.io.request_log), which `crawler crawl` and
 `crawler demo` write; the crawl's settings (min delay, Crawl-delay cap, user agent) come from
@@ -30,6 +30,11 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the crawl's --user-agent (default: as recorded)")
     parser.add_argument("--tolerance", type=float, default=0.005, metavar="SECONDS",
                         help="clock slack allowed on a gap (default: %(default)s)")
+    parser.add_argument("--per", choices=("host", "domain"), default="host",
+                        help="count gaps and requests in flight per host, or per registered "
+                             "domain (every host of it together, as --politeness-key domain "
+                             "promises); robots.txt is judged per host either way "
+                             "(default: %(default)s)")
 
 
 def run_audit(args: argparse.Namespace) -> int:
@@ -63,8 +68,8 @@ def run_audit(args: argparse.Namespace) -> int:
     report = audit_requests(requests, user_agent=settings["user_agent"],
                             min_delay=settings["min_delay"],
                             max_crawl_delay=settings["max_crawl_delay"],
-                            tolerance_s=args.tolerance)
-    columns = ["host", "requests", "robots.txt", "smallest_gap_s", "delay_s", "in_flight",
+                            tolerance_s=args.tolerance, per=args.per)
+    columns = [args.per, "requests", "robots.txt", "smallest_gap_s", "delay_s", "in_flight",
                "robots_first", "disallowed"]
     rows = [(h.host, h.requests, h.robots_requests,
              "" if h.smallest_gap_s is None else f"{h.smallest_gap_s:.4f}", f"{h.delay_s:.3f}",
@@ -72,7 +77,7 @@ def run_audit(args: argparse.Namespace) -> int:
              h.disallowed) for h in report.hosts.values()]
     lines = [*format_rows("table", columns, rows), "\n"]
     lines += [f"note: {note}\n" for note in report.notes]
-    verdict = (f"{len(requests)} requests to {len(report.hosts)} hosts: "
+    verdict = (f"{len(requests)} requests to {len(report.hosts)} {args.per}s: "
                + ("polite (min delay {min_delay} s, Crawl-delay capped at {max_crawl_delay} s, "
                   "as {user_agent})".format(**settings) if report.ok else
                   f"{len(report.violations)} violations"))

@@ -48,6 +48,9 @@ class Counter(StrEnum):
     LEASES_EXPIRED = "leases_expired"
     HOSTS_THROTTLED_FOR_DUPLICATES = "hosts_throttled_for_duplicates"
     URLS_OVERFLOWED = "urls_overflowed"
+    # Dropped as seen by a seen-set past its byte ceiling, whose false-positive rate rises
+    # above --bloom-fp-rate: at most this many new URLs lost (pipeline.core.bloom)
+    URLS_SEEN_AT_CEILING = "urls_seen_at_ceiling"
     OVERFLOW_URLS_LOST = "overflow_urls_lost"
     URLS_BLOCKED_ADDRESS = "urls_blocked_address"  # ended filtered: address not public
     ROBOTS_MESSAGES_EMITTED = "robots_messages_emitted"  # requests and answers between hosts

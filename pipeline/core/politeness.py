@@ -460,13 +460,17 @@ class HostState:
         gets its priority from `rank(url, depth)` (the hook for the batch's source; no `rank`:
         the default), the queue takes it in by priority, and what passes the cap, the
         lowest, is spilled. `sitemap`: the URLs are sitemap documents (FrontierEntry.sitemap),
-        seen, filtered, ranked and queued as pages are.
+        seen, filtered, ranked and queued as pages are. Past its
+        byte ceiling the seen-set says it is saturated (pipeline.core.bloom.is_saturated of
+        `seen`): the caller counts the URLs dropped as seen from then on, some of which may be
+        new.
         """
         accepted: list[FrontierEntry] = []
         outcomes: list[Outcome] = []
         spilled: list[FrontierEntry] = []
         ranked: list[FrontierEntry] = []  # with a priority hook: merged in at the end
         bloom = None if already_accepted else self._bloom(policy)
+        was_saturated = bloom is not None and bloom.saturated
         for url, url_hash, rejection in urls:
             if bloom is not None and not bloom.add(url_hash):
                 continue
@@ -491,6 +495,11 @@ class HostState:
             else:
                 self.queue.append(entry)
         if bloom is not None:
+            if bloom.saturated and not was_saturated:
+                log.warning("host %s: the seen-set reached its ceiling (%d bits) at %d URLs; "
+                            "its false-positive rate now rises above %g, and the URLs it "
+                            "drops as seen are counted urls_seen_at_ceiling", self.host,
+                            bloom.bits, len(bloom), policy.bloom_fp_rate)
             self.seen = bloom.to_bytes()
         if ranked:
             # Their order is their priority: each merged in among the queued, and past the

@@ -1,6 +1,7 @@
 """A crawl's politeness, judged from its own request records (pipeline.io.request_log): per
-host, the shortest gap between two request starts against the delay that applied, requests in
-flight at once, robots.txt read before the first page, and no page robots.txt disallowed.
+politeness key (a host, or a registered domain, `per="domain"`), the shortest gap between two
+request starts against the delay that applied, requests in flight at once, robots.txt read
+before each host's first page, and no page robots.txt disallowed.
 
 The delay that applies to a request is the one in force when it started: --min-delay, or the
 Crawl-delay of the robots.txt the crawl had read by then for its user agent (capped by
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urljoin, urlsplit
 
 from pipeline.core.politeness import parse_retry_after
+from pipeline.core.politeness_keys import PolitenessKey, key_function
 from pipeline.core.robots import MAX_REDIRECTS, RobotsKind, RobotsPolicy
 from pipeline.core.urls import InvalidURL, host_key, normalize_url
 
@@ -137,51 +139,77 @@ def quiet_until(requests: Iterable[Request], *, user_agent: str, min_delay: floa
 
 
 def audit_requests(requests: Iterable[Request], *, user_agent: str, min_delay: float,
-                   max_crawl_delay: float, tolerance_s: float = 0.005) -> AuditReport:
-    """Judge every request of a crawl; each violation names the check, host and numbers."""
+                   max_crawl_delay: float, tolerance_s: float = 0.005,
+                   per: PolitenessKey | str = PolitenessKey.HOST) -> AuditReport:
+    """Judge every request of a crawl; each violation names the check, key and numbers.
+
+    `per` is the politeness key the gaps and requests in flight are counted by: `host` (each
+    host and port), or `domain` (every host of one registered domain together, as
+    --politeness-key domain promises; pipeline.core.politeness_keys). robots.txt stays per
+    host in either: each host's pages are judged by its own rules. Within a domain key a gap
+    must keep the largest delay among the key's hosts asked so far (docs/design.md,
+    "Politeness keys")."""
+    key_of = key_function(per)
+    per = PolitenessKey(per)
+
+    def key(url: str) -> str:
+        try:
+            return key_of(normalize_url(url))
+        except InvalidURL:
+            return urlsplit(url).netloc.lower()
+
+    def where(url: str) -> str:  # what a message names a request by, within its key
+        parts = urlsplit(url)
+        return parts.path if per is PolitenessKey.HOST else parts.netloc + parts.path
+
     ordered = sorted(requests, key=lambda r: r.start)
     robots, chain_ends = _robots_chains(ordered)
-    by_host: dict[str, list[tuple[Request, bool]]] = defaultdict(list)
+    by_key: dict[str, list[tuple[Request, bool]]] = defaultdict(list)
     for index, request in enumerate(ordered):
-        by_host[_key(request.url)].append((request, index in robots))
+        by_key[key(request.url)].append((request, index in robots))
     report = AuditReport()
     unknown_rules: set[str] = set()
-    for host, host_requests in sorted(by_host.items()):
-        audit = report.hosts[host] = HostAudit(host=host, requests=len(host_requests),
-                                               delay_s=min_delay)
-        ends = chain_ends.get(host, [])
+    for politeness_key, key_requests in sorted(by_key.items()):
+        audit = report.hosts[politeness_key] = HostAudit(
+            host=politeness_key, requests=len(key_requests), delay_s=min_delay)
 
-        def policy_at(when: float, ends: list[Request] = ends) -> RobotsPolicy | None:
-            finished = [end for end in ends if end.end <= when]
+        def policy_at(host: str, when: float) -> RobotsPolicy | None:
+            finished = [end for end in chain_ends.get(host, []) if end.end <= when]
             return _robots_policy(finished[-1]) if finished else None
 
-        def delay_at(when: float, ends: list[Request] = ends) -> float:
-            return _delay_at(ends, when, user_agent=user_agent, min_delay=min_delay,
-                             max_crawl_delay=max_crawl_delay)
+        def delay_at(hosts: Iterable[str], when: float) -> float:
+            return max(_delay_at(chain_ends.get(host, []), when, user_agent=user_agent,
+                                 min_delay=min_delay, max_crawl_delay=max_crawl_delay)
+                       for host in hosts)
 
         previous: Request | None = None
         in_flight: list[float] = []
-        for request, is_robots in host_requests:
+        asked: set[str] = set()  # the key's hosts asked so far
+        paged: set[str] = set()  # the key's hosts whose first page was judged
+        for request, is_robots in key_requests:
+            host = _key(request.url)
+            asked.add(host)
             in_flight = [end for end in in_flight if end > request.start] + [request.end]
             audit.max_in_flight = max(audit.max_in_flight, len(in_flight))
             if is_robots:
                 audit.robots_requests += 1
             if previous is not None:
                 gap = request.start - previous.start
-                delay = delay_at(request.start)
+                delay = delay_at(asked, request.start)
                 if audit.smallest_gap_s is None or gap < audit.smallest_gap_s:
                     audit.smallest_gap_s, audit.delay_s = gap, delay
                 if gap < delay - tolerance_s:
                     report.violations.append(
-                        f"politeness: {host}: {urlsplit(request.url).path} started "
-                        f"{gap:.4f} s after {urlsplit(previous.url).path}, delay is "
+                        f"politeness: {politeness_key}: {where(request.url)} started "
+                        f"{gap:.4f} s after {where(previous.url)}, delay is "
                         f"{delay:.3f} s")
             previous = request
             if is_robots:
                 continue
-            policy = policy_at(request.start)
-            if audit.robots_first is None:
-                audit.robots_first = policy is not None
+            policy = policy_at(host, request.start)
+            if host not in paged:
+                paged.add(host)
+                audit.robots_first = (policy is not None) and audit.robots_first is not False
                 if policy is None:
                     report.violations.append(
                         f"robots: {host}: {request.url} requested before robots.txt was read")
@@ -194,7 +222,7 @@ def audit_requests(requests: Iterable[Request], *, user_agent: str, min_delay: f
                 unknown_rules.add(host)
         if audit.max_in_flight > 1:
             report.violations.append(
-                f"in flight: {host}: {audit.max_in_flight} requests at once")
+                f"in flight: {politeness_key}: {audit.max_in_flight} requests at once")
     if unknown_rules:
         report.notes.append("robots.txt bodies not recorded (their last hop is not named "
                             "robots.txt), rules taken as allow all for: "

@@ -111,6 +111,12 @@ class WriteCrawlCounts(beam.PTransform):
         self._stage = stage
 
     def expand(self, counts: PCollection[tuple[str, dict[str, int]]]) -> PCollection:
+        # Two steps writing one stage's cells would overwrite each other's totals.
+        stages = counts.pipeline.__dict__.setdefault("_crawl_count_stages", set())
+        if self._stage in stages:
+            raise ValueError(f"two steps of this pipeline count as stage {self._stage!r} in "
+                             "the crawl records: give each its own stage name")
+        stages.add(self._stage)
         return (
             counts
             # A str key, so the shard's state has a deterministic key coder.

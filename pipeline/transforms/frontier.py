@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 import apache_beam as beam
@@ -22,6 +22,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from pipeline.core.counters import Counter, published
 from pipeline.core.offers import MAX_OFFER_ENTRIES, OfferBuffer
+from pipeline.core.politeness_keys import PolitenessKey, host_key_function, key_function
 from pipeline.core.records import (
     BatchKind,
     DeadLetter,
@@ -58,9 +59,11 @@ HostMessage = HostBatch | HostSeenMarks | HostSignal | HostWake | RobotsRequest 
 
 
 def split_by_host(
-    batch: FrontierBatch | SeenMarks,
+    batch: FrontierBatch | SeenMarks, key_of: Callable[[str], str] = host_key,
 ) -> tuple[dict[str, HostBatch] | dict[str, HostSeenMarks], int]:
-    """Normalise a batch's URLs and group them by host. Returns (batches, invalid count).
+    """Normalise a batch's URLs and group them by politeness key (`key_of`, from a
+    normalised URL: the host key unless the job keys by domain, when one group may hold
+    several hosts' URLs). Returns (batches, invalid count).
 
     URLs that cannot be normalised have no host and no hash, so they cannot become rows: they
     are counted and logged. URLs longer than MAX_URL_LENGTH are passed on with a rejection, so
@@ -79,7 +82,7 @@ def split_by_host(
         rejection = None
         if len(url) > MAX_URL_LENGTH:
             rejection = f"URL length {len(url)} > {MAX_URL_LENGTH}"
-        grouped[host_key(url)].append((url, url_hash(url), rejection))
+        grouped[key_of(url)].append((url, url_hash(url), rejection))
     if isinstance(batch, SeenMarks):
         return {host: HostSeenMarks(entries=tuple(entries), issued=batch.issued)
                 for host, entries in grouped.items()}, invalid
@@ -108,10 +111,17 @@ class DecodeFrontierFn(beam.DoFn):
     that host, crawl, depth and kind (pipeline.core.offers): a host that most pages link to
     gets an offer per bundle, not one per page, so its key cannot hold the job back. The
     merged offers leave in finish_bundle, in the window and at the timestamp of their first
-    batch; a bundle that fails is retried whole, so a held offer is never lost."""
+    batch; a bundle that fails is retried whole, so a held offer is never lost.
+
+    Every message goes to the key of the job's politeness key (`politeness_key`,
+    docs/design.md "Politeness keys"): under `domain` the key of a URL's, or a named host's,
+    registered domain, and the offers merge per domain."""
 
     def __init__(self, counts: BigtableConfig | None = None,
-                 max_offer: int = MAX_OFFER_ENTRIES) -> None:
+                 max_offer: int = MAX_OFFER_ENTRIES,
+                 politeness_key: str = PolitenessKey.HOST) -> None:
+        self._key_of = key_function(politeness_key)
+        self._key_of_host = host_key_function(politeness_key)
         self._counting = counts is not None
         self._counts: BundleCounts | None = None
         self._max_offer = max_offer
@@ -154,15 +164,15 @@ class DecodeFrontierFn(beam.DoFn):
         self._count(crawl_id, self._received)
         if isinstance(message, RobotsRequest | RobotsAnswer | HostWake):
             # The key it is for: the host that fetches, the one that asked, the one asleep.
-            yield message.host, (crawl_id, message)
+            yield self._key_of_host(message.host), (crawl_id, message)
             return
         if isinstance(message, HostSignal):
             try:
-                yield host_key(normalize_url(message.url)), (crawl_id, message)
+                yield self._key_of(normalize_url(message.url)), (crawl_id, message)
             except InvalidURL as exc:
                 log.warning("dropping a host signal for %r: %s", message.url, exc)
             return
-        by_host, invalid = split_by_host(message)
+        by_host, invalid = split_by_host(message, self._key_of)
         self._count(crawl_id, self._invalid, invalid)
         for host, host_batch in by_host.items():
             self._count(crawl_id, self._decoded, len(host_batch.entries))
@@ -190,12 +200,14 @@ class ReadFrontier(beam.PTransform):
     subscription, a PTransform PBegin -> bytes (a TestStream in tests, another queue in your
     own pipeline). id_label: the attribute by which the runner drops a message delivered
     twice (pipeline/io/pubsub.py); None for a runner without it (Beam's local runner, whose
-    pulls the local crawl deduplicates itself).
+    pulls the local crawl deduplicates itself). politeness_key: what messages are keyed by,
+    the job's --politeness-key (the scheduler's SchedulerConfig.politeness_key).
     """
 
     def __init__(self, subscription: str | None, *, counts: BigtableConfig | None = None,
                  payloads: beam.PTransform | None = None,
-                 id_label: str | None = MESSAGE_ID) -> None:
+                 id_label: str | None = MESSAGE_ID,
+                 politeness_key: str = PolitenessKey.HOST) -> None:
         super().__init__()
         if payloads is None and not (subscription or "").startswith("projects/"):
             raise ValueError(f"subscription must be a full path projects/P/subscriptions/S, "
@@ -204,6 +216,7 @@ class ReadFrontier(beam.PTransform):
         self._counts = counts
         self._payloads = payloads
         self._id_label = id_label
+        self._politeness_key = str(PolitenessKey(politeness_key))
 
     def expand(self, pbegin: PBegin) -> FrontierOutputs:
         source = self._payloads or beam.io.ReadFromPubSub(subscription=self._subscription,
@@ -211,7 +224,8 @@ class ReadFrontier(beam.PTransform):
         decoded = (
             pbegin
             | "ReadFromPubSub" >> source
-            | "DecodeAndGroupByHost" >> beam.ParDo(DecodeFrontierFn(self._counts))
+            | "DecodeAndGroupByHost" >> beam.ParDo(DecodeFrontierFn(
+                self._counts, politeness_key=self._politeness_key))
             # A str key gets a deterministic coder: the host scheduler's state is keyed by it.
             # (The hint applies to the main output.)
             .with_output_types(tuple[str, tuple[str, HostMessage]])

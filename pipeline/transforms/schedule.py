@@ -41,6 +41,7 @@ from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec
 from apache_beam.utils.shared import Shared
 from apache_beam.utils.timestamp import Timestamp
 
+from pipeline.core.bloom import is_saturated
 from pipeline.core.budget import BlockPageBudget
 from pipeline.core.counters import RECORD_COUNTERS, Counter, Maximum
 from pipeline.core.crawl_states import keeps_waiting
@@ -118,6 +119,10 @@ class SchedulerConfig:
     # A local output root: each crawl's requests are recorded under ROOT/CRAWL_ID/requests/
     # for `crawler audit` (pipeline.io.request_log). None: not recorded (cloud output).
     request_log_root: str | None = None
+    # What one delay and one request in flight are kept for (--politeness-key,
+    # pipeline.core.politeness_keys): the frontier keys messages by it, and `domain` runs
+    # DomainSchedulerFn (pipeline.transforms.schedule_domain) over the key's hosts.
+    politeness_key: str = "host"
 
 
 def crawl_policy(base: HostPolicy, crawl: Crawl) -> HostPolicy:
@@ -511,6 +516,9 @@ class HostSchedulerFn(beam.DoFn):
         self._count(crawl_id, Counter.URLS_ACCEPTED, len(accepted))
         if rank is not None:
             self._count(crawl_id, Counter.PRIORITY_ERRORS, rank.errors)
+        if batch.kind is not BatchKind.SPILL and is_saturated(state.crawls[crawl_id].seen or b""):
+            self._count(crawl_id, Counter.URLS_SEEN_AT_CEILING,
+                        len(batch.entries) - len(accepted))
         yield from self._rows(host, crawl_id, outcomes)
         if spilled:
             # Stored before the state that counts them: a retry rewrites the same rows.
@@ -781,8 +789,14 @@ class ScheduleFetches(beam.PTransform):
 
     def expand(self, host_messages: PCollection[tuple[str, tuple[str, HostMessage]]]
                ) -> ScheduleOutputs:
-        scheduled = host_messages | "HostScheduler" >> beam.ParDo(
-            HostSchedulerFn(self._config, self._clock, submit=self._submit)
+        if self._config.politeness_key == "domain":
+            # The hosts of one registered domain under one key, in cells of their own.
+            from pipeline.transforms.schedule_domain import DomainSchedulerFn
+            name, fn = "DomainScheduler", DomainSchedulerFn
+        else:
+            name, fn = "HostScheduler", HostSchedulerFn
+        scheduled = host_messages | name >> beam.ParDo(
+            fn(self._config, self._clock, submit=self._submit)
         ).with_output_types(FetchResult).with_outputs(Tag.ROWS, Tag.ROBOTS, Tag.COUNTS,
                                                       main="fetched")
         scheduled[Tag.COUNTS] | "CountInRecords" >> WriteCrawlCounts(
