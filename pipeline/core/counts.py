@@ -6,8 +6,10 @@ bundle's output, which the runner commits with the bundle's other outputs and st
 away with them when the bundle fails. A keyed step adds them to its `ShardTotals` (runner
 state: exactly once) and writes the totals, not the deltas, to the crawl's record: writing a
 total again changes nothing. Each total carries a version that grows with every change, the
-cell's timestamp, so a late write of an older total is never read as the latest. Reading a
-record sums a counter's cells over every (stage, shard).
+cell's timestamp, so a late write of an older total is never read as the latest, and a
+generation, so that a new job's state, which starts from zero, writes cells of its own beside
+those of the job before it. Reading a record sums a counter's cells over every (stage, shard,
+generation).
 
 This module is the arithmetic and the cell names; it knows nothing of Beam or Bigtable.
 """
@@ -15,12 +17,13 @@ This module is the arithmetic and the cell names; it knows nothing of Beam or Bi
 from __future__ import annotations
 
 import re
+import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-# A column of a shard total: COLUMN_PREFIX + "{stage}/{shard}/{counter}".
+# A column of a shard total: COLUMN_PREFIX + "{stage}/{shard}/{generation}/{counter}".
 COLUMN_PREFIX = "n/"
-_COLUMN = re.compile(r"n/([A-Za-z0-9_]+)/([0-9]+)/([a-z0-9_]+)")
+_COLUMN = re.compile(r"n/([A-Za-z0-9_]+)/([0-9]+)/([0-9a-f]+)/([a-z0-9_]+)")
 
 
 @dataclass
@@ -44,11 +47,19 @@ class CountDeltas:
         return any(any(counts.values()) for counts in self._by_crawl.values())
 
 
+def new_generation() -> str:
+    """A name for totals that start from zero: the state of a new job (a relaunch after a
+    drain) counts on top of what the job before it wrote, in columns of its own."""
+    return secrets.token_hex(4)
+
+
 @dataclass(frozen=True)
 class ShardTotals:
-    """The totals one (crawl, stage, shard) has counted, and their version: the number of
-    delta sets applied, so a later state always has a larger version."""
+    """The totals one (crawl, stage, shard) has counted, their version (the number of delta
+    sets applied, so a later state always has a larger one) and their generation (made once,
+    with the state that holds them: an updated job keeps it, a new job's state has its own)."""
 
+    generation: str
     totals: Mapping[str, int] = field(default_factory=dict)
     version: int = 0
 
@@ -56,15 +67,16 @@ class ShardTotals:
         totals = dict(self.totals)
         for name, n in deltas.items():
             totals[name] = totals.get(name, 0) + n
-        return ShardTotals(totals, self.version + 1)
+        return ShardTotals(self.generation, totals, self.version + 1)
 
 
-def shard_column(stage: str, shard: int, name: str) -> str:
-    """The column of one counter's total for one stage and shard of a crawl's record."""
-    column = f"{COLUMN_PREFIX}{stage}/{shard}/{name}"
+def shard_column(stage: str, shard: int, generation: str, name: str) -> str:
+    """The column of one counter's total for one stage, shard and generation of a crawl's
+    record."""
+    column = f"{COLUMN_PREFIX}{stage}/{shard}/{generation}/{name}"
     if not _COLUMN.fullmatch(column):
         raise ValueError(f"not a counter column: stage {stage!r}, shard {shard!r}, "
-                         f"counter {name!r}")
+                         f"generation {generation!r}, counter {name!r}")
     return column
 
 
@@ -75,6 +87,6 @@ def summed(columns: Iterable[tuple[str, int]]) -> dict[str, int]:
     for column, value in columns:
         match = _COLUMN.fullmatch(column)
         if match is not None:
-            name = match.group(3)
+            name = match.group(4)
             sums[name] = sums.get(name, 0) + value
     return sums

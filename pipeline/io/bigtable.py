@@ -600,16 +600,20 @@ class CrawlCounterBatch:
         write_sample(self._table, crawl_id, at, fetched)
 
 
-def write_shard_totals(tables: BigtableTables, crawl_id: str, stage: str, shard: int,
-                       totals: ShardTotals) -> None:
-    """Write one (stage, shard)'s totals into the crawl's record (pipeline.core.counts), each
-    cell at the totals' version, so a rewrite is a no-op and an older write never reads as
-    the latest."""
-    version_micros = totals.version * 1000  # Bigtable keeps millisecond timestamps
-    tables.crawls.mutate_row(check_crawl_id(crawl_id).encode(), [
-        SetCell(CRAWLS_FAMILY, shard_column(stage, shard, name).encode(), _INT64.pack(n),
-                version_micros)
-        for name, n in sorted(totals.totals.items())])
+def write_shard_totals(tables: BigtableTables,
+                       shards: list[tuple[str, int, str, ShardTotals]]) -> None:
+    """Write (crawl id, shard, stage, totals) into the crawls' records (pipeline.core.counts),
+    in one request: each cell at its totals' version, so a rewrite is a no-op and an older
+    write never reads as the latest. Raises the client's error if any row was not written."""
+    entries = [
+        RowMutationEntry(check_crawl_id(crawl_id).encode(), [
+            SetCell(CRAWLS_FAMILY,
+                    shard_column(stage, shard, totals.generation, name).encode(),
+                    _INT64.pack(n), totals.version * 1000)  # millisecond timestamps
+            for name, n in sorted(totals.totals.items())])
+        for crawl_id, shard, stage, totals in shards if totals.totals]
+    if entries:
+        tables.crawls.bulk_mutate_rows(entries)
 
 
 def write_sample(crawls: Any, crawl_id: str, at: float, fetched: int) -> None:

@@ -5,8 +5,8 @@ finish_bundle, yields what it counted as `Tag.COUNTS` outputs, keyed by crawl an
 COUNT_SHARDS shards. The runner commits those outputs with the bundle, or drops them with a
 bundle that failed and is retried, so a count is never made twice by a retry, unlike an
 increment written to Bigtable from the bundle. `WriteCrawlCounts` adds them up per (crawl,
-shard) in runner state and writes the totals to the crawl's record every COUNTS_FLUSH_S, each
-cell versioned, so rewriting one changes nothing. The record's reader sums the shards
+shard) in runner state and writes the totals to the crawl's record as each of its bundles
+ends, each cell versioned, so rewriting one changes nothing. The record's reader sums the shards
 (pipeline.io.crawls); the crawl's row takes a stage's writes from COUNT_SHARDS keys, however
 many workers the job has.
 """
@@ -14,23 +14,16 @@ many workers the job has.
 from __future__ import annotations
 
 import random
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import apache_beam as beam
-from apache_beam.coders import BooleanCoder, PickleCoder
+from apache_beam.coders import PickleCoder
 from apache_beam.pvalue import PCollection, TaggedOutput
-from apache_beam.transforms.timeutil import TimeDomain
-from apache_beam.transforms.userstate import (
-    ReadModifyWriteStateSpec,
-    TimerSpec,
-    on_timer,
-)
+from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 from apache_beam.transforms.window import GlobalWindows
-from apache_beam.utils.timestamp import Timestamp
 
 from pipeline.core.counters import Counter, record_name
-from pipeline.core.counts import CountDeltas, ShardTotals
+from pipeline.core.counts import CountDeltas, ShardTotals, new_generation
 from pipeline.io.bigtable import BigtableConfig, check_crawl_id, write_shard_totals
 from pipeline.transforms.resources import worker_resources
 from pipeline.transforms.tags import Tag
@@ -38,9 +31,6 @@ from pipeline.transforms.tags import Tag
 # Keys a stage's counts of one crawl are spread over: enough that no key takes more than a
 # few of the stage's bundles a second, few enough that a crawl's record stays small.
 COUNT_SHARDS = 8
-# How often a shard's totals are written once they changed. A crawl ends once its counters
-# stood still for several of these (pipeline.transforms.crawl_watch).
-COUNTS_FLUSH_S = 0.5
 
 
 class BundleCounts:
@@ -65,40 +55,43 @@ class BundleCounts:
 
 
 class CrawlCountsFn(beam.DoFn):
-    """(crawl/shard, deltas) -> nothing: adds the deltas to the shard's totals in state and
-    writes the totals to the crawl's record at most every `flush_s` (a timer armed by the
-    first change after a write, so an idle shard has no timer)."""
+    """(crawl/shard, deltas) -> nothing: adds the deltas to the shard's totals in state, and
+    writes the totals of every shard the bundle changed, once, when the bundle ends.
+
+    Writing in finish_bundle is safe although it happens before the runner commits the
+    bundle: a bundle that fails after writing is retried on the same elements, so it computes
+    the same totals at the same versions and writes the same cells again. No timer: an idle
+    shard costs nothing and a drain has nothing of it to fire."""
 
     TOTALS = ReadModifyWriteStateSpec("totals", PickleCoder())
-    ARMED = ReadModifyWriteStateSpec("armed", BooleanCoder())
-    FLUSH = TimerSpec("flush", TimeDomain.REAL_TIME)
 
-    def __init__(self, config: BigtableConfig, stage: str, flush_s: float = COUNTS_FLUSH_S,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, config: BigtableConfig, stage: str) -> None:
         self._config = config
         self._stage = stage
-        self._flush_s = flush_s
-        self._clock = clock
+        self._changed: dict[str, ShardTotals] = {}
+
+    def start_bundle(self) -> None:
+        self._changed = {}
 
     def process(self, element: tuple[str, dict[str, int]],
-                totals=beam.DoFn.StateParam(TOTALS), armed=beam.DoFn.StateParam(ARMED),
-                flush=beam.DoFn.TimerParam(FLUSH)) -> None:
-        _, deltas = element
-        totals.write((totals.read() or ShardTotals()).plus(deltas))
-        if not armed.read():
-            flush.set(Timestamp.of(self._clock() + self._flush_s))
-            armed.write(True)
+                totals=beam.DoFn.StateParam(TOTALS)) -> None:
+        key, deltas = element
+        now = (totals.read() or ShardTotals(new_generation())).plus(deltas)
+        totals.write(now)
+        self._changed[key] = now
 
-    @on_timer(FLUSH)
-    def write(self, key=beam.DoFn.KeyParam, totals=beam.DoFn.StateParam(TOTALS),
-              armed=beam.DoFn.StateParam(ARMED)) -> None:
-        armed.clear()
-        current = totals.read()
-        if current is None:
-            return
-        crawl_id, shard = key.rsplit("/", 1)
-        write_shard_totals(worker_resources().bigtable(self._config), crawl_id, self._stage,
-                           int(shard), current)
+    def finish_bundle(self) -> None:
+        if self._changed:
+            write_shard_totals(
+                worker_resources().bigtable(self._config),
+                [(*_crawl_and_shard(key), self._stage, totals)
+                 for key, totals in self._changed.items()])
+        self._changed = {}
+
+
+def _crawl_and_shard(key: str) -> tuple[str, int]:
+    crawl_id, shard = key.rsplit("/", 1)
+    return crawl_id, int(shard)
 
 
 class WriteCrawlCounts(beam.PTransform):
