@@ -1,6 +1,5 @@
 """What the DoFns of one worker process share: the Pub/Sub publisher, Bigtable tables and their
-per-thread writers, the crawls' counts on their way to the crawl records, open segment
-writers, the fetch client and pool, and running fetches.
+per-thread writers, open segment writers, the fetch client and pool, and running fetches.
 
 One object, `WorkerResources`, acquired in each DoFn's `setup` through Beam's
 `apache_beam.utils.shared.Shared` (as Beam's AsyncWrapper does), so every DoFn instance in a
@@ -28,13 +27,10 @@ from typing import Any
 from apache_beam.utils.shared import Shared
 
 from pipeline.core.budget import BudgetBlocks
-from pipeline.core.counters import Counter, record_name
 from pipeline.io.bigtable import (
     BigtableConfig,
     BigtableTables,
-    CrawlCounterBatch,
     PageRowWriter,
-    check_crawl_id,
 )
 from pipeline.io.bigtable import open_tables as open_bigtable
 from pipeline.io.dns import ResolveOverride, Resolver
@@ -45,76 +41,6 @@ log = logging.getLogger(__name__)
 
 # Endpoints that decide which service a client talks to; a change means new clients.
 _ENDPOINT_VARIABLES = ("PUBSUB_EMULATOR_HOST", "BIGTABLE_EMULATOR_HOST", "STORAGE_EMULATOR_HOST")
-# How often a process writes its crawls' counts to their records. A crawl ends once its
-# counters have stood still for a quiet period of several of these (pipeline.transforms
-# .crawl_watch), so a count not yet written cannot make a crawl look settled.
-COUNTS_FLUSH_S = 0.5
-
-
-class CrawlCounts:
-    """This process's counts for each crawl's record (pipeline.core.counters.RECORD_COUNTERS),
-    gathered from every DoFn and written by a thread of their own every `flush_s`, one
-    read-modify-write per crawl, rather than by each bundle: a local crawl makes a bundle
-    for every timer firing, and a write per bundle and stage would cost more CPU than the
-    pages themselves.
-
-    A write that fails keeps its counts for the next one. Counts are at least once: a
-    retried bundle counts again, and a write whose answer was lost may be applied twice.
-    """
-
-    def __init__(self, tables: BigtableTables, flush_s: float = COUNTS_FLUSH_S) -> None:
-        self._batch = CrawlCounterBatch(tables)
-        self._flush_s = flush_s
-        self._lock = threading.Lock()
-        self._pending: dict[str, dict[str, int]] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def add(self, crawl_id: str, counter: Counter, n: int = 1) -> None:
-        """Count n more of `counter` for crawl `crawl_id` (written within flush_s)."""
-        if not n:
-            return
-        name = record_name(counter)
-        check_crawl_id(crawl_id)  # here, not in the thread that writes it
-        with self._lock:
-            counts = self._pending.setdefault(crawl_id, {})
-            counts[name] = counts.get(name, 0) + n
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="crawl-counts",
-                                                daemon=True)
-                self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._flush_s):
-            self.flush()
-
-    def flush(self) -> None:
-        """Write what is counted now."""
-        with self._lock:
-            pending, self._pending = self._pending, {}
-        for crawl_id, counts in pending.items():
-            for name, n in counts.items():
-                self._batch.add(crawl_id, name, n)
-            try:
-                self._batch.flush()
-            except Exception as exc:  # the client's errors: counted again at the next write
-                log.warning("cannot write the counters of crawl %s (%s); trying again",
-                            crawl_id, exc)
-                self._batch.clear()
-                with self._lock:
-                    again = self._pending.setdefault(crawl_id, {})
-                    for name, n in counts.items():
-                        again[name] = again.get(name, 0) + n
-
-    def close(self) -> None:
-        """Stop the thread and write what is left."""
-        self._stop.set()
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.join(timeout=30)
-        self.flush()
-
-
 @dataclass
 class BigtableThreadStore:
     """A thread's row writer (writers are not thread-safe; tables are)."""
@@ -137,13 +63,10 @@ class _Open:
     fetch_clients: dict[tuple[FetchConfig, tuple[ResolveOverride, ...]], FetchClient] = field(
         default_factory=dict)
     fetches: dict[str, Future[FetchResponse]] = field(default_factory=dict)
-    counts: dict[BigtableConfig, CrawlCounts] = field(default_factory=dict)
 
     def close(self) -> None:
-        """Write the counts, close writers, tables, the publisher and the pool, and forget
-        the rest (every bundle flushed what it wrote, so nothing else is pending)."""
-        for counts in self.counts.values():
-            counts.close()
+        """Close writers, tables, the publisher and the pool, and forget the rest (every
+        bundle flushed what it wrote, so nothing else is pending)."""
         publisher, self.publisher = self.publisher, None
         pool, self.fetch_pool = self.fetch_pool, None
         for warc, wet in self.segments.values():
@@ -152,7 +75,7 @@ class _Open:
         for tables in self.tables.values():
             tables.close()
         for opened in (self.tables, self.thread_stores, self.segments, self.fetch_clients,
-                       self.fetches, self.counts):
+                       self.fetches):
             opened.clear()
         if publisher is not None:
             publisher.stop()
@@ -216,14 +139,6 @@ class WorkerResources:
                 store = self._open.thread_stores[key] = BigtableThreadStore(
                     PageRowWriter(tables))
             return store
-
-    def crawl_counts(self, config: BigtableConfig) -> CrawlCounts:
-        """The process's counts for the crawl records in config's `crawls` table."""
-        with self._lock:
-            counts = self._open.counts.get(config)
-            if counts is None:
-                counts = self._open.counts[config] = CrawlCounts(self._tables(config))
-            return counts
 
     # --- Segments ---------------------------------------------------------------------------
     def segments(self, out: str, crawl_id: str) -> tuple[SegmentWriter, SegmentWriter]:

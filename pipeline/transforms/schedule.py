@@ -36,7 +36,7 @@ from typing import NamedTuple
 import apache_beam as beam
 from apache_beam import TimeDomain
 from apache_beam.coders import PickleCoder
-from apache_beam.pvalue import PCollection
+from apache_beam.pvalue import PCollection, TaggedOutput
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.utils.shared import Shared
 from apache_beam.utils.timestamp import Timestamp
@@ -81,7 +81,8 @@ from pipeline.io.request_log import REQUEST_LOG_DIR, recording, request_log
 from pipeline.io.sleepers import SLEEP_NOTED_S, note_asleep
 from pipeline.metrics import CrawlCounter, crawl_counter, crawl_maximum
 from pipeline.transforms.budget import shared_page_budget
-from pipeline.transforms.resources import CrawlCounts, WorkerResources, worker_resources
+from pipeline.transforms.counts import BundleCounts, WriteCrawlCounts
+from pipeline.transforms.resources import WorkerResources, worker_resources
 from pipeline.transforms.tags import Tag
 
 log = logging.getLogger(__name__)
@@ -390,7 +391,7 @@ class HostSchedulerFn(beam.DoFn):
         self._due_lag = crawl_maximum(Maximum.DUE_LAG_MS)
         self._resources: WorkerResources | None = None
         self._records: CrawlRecords | None = None
-        self._counts: CrawlCounts | None = None
+        self._counts = BundleCounts()
         self._overrides: tuple = ()
 
     def setup(self) -> None:
@@ -401,7 +402,6 @@ class HostSchedulerFn(beam.DoFn):
         # someone holds them, so the scheduler holds the last ones it acquired.
         _HELD[:] = [self._resources]
         self._records = crawl_records()
-        self._counts = self._resources.crawl_counts(self._config.bigtable)
 
     def _shared(self) -> WorkerResources:
         # A method, not a property: Beam inspects every attribute of a DoFn when applied.
@@ -410,6 +410,11 @@ class HostSchedulerFn(beam.DoFn):
 
     def start_bundle(self) -> None:
         self._refilled_in_bundle = set()
+        self._counts = BundleCounts()
+
+    def finish_bundle(self) -> Iterator[TaggedOutput]:
+        # The bundle's counts for the crawl records, committed with its state (Tag.COUNTS).
+        yield from self._counts.outputs()
 
     def _count(self, crawl_id: str, counter: Counter, n: int = 1) -> None:
         """Count for the job's metrics and, for a record counter, in the crawl's record."""
@@ -420,7 +425,6 @@ class HostSchedulerFn(beam.DoFn):
             metric = self._metrics[counter] = crawl_counter(counter)
         metric.inc(n)
         if counter in RECORD_COUNTERS:
-            assert self._counts is not None, "setup() not called"
             self._counts.add(crawl_id, counter, n)
 
     # ----------------------------------------------------------------------- crawls
@@ -793,5 +797,8 @@ class ScheduleFetches(beam.PTransform):
             name, fn = "HostScheduler", HostSchedulerFn
         scheduled = host_messages | name >> beam.ParDo(
             fn(self._config, self._clock, submit=self._submit)
-        ).with_output_types(FetchResult).with_outputs(Tag.ROWS, Tag.ROBOTS, main="fetched")
+        ).with_output_types(FetchResult).with_outputs(Tag.ROWS, Tag.ROBOTS, Tag.COUNTS,
+                                                      main="fetched")
+        scheduled[Tag.COUNTS] | "CountInRecords" >> WriteCrawlCounts(
+            self._config.bigtable, "schedule")
         return ScheduleOutputs(scheduled.fetched, scheduled[Tag.ROWS], scheduled[Tag.ROBOTS])

@@ -16,3 +16,4 @@ class Tag(StrEnum):
     HOST_SIGNALS = "host_signals"  # HostSignal: slow a host of duplicates down, or release it
     DEAD_LETTERS = "dead_letters"  # pages, or records read, that no attempt could handle
     REDRIVE = "redrive"  # DeadLetter sent back to the frontier by `crawler redrive`
+    COUNTS = "counts"  # (crawl/shard, {counter: delta}): a bundle's counts for crawl records
