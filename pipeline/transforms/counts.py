@@ -5,8 +5,9 @@ finish_bundle, yields what it counted as `Tag.COUNTS` outputs, keyed by crawl an
 COUNT_SHARDS shards. The runner commits those outputs with the bundle, or drops them with a
 bundle that failed and is retried, so a count is never made twice by a retry, unlike an
 increment written to Bigtable from the bundle. `WriteCrawlCounts` adds them up per (crawl,
-shard) in runner state and writes the totals to the crawl's record as each of its bundles
-ends, each cell versioned, so rewriting one changes nothing. The record's reader sums the shards
+shard) in runner state, and the process writes the latest totals to the crawl's record
+(pipeline.transforms.resources.TotalsWriter), each cell versioned, so rewriting one changes
+nothing. The record's reader sums the shards
 (pipeline.io.crawls); the crawl's row takes a stage's writes from COUNT_SHARDS keys, however
 many workers the job has.
 """
@@ -24,7 +25,7 @@ from apache_beam.transforms.window import GlobalWindows
 
 from pipeline.core.counters import Counter, record_name
 from pipeline.core.counts import CountDeltas, ShardTotals, new_generation
-from pipeline.io.bigtable import BigtableConfig, check_crawl_id, write_shard_totals
+from pipeline.io.bigtable import BigtableConfig, check_crawl_id
 from pipeline.transforms.resources import worker_resources
 from pipeline.transforms.tags import Tag
 
@@ -56,12 +57,13 @@ class BundleCounts:
 
 class CrawlCountsFn(beam.DoFn):
     """(crawl/shard, deltas) -> nothing: adds the deltas to the shard's totals in state, and
-    writes the totals of every shard the bundle changed, once, when the bundle ends.
+    hands the totals of every shard the bundle changed to the process's TotalsWriter when the
+    bundle ends (written within TOTALS_FLUSH_S).
 
-    Writing in finish_bundle is safe although it happens before the runner commits the
-    bundle: a bundle that fails after writing is retried on the same elements, so it computes
-    the same totals at the same versions and writes the same cells again. No timer: an idle
-    shard costs nothing and a drain has nothing of it to fire."""
+    Handing them on before the runner commits the bundle is safe: a bundle that fails is
+    retried on the same elements, so it computes the same totals at the same versions, and
+    the cells they are written to hold the same values. No timer: an idle shard costs
+    nothing and a drain has nothing of it to fire."""
 
     TOTALS = ReadModifyWriteStateSpec("totals", PickleCoder())
 
@@ -82,10 +84,10 @@ class CrawlCountsFn(beam.DoFn):
 
     def finish_bundle(self) -> None:
         if self._changed:
-            write_shard_totals(
-                worker_resources().bigtable(self._config),
-                [(*_crawl_and_shard(key), self._stage, totals)
-                 for key, totals in self._changed.items()])
+            writer = worker_resources().totals_writer(self._config)
+            for key, totals in self._changed.items():
+                crawl_id, shard = _crawl_and_shard(key)
+                writer.put(crawl_id, shard, self._stage, totals)
         self._changed = {}
 
 

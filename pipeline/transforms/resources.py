@@ -27,10 +27,12 @@ from typing import Any
 from apache_beam.utils.shared import Shared
 
 from pipeline.core.budget import BudgetBlocks
+from pipeline.core.counts import ShardTotals
 from pipeline.io.bigtable import (
     BigtableConfig,
     BigtableTables,
     PageRowWriter,
+    write_shard_totals,
 )
 from pipeline.io.bigtable import open_tables as open_bigtable
 from pipeline.io.dns import ResolveOverride, Resolver
@@ -41,6 +43,70 @@ log = logging.getLogger(__name__)
 
 # Endpoints that decide which service a client talks to; a change means new clients.
 _ENDPOINT_VARIABLES = ("PUBSUB_EMULATOR_HOST", "BIGTABLE_EMULATOR_HOST", "STORAGE_EMULATOR_HOST")
+# How often a process writes the counter totals its count steps made (pipeline.transforms
+# .counts). A crawl ends once its counters stood still for a quiet period of several of these
+# (pipeline.transforms.crawl_watch), so a total not yet written cannot make it look settled.
+TOTALS_FLUSH_S = 0.5
+
+
+class TotalsWriter:
+    """The latest counter totals of each (crawl, stage, shard, generation) this process's count
+    steps made, written into the crawl records by a thread of their own every `flush_s`, in one
+    request: a local crawl makes a bundle for almost every event, and a write per bundle of a
+    count step would cost more CPU than the pages.
+
+    What is written is totals, each at its version, not increments: a write that is late,
+    repeated or lost changes no count. The runner state holds the totals, so one lost with the
+    process is written again by the shard's next change (until then the record is behind)."""
+
+    def __init__(self, tables: BigtableTables, flush_s: float = TOTALS_FLUSH_S) -> None:
+        self._tables = tables
+        self._flush_s = flush_s
+        self._lock = threading.Lock()
+        self._pending: dict[tuple[str, str, int, str], ShardTotals] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def put(self, crawl_id: str, shard: int, stage: str, totals: ShardTotals) -> None:
+        """Hold `totals` for the next write, unless newer ones are held already."""
+        key = (crawl_id, stage, shard, totals.generation)
+        with self._lock:
+            held = self._pending.get(key)
+            if held is None or held.version < totals.version:
+                self._pending[key] = totals
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="crawl-counts",
+                                                daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._flush_s):
+            self.flush()
+
+    def flush(self) -> None:
+        """Write what is held now (a failed write keeps it for the next one)."""
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        if not pending:
+            return
+        try:
+            write_shard_totals(self._tables, [(crawl_id, shard, stage, totals) for
+                                              (crawl_id, stage, shard, _), totals in
+                                              pending.items()])
+        except Exception as exc:  # the client's errors: written at the next flush
+            log.warning("cannot write the crawl counters (%s); trying again", exc)
+            for (crawl_id, stage, shard, _), totals in pending.items():
+                self.put(crawl_id, shard, stage, totals)
+
+    def close(self) -> None:
+        """Stop the thread and write what is left."""
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout=30)
+        self.flush()
+
+
 @dataclass
 class BigtableThreadStore:
     """A thread's row writer (writers are not thread-safe; tables are)."""
@@ -63,10 +129,13 @@ class _Open:
     fetch_clients: dict[tuple[FetchConfig, tuple[ResolveOverride, ...]], FetchClient] = field(
         default_factory=dict)
     fetches: dict[str, Future[FetchResponse]] = field(default_factory=dict)
+    totals: dict[BigtableConfig, TotalsWriter] = field(default_factory=dict)
 
     def close(self) -> None:
-        """Close writers, tables, the publisher and the pool, and forget the rest (every
-        bundle flushed what it wrote, so nothing else is pending)."""
+        """Write the counter totals held, close writers, tables, the publisher and the pool,
+        and forget the rest (every bundle flushed what it wrote, so nothing else is pending)."""
+        for totals in self.totals.values():
+            totals.close()
         publisher, self.publisher = self.publisher, None
         pool, self.fetch_pool = self.fetch_pool, None
         for warc, wet in self.segments.values():
@@ -75,7 +144,7 @@ class _Open:
         for tables in self.tables.values():
             tables.close()
         for opened in (self.tables, self.thread_stores, self.segments, self.fetch_clients,
-                       self.fetches):
+                       self.fetches, self.totals):
             opened.clear()
         if publisher is not None:
             publisher.stop()
@@ -128,6 +197,14 @@ class WorkerResources:
         if tables is None:
             tables = self._open.tables[config] = open_bigtable(config, create=False)
         return tables
+
+    def totals_writer(self, config: BigtableConfig) -> TotalsWriter:
+        """The process's writer of counter totals into config's crawl records."""
+        with self._lock:
+            writer = self._open.totals.get(config)
+            if writer is None:
+                writer = self._open.totals[config] = TotalsWriter(self._tables(config))
+            return writer
 
     def bigtable_store(self, config: BigtableConfig) -> BigtableThreadStore:
         """This thread's row writer for config."""
