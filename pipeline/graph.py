@@ -25,13 +25,14 @@ from pipeline.io.storage import is_gcs
 from pipeline.options import CrawlOptions
 from pipeline.transforms.bigtable import WritePagesToBigtable
 from pipeline.transforms.crawl_watch import WatchCrawls
+from pipeline.transforms.fetches import ScheduleFetches
 from pipeline.transforms.frontier import (
     PublishDeadLetters,
     PublishFrontier,
     PublishPageEvents,
     ReadFrontier,
 )
-from pipeline.transforms.schedule import ScheduleFetches, SchedulerConfig, agent_token
+from pipeline.transforms.schedule import SchedulerConfig, agent_token
 from pipeline.transforms.store import ReplayDeadLetters, StorePages
 from pipeline.transforms.table import WritePagesTable
 

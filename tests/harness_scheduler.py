@@ -66,9 +66,10 @@ from pipeline.io.crawls import Crawl, apply_action, create_crawl, read_crawl
 from pipeline.io.fetch import FetchConfig, FetchResponse
 from pipeline.local.direct_runner import direct_runner_speedups
 from pipeline.transforms.crawl_watch import CrawlEndings, WatchPass
+from pipeline.transforms.fetches import ScheduleFetches
 from pipeline.transforms.frontier import ReadFrontier
 from pipeline.transforms.resources import worker_resources
-from pipeline.transforms.schedule import ScheduleFetches, SchedulerConfig, crawl_records
+from pipeline.transforms.schedule import SchedulerConfig, crawl_records
 
 AGENT = "testbot/1.0"
 TEXT = (("Content-Type", "text/plain"),)

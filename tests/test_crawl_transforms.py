@@ -22,9 +22,10 @@ from pipeline.io.crawls import create_crawl
 from pipeline.io.fetch import FetchConfig, FetchResponse
 from pipeline.io.pages_table import pages_glob, query_pages
 from pipeline.io.segments import SegmentWriter
+from pipeline.transforms.fetches import ScheduleFetches
 from pipeline.transforms.frontier import ReadFrontier
 from pipeline.transforms.resources import worker_resources
-from pipeline.transforms.schedule import ScheduleFetches, SchedulerConfig
+from pipeline.transforms.schedule import SchedulerConfig
 from pipeline.transforms.store import ReplayDeadLetters
 from pipeline.transforms.table import WritePagesTable
 from tests.conftest import fresh_name

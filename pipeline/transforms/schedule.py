@@ -31,12 +31,10 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import apache_beam as beam
 from apache_beam import TimeDomain
 from apache_beam.coders import PickleCoder
-from apache_beam.pvalue import PCollection
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.utils.shared import Shared
 from apache_beam.utils.timestamp import Timestamp
@@ -753,45 +751,3 @@ def _spent(budget: BlockPageBudget, crawl: Crawl) -> bool:
     and either it was told so, or the crawl's record says every page was claimed (by this
     process or another), so a host here need not claim to learn it."""
     return budget.spent or (crawl.budget_exhausted and budget.left == 0)
-
-
-class ScheduleOutputs(NamedTuple):
-    """ScheduleFetches' outputs."""
-
-    fetched: PCollection[FetchResult]  # pages fetched, of any crawl
-    rows: PCollection[PageRow]  # URLs that ended here: disallowed, failed, over budget, ...
-    # robots.txt requests and answers bound for other hosts' keys, and the sitemap documents
-    # robots.txt lists (--sitemaps), through the frontier
-    robots: PCollection[RobotsRequest | RobotsAnswer | FrontierBatch]
-
-
-class ScheduleFetches(beam.PTransform):
-    """(host, (crawl id, HostMessage)) -> ScheduleOutputs (fetched, rows, robots).
-
-    clock: the scheduler's time source (tests drive it). submit: how a fetch is started,
-    (fetch function, url) -> Future of FetchResponse; default: the process-wide fetch pool.
-    """
-
-    def __init__(
-        self,
-        config: SchedulerConfig,
-        clock: Callable[[], float] = time.time,
-        submit: Submit | None = None,
-    ) -> None:
-        super().__init__()
-        self._config = config
-        self._clock = clock
-        self._submit = submit
-
-    def expand(self, host_messages: PCollection[tuple[str, tuple[str, HostMessage]]]
-               ) -> ScheduleOutputs:
-        if self._config.politeness_key == "domain":
-            # The hosts of one registered domain under one key, in cells of their own.
-            from pipeline.transforms.schedule_domain import DomainSchedulerFn
-            name, fn = "DomainScheduler", DomainSchedulerFn
-        else:
-            name, fn = "HostScheduler", HostSchedulerFn
-        scheduled = host_messages | name >> beam.ParDo(
-            fn(self._config, self._clock, submit=self._submit)
-        ).with_output_types(FetchResult).with_outputs(Tag.ROWS, Tag.ROBOTS, main="fetched")
-        return ScheduleOutputs(scheduled.fetched, scheduled[Tag.ROWS], scheduled[Tag.ROBOTS])
