@@ -110,6 +110,25 @@ def build_crawler(
         page_step=page_step, counts=counts,
     )
     rows = (scheduled.rows, replayed.rows, stored.rows) | "AllRows" >> beam.Flatten()
+    _write_rows(rows, out=out, config=config, row_shards=row_shards, events_topic=events_topic,
+                bigquery_table=bigquery_table)
+    to_frontier = [stored.links, scheduled.robots]
+    if watch is not None:
+        woken = p | "WatchCrawls" >> WatchCrawls(config.bigtable, every_s=watch.every_s,
+                                                 quiet_s=watch.quiet_s, clock=clock)
+        to_frontier.append(woken)
+    (
+        tuple(to_frontier)
+        | "AllFrontierMessages" >> beam.Flatten()
+        | "PublishFrontier" >> PublishFrontier(topic, counts=counts)
+    )
+    stored.dead_letters | "PublishDeadLetters" >> PublishDeadLetters(dead_letter_topic)
+
+
+def _write_rows(rows: beam.PCollection, *, out: str, config: SchedulerConfig, row_shards: int,
+                events_topic: str | None, bigquery_table: str | None) -> None:
+    """Every row to the crawl's Parquet table and to Bigtable, then (once durable) its page
+    event to `events_topic`; and to BigQuery with `bigquery_table`."""
     rows | "WritePagesTable" >> WritePagesTable(out, None, shards=row_shards)
     durable = rows | "WritePagesToBigtable" >> WritePagesToBigtable(config.bigtable)
     if events_topic is not None:
@@ -123,14 +142,3 @@ def build_crawler(
 
         rows | "WritePagesToBigQuery" >> WritePagesToBigQuery(bigquery_table,
                                                                shards=row_shards)
-    to_frontier = [stored.links, scheduled.robots]
-    if watch is not None:
-        woken = p | "WatchCrawls" >> WatchCrawls(config.bigtable, every_s=watch.every_s,
-                                                 quiet_s=watch.quiet_s, clock=clock)
-        to_frontier.append(woken)
-    (
-        tuple(to_frontier)
-        | "AllFrontierMessages" >> beam.Flatten()
-        | "PublishFrontier" >> PublishFrontier(topic, counts=counts)
-    )
-    stored.dead_letters | "PublishDeadLetters" >> PublishDeadLetters(dead_letter_topic)
