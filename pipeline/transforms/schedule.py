@@ -467,6 +467,16 @@ class HostSchedulerFn(beam.DoFn):
         # A crawl whose record cannot be read (yet) gets the shared policy here, and its
         # work waits at the timer until the record is read (FleetHostState.next_action).
         policy = self._policy(self._crawl(crawl_id, now))
+        yield from self._host_message(host, crawl_id, message, state, now, policy)
+        self._arm(state, wake, now)
+        self._count_activity(before, state)
+        cells.write(state)
+
+    def _host_message(self, host: str, crawl_id: str, message: HostMessage,
+                      state: FleetHostState, now: float, policy: HostPolicy
+                      ) -> Iterator[object]:
+        """What one message of a crawl does to one host's state (the domain scheduler runs
+        each host's part of a message through this too)."""
         if isinstance(message, HostWake):
             if crawl_id in state.crawls:
                 self._count(crawl_id, Counter.HOSTS_WOKEN)
@@ -487,9 +497,6 @@ class HostSchedulerFn(beam.DoFn):
             state.mark_seen(crawl_id, list(message.entries), policy, issued=message.issued)
         else:
             yield from self._offer(host, crawl_id, message, state, now, policy)
-        self._arm(state, wake, now)
-        self._count_activity(before, state)
-        cells.write(state)
 
     def _offer(self, host: str, crawl_id: str, batch: HostBatch, state: FleetHostState,
                now: float, policy: HostPolicy) -> Iterator[object]:
@@ -565,28 +572,13 @@ class HostSchedulerFn(beam.DoFn):
 
     def _step(self, host: str, state: FleetHostState, now: float) -> Iterator[object]:
         """Collect a finished fetch if there is one, then start the next if the host is due."""
-        lease = state.lease
-        if lease is not None:
+        if state.lease is not None:
             holder = state.holder
             assert holder is not None
-            policy = self._policy(self._crawl(holder, now))
-            future = self._shared().running_fetch(lease.lease_id)
-            if future is not None and not future.done():
-                running = now - lease.started_at
-                state.wake_at = now + min(_POLL_MAX, max(_POLL_MIN, running / 4))
+            wait, decision, response, policy = self._collect(state, host, holder, now)
+            if decision is None:
+                state.wake_at = wait
                 return
-            if future is None:
-                decision = state.expire_lease(now, policy)
-                if state.lease is not None:
-                    state.wake_at = decision.wake_at
-                    return
-                self._count(holder, Counter.LEASES_EXPIRED)
-                log.warning("lease on %s for %s expired; fetching it again", host, lease.url)
-                response = None
-            else:
-                self._shared().forget_fetch(lease.lease_id)
-                response = future.result()
-                decision = state.complete(lease.lease_id, _report(response, lease), now, policy)
             yield from self._carry_out(host, decision, response, agent_token(policy.user_agent))
         self._tend_overflow(host, state, now)
         # The host is due once it has work and its delay has passed.
@@ -601,6 +593,30 @@ class HostSchedulerFn(beam.DoFn):
             self._due_lag.observe(max(0.0, now - due) * 1000)
             self._start_fetch(crawl_id, order.lease, now)
         state.wake_at = decision.wake_at
+
+    def _collect(self, state, host: str, crawl_id: str, now: float
+                 ) -> tuple[float | None, object, FetchResponse | None, HostPolicy]:
+        """The fetch in flight under `state`'s lease (a host's, or a domain's whose `host`
+        holds it for crawl `crawl_id`): (when to look again, None, None, policy) while it runs
+        or its lease has time left, else (None, the decision its result or its lease's
+        expiry made, the response or None, policy)."""
+        lease = state.lease
+        policy = self._policy(self._crawl(crawl_id, now))
+        future = self._shared().running_fetch(lease.lease_id)
+        if future is not None and not future.done():
+            running = now - lease.started_at
+            return now + min(_POLL_MAX, max(_POLL_MIN, running / 4)), None, None, policy
+        if future is None:
+            decision = state.expire_lease(now, policy)
+            if state.lease is not None:
+                return decision.wake_at, None, None, policy
+            self._count(crawl_id, Counter.LEASES_EXPIRED)
+            log.warning("lease on %s for %s expired; fetching it again", host, lease.url)
+            return None, decision, None, policy
+        self._shared().forget_fetch(lease.lease_id)
+        response = future.result()
+        return None, state.complete(lease.lease_id, _report(response, lease), now, policy), \
+            response, policy
 
     def _tend_overflow(self, host: str, state: FleetHostState, now: float) -> None:
         """Each crawl's overflow chunks: delete what an earlier bundle read back, read back

@@ -26,27 +26,21 @@ from apache_beam.coders import PickleCoder
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.utils.timestamp import Timestamp
 
-from pipeline.core.counters import Counter
 from pipeline.core.domain_hosts import DomainDecision, DomainHostsState
 from pipeline.core.fleet_host import FleetHostState
 from pipeline.core.records import (
     HostBatch,
     HostSeenMarks,
     HostSignal,
-    HostSignalKind,
     HostWake,
     RobotsAnswer,
-    RobotsRequest,
 )
 from pipeline.core.urls import InvalidURL, host_key, normalize_url
 from pipeline.transforms.schedule import (
-    _POLL_MAX,
-    _POLL_MIN,
     HostCells,
     HostMessage,
     HostSchedulerFn,
     _activity,
-    _report,
     agent_token,
 )
 
@@ -240,28 +234,6 @@ class DomainSchedulerFn(HostSchedulerFn):
         self._count_domain_activity(before, state)
         cells.write(state)
 
-    def _host_message(self, host: str, crawl_id: str, message: HostMessage,
-                      state: FleetHostState, now: float, policy) -> Iterator[object]:
-        """One host's part of a message, as HostSchedulerFn.process handles it."""
-        if isinstance(message, HostWake):
-            if crawl_id in state.crawls:
-                self._count(crawl_id, Counter.HOSTS_WOKEN)
-                state.wake_at = now
-        elif isinstance(message, RobotsRequest | RobotsAnswer):
-            yield from self._robots_message(host, crawl_id, message, state, now, policy)
-        elif isinstance(message, HostSignal):
-            if crawl_id in state.crawls:
-                throttle = message.signal is HostSignalKind.THROTTLE
-                crawl = state.crawls[crawl_id]
-                if throttle and not crawl.duplicate_heavy:
-                    self._count(crawl_id, Counter.HOSTS_THROTTLED_FOR_DUPLICATES)
-                crawl.set_duplicate_heavy(throttle, policy)
-        elif isinstance(message, HostSeenMarks):
-            self._count(crawl_id, Counter.URLS_OFFERED, len(message.entries))
-            state.mark_seen(crawl_id, list(message.entries), policy, issued=message.issued)
-        else:
-            yield from self._offer(host, crawl_id, message, state, now, policy)
-
     @on_timer(DOMAIN_WAKE)
     def on_wake(
         self,
@@ -295,30 +267,15 @@ class DomainSchedulerFn(HostSchedulerFn):
         """HostSchedulerFn._step for the domain: collect the fetch in flight on any of its
         hosts, then start the next request of the host whose turn it is, if the domain is
         due. Appends the domain's next wake to `woken`."""
-        lease = state.lease
-        if lease is not None:
+        if state.lease is not None:
             host = state.holder
             assert host is not None
             holder = state.hosts[host].holder
             assert holder is not None
-            policy = self._policy(self._crawl(holder, now))
-            future = self._shared().running_fetch(lease.lease_id)
-            if future is not None and not future.done():
-                running = now - lease.started_at
-                woken.append(now + min(_POLL_MAX, max(_POLL_MIN, running / 4)))
+            wait, decision, response, policy = self._collect(state, host, holder, now)
+            if decision is None:
+                woken.append(wait)
                 return
-            if future is None:
-                decision = state.expire_lease(now, policy)
-                if state.lease is not None:
-                    woken.append(decision.wake_at)
-                    return
-                self._count(holder, Counter.LEASES_EXPIRED)
-                log.warning("lease on %s for %s expired; fetching it again", host, lease.url)
-                response = None
-            else:
-                self._shared().forget_fetch(lease.lease_id)
-                response = future.result()
-                decision = state.complete(lease.lease_id, _report(response, lease), now, policy)
             yield from self._carry_out_domain(decision, response, agent_token(policy.user_agent))
         for host, fleet in list(state.hosts.items()):
             self._tend_overflow(host, fleet, now)
