@@ -47,7 +47,7 @@ def scheduler_config(opts: CrawlOptions, *, state_ttl_s: float = 1.0) -> Schedul
         fetch_concurrency=opts.fetch_concurrency, state_ttl_s=state_ttl_s,
         budget_block=opts.budget_block,
         request_log_root=None if is_gcs(opts.out) else opts.out,
-        politeness_key=opts.politeness_key,
+        politeness_key=opts.politeness_key, drain_scope=opts.frontier_subscription,
     )
 
 
@@ -112,7 +112,7 @@ def build_crawler(
     rows = (scheduled.rows, replayed.rows, stored.rows) | "AllRows" >> beam.Flatten()
     _write_rows(rows, out=out, config=config, row_shards=row_shards, events_topic=events_topic,
                 bigquery_table=bigquery_table)
-    to_frontier = [stored.links, scheduled.robots]
+    to_frontier = [stored.links, scheduled.robots, scheduled.relaunch]
     if watch is not None:
         woken = p | "WatchCrawls" >> WatchCrawls(config.bigtable, every_s=watch.every_s,
                                                  quiet_s=watch.quiet_s, clock=clock)

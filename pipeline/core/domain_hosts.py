@@ -226,3 +226,9 @@ class DomainHostsState:
         due = [max(fleet.next_allowed, floor) for fleet in self.hosts.values()
                if any(s.queue or s.errands_waiting for s in fleet.crawls.values())]
         return min(due, default=None)
+
+
+def forgettable(state: DomainHostsState, now: float) -> bool:
+    """The domain has nothing left to remember: every host dropped (each as
+    DomainHostsState._drop_idle drops an idle one), none in flight, its spacing passed."""
+    return not state.hosts and state.holder is None and now >= state._floor()

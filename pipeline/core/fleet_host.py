@@ -518,3 +518,11 @@ class FleetHostState:
         if any(state.queue or state.errands_waiting for state in self.crawls.values()):
             return self.next_allowed
         return None
+
+
+def forgettable(state: FleetHostState, now: float) -> bool:
+    """The host has nothing left to remember: no crawl, no tombstone, no request in flight
+    or due to be spaced from. Its state can go, robots.txt answers with it (a crawl that comes
+    later fetches robots.txt again, once); an offer later starts afresh."""
+    return (not state.crawls and not state.tombstones and state.holder is None
+            and now >= state.next_allowed)

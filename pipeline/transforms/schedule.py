@@ -30,12 +30,14 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 from concurrent.futures import Future
+from concurrent.futures import wait as wait_for
 from dataclasses import dataclass
 
 import apache_beam as beam
 from apache_beam import TimeDomain
 from apache_beam.coders import PickleCoder
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
+from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.shared import Shared
 from apache_beam.utils.timestamp import Timestamp
 
@@ -43,7 +45,13 @@ from pipeline.core.bloom import is_saturated
 from pipeline.core.budget import BlockPageBudget
 from pipeline.core.counters import RECORD_COUNTERS, Counter, Maximum
 from pipeline.core.crawl_states import keeps_waiting
-from pipeline.core.fleet_host import TOMBSTONE_S, CrawlTerms, FleetDecision, FleetHostState
+from pipeline.core.fleet_host import (
+    TOMBSTONE_S,
+    CrawlTerms,
+    FleetDecision,
+    FleetHostState,
+    forgettable,
+)
 from pipeline.core.politeness import (
     TIME_BUDGET_REASON,
     FetchReport,
@@ -73,6 +81,7 @@ from pipeline.core.sitemaps import SITEMAP_DEPTH
 from pipeline.io.bigtable import BigtableConfig, CrawlNotFound
 from pipeline.io.crawls import Crawl, read_crawl
 from pipeline.io.dns import parse_resolve
+from pipeline.io.drained_state import DrainedState
 from pipeline.io.fetch import ERROR_BLOCKED_ADDRESS, FetchConfig, FetchResponse
 from pipeline.io.host_overflow import HostOverflow
 from pipeline.io.request_log import REQUEST_LOG_DIR, recording, request_log
@@ -93,6 +102,10 @@ Submit = Callable[[Callable[[str], FetchResponse], str], Future[FetchResponse]]
 # How soon to look again when a fetch is still running at the time the host became due.
 _POLL_MIN = 0.02
 _POLL_MAX = 0.5
+
+# The drain timer's moment: the end of the global window, which the watermark passes only
+# when a drain (or the end of a bounded test stream) advances it to infinity.
+DRAIN_AT = GlobalWindow().max_timestamp()
 
 
 @dataclass(frozen=True)
@@ -120,6 +133,9 @@ class SchedulerConfig:
     # pipeline.core.politeness_keys): the frontier keys messages by it, and `domain` runs
     # DomainSchedulerFn (pipeline.transforms.schedule_domain) over the key's hosts.
     politeness_key: str = "host"
+    # The name a drain writes the job's state under (pipeline.io.drained_state): its frontier
+    # subscription, which the job relaunched after a drain reads again.
+    drain_scope: str = "frontier"
 
 
 def crawl_policy(base: HostPolicy, crawl: Crawl) -> HostPolicy:
@@ -264,6 +280,35 @@ def sooner_wake(armed: float | None, needed: float | None) -> float | None:
 
 
 # ------------------------------------------------------------------------- state cells
+class RawCells:
+    """A key's four state cells as stored, whatever the scheduler: its fields, and its three
+    cells of entries by name (a crawl id, or a host of a domain). What a drain writes out
+    (pipeline.io.drained_state), a relaunch reads back, and a forgotten key clears."""
+
+    NAMES = ("queues", "seen", "tombstones")
+
+    def __init__(self, fields, queues, seen, tombstones) -> None:
+        self._fields = fields
+        self._by_name = dict(zip(self.NAMES, (queues, seen, tombstones), strict=True))
+
+    def dump(self) -> tuple[object, dict[str, dict]] | None:
+        fields = self._fields.read()
+        if fields is None:
+            return None
+        return fields, {name: cell.read() or {} for name, cell in self._by_name.items()}
+
+    def load(self, fields: object, by_name: dict[str, dict]) -> None:
+        self._fields.write(fields)
+        for name, cell in self._by_name.items():
+            if by_name.get(name):
+                cell.write(by_name[name])
+
+    def clear(self) -> None:
+        self._fields.clear()
+        for cell in self._by_name.values():
+            cell.clear()
+
+
 class HostCells:
     """One host's FleetHostState in four state cells (FleetHostState.stored): the fields of
     the host and of every crawl on it (every event), the crawls' queue data by crawl id (read
@@ -276,8 +321,13 @@ class HostCells:
     crawl, and moved between the two cells at the event that evicts or revives a crawl. An
     evicted crawl's queue data goes at once, its seen-set when its tombstone is forgotten."""
 
-    def __init__(self, fields, queues, seen, buried) -> None:
+    def __init__(self, fields, queues, seen, buried,
+                 restore: Callable[[], bool] | None = None) -> None:
         self._fields, self._queues, self._seen, self._buried = fields, queues, seen, buried
+        # Called when the key has no state: reads a drained job's snapshot into the cells
+        # (True) or finds none (False). `created`: the key had no state at the last read.
+        self._restore = restore
+        self.created = False
         self._queues_read: dict[str, bytes] | None = None
         self._seen_read: dict[str, bytes] | None = None
         self._buried_read: dict[str, bytes] | None = None
@@ -306,7 +356,10 @@ class HostCells:
         tombstone's of `crawl_id` if it was evicted here (an offer of that crawl)."""
         value = self._fields.read()
         if value is None:
-            return None
+            self.created = True
+            if self._restore is None or not self._restore():
+                return None
+            value = self._fields.read()
         self._live = frozenset(value["crawls"])
         self._dead = frozenset(value.get("tombstones", ()))
         seen = None
@@ -373,6 +426,11 @@ class HostSchedulerFn(beam.DoFn):
     HOST_SEEN = ReadModifyWriteStateSpec("fleet_host_seen", PickleCoder())
     HOST_TOMBSTONES = ReadModifyWriteStateSpec("fleet_host_tombstones", PickleCoder())
     WAKE = TimerSpec("wake", TimeDomain.REAL_TIME)
+    # Fires only when a drain advances the watermark to infinity (DRAIN_AT): the key's state
+    # is written out for the relaunched job (on_drain).
+    DRAIN = TimerSpec("drain", TimeDomain.WATERMARK)
+    # Which snapshots this DoFn's keys are written to and read from (pipeline.io.drained_state).
+    SNAPSHOT_KIND = "host"
 
     def __init__(
         self,
@@ -455,14 +513,19 @@ class HostSchedulerFn(beam.DoFn):
         host_seen=beam.DoFn.StateParam(HOST_SEEN),
         host_tombstones=beam.DoFn.StateParam(HOST_TOMBSTONES),
         wake=beam.DoFn.TimerParam(WAKE),
+        drain=beam.DoFn.TimerParam(DRAIN),
     ) -> Iterator[object]:
         host, (crawl_id, message) = element
         now = self._clock()
-        cells = HostCells(host_state, host_queues, host_seen, host_tombstones)
+        raw = RawCells(host_state, host_queues, host_seen, host_tombstones)
+        cells = HostCells(host_state, host_queues, host_seen, host_tombstones,
+                          restore=self._restorer(host, raw))
         # Offers and seen-marks change a crawl's seen-set; nothing else reads it.
         offers = isinstance(message, HostBatch | HostSeenMarks)
         state: FleetHostState = (cells.read(with_seen=offers, crawl_id=crawl_id)
                                  or FleetHostState(host=host))
+        if cells.created:
+            drain.set(DRAIN_AT)
         before = _activity(state)
         # A crawl whose record cannot be read (yet) gets the shared policy here, and its
         # work waits at the timer until the record is read (FleetHostState.next_action).
@@ -470,6 +533,10 @@ class HostSchedulerFn(beam.DoFn):
         yield from self._host_message(host, crawl_id, message, state, now, policy)
         self._arm(state, wake, now)
         self._count_activity(before, state)
+        if forgettable(state, now) and state.wake_at is None:
+            # A message that left nothing here (a stray wake or reply): no state is kept.
+            self._forget_key(host, raw, wake, drain)
+            return
         cells.write(state)
 
     def _host_message(self, host: str, crawl_id: str, message: HostMessage,
@@ -557,6 +624,7 @@ class HostSchedulerFn(beam.DoFn):
         host_seen=beam.DoFn.StateParam(HOST_SEEN),
         host_tombstones=beam.DoFn.StateParam(HOST_TOMBSTONES),
         wake=beam.DoFn.TimerParam(WAKE),
+        drain=beam.DoFn.TimerParam(DRAIN),
     ) -> Iterator[object]:
         cells = HostCells(host_state, host_queues, host_seen, host_tombstones)
         state: FleetHostState | None = cells.read()
@@ -568,7 +636,92 @@ class HostSchedulerFn(beam.DoFn):
         yield from self._step(key, state, now)
         self._arm(state, wake, now)
         self._count_activity(before, state)
+        if forgettable(state, now) and state.wake_at is None:
+            self._forget_key(key, RawCells(host_state, host_queues, host_seen, host_tombstones),
+                             wake, drain)
+            return
         cells.write(state)
+
+    @on_timer(DRAIN)
+    def on_drain(
+        self,
+        key=beam.DoFn.KeyParam,
+        host_state=beam.DoFn.StateParam(HOST_STATE),
+        host_queues=beam.DoFn.StateParam(HOST_QUEUES),
+        host_seen=beam.DoFn.StateParam(HOST_SEEN),
+        host_tombstones=beam.DoFn.StateParam(HOST_TOMBSTONES),
+        wake=beam.DoFn.TimerParam(WAKE),
+    ) -> Iterator[object]:
+        """A drain: the watermark passed the end of the window. The fetch in flight, if any,
+        finishes and is collected (its page goes on down the graph, which a drain still
+        runs); then the key's state is written out, every crawl with work here gets a wake
+        on the frontier for the relaunched job (which a drained job no longer reads), and
+        the key is left empty, with no timer, so the drain can finish."""
+        cells = HostCells(host_state, host_queues, host_seen, host_tombstones)
+        state: FleetHostState | None = cells.read()
+        if state is None:
+            return
+        yield from self._finish_fetch(key, state)
+        cells.write(state)
+        raw = RawCells(host_state, host_queues, host_seen, host_tombstones)
+        yield from self._write_out(key, raw, [HostWake(crawl_id, key)
+                                              for crawl_id, crawl in state.crawls.items()
+                                              if crawl.busy])
+        wake.clear()
+
+    # ---------------------------------------------------------------- drain, relaunch
+    def _drained(self) -> DrainedState:
+        return DrainedState(self._shared().bigtable(self._config.bigtable).frontier,
+                            self._config.drain_scope, self.SNAPSHOT_KIND)
+
+    def _restorer(self, key: str, raw: RawCells) -> Callable[[], bool]:
+        """What a key with no state does first: read the state a drained job wrote out for
+        it back into its cells (one point read per key the job has no state for)."""
+        def restore() -> bool:
+            found = self._drained().read(key)
+            if found is None:
+                return False
+            raw.load(*found)
+            log.info("%s %s: state of a drained job restored", self.SNAPSHOT_KIND, key)
+            return True
+        return restore
+
+    def _finish_fetch(self, host: str, state: FleetHostState) -> Iterator[object]:
+        """Wait for the fetch in flight (at most until its lease ends) and collect it. One
+        still running then stays leased in the state written out: the relaunched job fetches
+        it again when the lease expires, as after a worker's death."""
+        lease, holder = state.lease, state.holder
+        if lease is None or holder is None:
+            return
+        self._await(lease)
+        _wait, decision, response, policy = self._collect(state, host, holder, self._clock())
+        if decision is not None:
+            yield from self._carry_out(host, decision, response, agent_token(policy.user_agent))
+
+    def _await(self, lease: Lease) -> None:
+        future = self._shared().running_fetch(lease.lease_id)
+        if future is not None:
+            wait_for([future], timeout=max(0.0, lease.expires_at - self._clock()))
+
+    def _write_out(self, key: str, raw: RawCells, wakes: list[HostWake]) -> Iterator[object]:
+        """The key's state to its snapshot (durable before anything else: a failure retries
+        the firing), then its wakes, then empty cells."""
+        dumped = raw.dump()
+        if dumped is None:
+            return
+        self._drained().write(key, *dumped)
+        for host_wake in wakes:
+            yield beam.pvalue.TaggedOutput(Tag.RELAUNCH, host_wake)
+        raw.clear()
+
+    def _forget_key(self, key: str, raw: RawCells, wake, drain) -> None:
+        """A key with nothing left to remember: its cells and timers go, and a snapshot a
+        drained job left for it (which it restored from once) with them, so a later first
+        event of the key starts afresh rather than from it."""
+        self._drained().delete(key)
+        raw.clear()
+        wake.clear()
+        drain.clear()
 
     def _step(self, host: str, state: FleetHostState, now: float) -> Iterator[object]:
         """Collect a finished fetch if there is one, then start the next if the host is due."""

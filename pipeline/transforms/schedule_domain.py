@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import apache_beam as beam
 from apache_beam import TimeDomain
@@ -26,7 +26,7 @@ from apache_beam.coders import PickleCoder
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.utils.timestamp import Timestamp
 
-from pipeline.core.domain_hosts import DomainDecision, DomainHostsState
+from pipeline.core.domain_hosts import DomainDecision, DomainHostsState, forgettable
 from pipeline.core.fleet_host import FleetHostState
 from pipeline.core.records import (
     HostBatch,
@@ -37,9 +37,11 @@ from pipeline.core.records import (
 )
 from pipeline.core.urls import InvalidURL, host_key, normalize_url
 from pipeline.transforms.schedule import (
+    DRAIN_AT,
     HostCells,
     HostMessage,
     HostSchedulerFn,
+    RawCells,
     _activity,
     agent_token,
 )
@@ -100,8 +102,12 @@ class DomainCells:
     seen-sets and the tombstones' seen-sets, each host's read and written by its HostCells
     as under a host key."""
 
-    def __init__(self, fields, queues, seen, buried) -> None:
+    def __init__(self, fields, queues, seen, buried,
+                 restore: Callable[[], bool] | None = None) -> None:
         self._fields = fields
+        # As HostCells': a drained job's snapshot read into the cells of a key with no state.
+        self._restore = restore
+        self.created = False
         self._read: dict | None = None
         self._parts = [_ByHost(cell) for cell in (queues, seen, buried)]
         self._host_fields: dict[str, dict] = {}
@@ -121,7 +127,10 @@ class DomainCells:
         with_seen, for crawl `crawl_id`)."""
         value = self._fields.read()
         if value is None:
-            return None
+            self.created = True
+            if self._restore is None or not self._restore():
+                return None
+            value = self._fields.read()
         if value.get("version") != DOMAIN_CELLS_VERSION:
             raise ValueError(f"domain state of version {value.get('version')!r}, this code "
                              f"reads version {DOMAIN_CELLS_VERSION}")
@@ -205,6 +214,8 @@ class DomainSchedulerFn(HostSchedulerFn):
     DOMAIN_SEEN = ReadModifyWriteStateSpec("domain_hosts_seen", PickleCoder())
     DOMAIN_TOMBSTONES = ReadModifyWriteStateSpec("domain_hosts_tombstones", PickleCoder())
     DOMAIN_WAKE = TimerSpec("wake", TimeDomain.REAL_TIME)
+    DOMAIN_DRAIN = TimerSpec("drain", TimeDomain.WATERMARK)
+    SNAPSHOT_KIND = "domain"
 
     def process(
         self,
@@ -214,15 +225,20 @@ class DomainSchedulerFn(HostSchedulerFn):
         domain_seen=beam.DoFn.StateParam(DOMAIN_SEEN),
         domain_tombstones=beam.DoFn.StateParam(DOMAIN_TOMBSTONES),
         wake=beam.DoFn.TimerParam(DOMAIN_WAKE),
+        drain=beam.DoFn.TimerParam(DOMAIN_DRAIN),
     ) -> Iterator[object]:
         key, (crawl_id, message) = element
         now = self._clock()
-        cells = DomainCells(domain_state, domain_queues, domain_seen, domain_tombstones)
+        raw = RawCells(domain_state, domain_queues, domain_seen, domain_tombstones)
+        cells = DomainCells(domain_state, domain_queues, domain_seen, domain_tombstones,
+                            restore=self._restorer(key, raw))
         parts = _hosts_of(message)
         offers = isinstance(message, HostBatch | HostSeenMarks)
         state = (cells.read(seen_for=frozenset(parts) if offers else frozenset(),
                             crawl_id=crawl_id)
                  or DomainHostsState(domain=key))
+        if cells.created:
+            drain.set(DRAIN_AT)
         before = {host: _activity(fleet) for host, fleet in state.hosts.items()}
         policy = self._policy(self._crawl(crawl_id, now))
         for host, part in parts.items():
@@ -232,6 +248,9 @@ class DomainSchedulerFn(HostSchedulerFn):
             yield from self._host_message(host, crawl_id, part, state.host(host), now, policy)
         self._arm_domain(state, wake, now)
         self._count_domain_activity(before, state)
+        if forgettable(state, now):
+            self._forget_key(key, raw, wake, drain)
+            return
         cells.write(state)
 
     @on_timer(DOMAIN_WAKE)
@@ -243,6 +262,7 @@ class DomainSchedulerFn(HostSchedulerFn):
         domain_seen=beam.DoFn.StateParam(DOMAIN_SEEN),
         domain_tombstones=beam.DoFn.StateParam(DOMAIN_TOMBSTONES),
         wake=beam.DoFn.TimerParam(DOMAIN_WAKE),
+        drain=beam.DoFn.TimerParam(DOMAIN_DRAIN),
     ) -> Iterator[object]:
         cells = DomainCells(domain_state, domain_queues, domain_seen, domain_tombstones)
         state = cells.read()
@@ -260,7 +280,46 @@ class DomainSchedulerFn(HostSchedulerFn):
             fleet.wake_at = woken[0] if woken else None
         self._arm_domain(state, wake, now)
         self._count_domain_activity(before, state)
+        if forgettable(state, now):
+            self._forget_key(key, RawCells(domain_state, domain_queues, domain_seen,
+                                           domain_tombstones), wake, drain)
+            return
         cells.write(state)
+
+    @on_timer(DOMAIN_DRAIN)
+    def on_drain(
+        self,
+        key=beam.DoFn.KeyParam,
+        domain_state=beam.DoFn.StateParam(DOMAIN_STATE),
+        domain_queues=beam.DoFn.StateParam(DOMAIN_QUEUES),
+        domain_seen=beam.DoFn.StateParam(DOMAIN_SEEN),
+        domain_tombstones=beam.DoFn.StateParam(DOMAIN_TOMBSTONES),
+        wake=beam.DoFn.TimerParam(DOMAIN_WAKE),
+    ) -> Iterator[object]:
+        """HostSchedulerFn.on_drain for the domain: the fetch in flight on any of its hosts
+        collected, then the domain's state written out with a wake for every crawl of every
+        host, and the key left empty."""
+        cells = DomainCells(domain_state, domain_queues, domain_seen, domain_tombstones)
+        state = cells.read()
+        if state is None:
+            return
+        lease = state.lease
+        if lease is not None:
+            host = state.holder
+            assert host is not None
+            holder = state.hosts[host].holder
+            assert holder is not None
+            self._await(lease)
+            _wait, decision, response, policy = self._collect(state, host, holder, self._clock())
+            if decision is not None:
+                yield from self._carry_out_domain(decision, response,
+                                                  agent_token(policy.user_agent))
+        cells.write(state)
+        wakes = [HostWake(crawl_id, host) for host, fleet in state.hosts.items()
+                 for crawl_id, crawl in fleet.crawls.items() if crawl.busy]
+        yield from self._write_out(key, RawCells(domain_state, domain_queues, domain_seen,
+                                                 domain_tombstones), wakes)
+        wake.clear()
 
     def _domain_step(self, state: DomainHostsState, now: float,
                      woken: list[float | None]) -> Iterator[object]:
