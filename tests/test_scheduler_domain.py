@@ -242,7 +242,7 @@ def test_a_drain_writes_the_domain_out_and_the_relaunched_job_goes_on_from_it(
     again.publish(HostWake(crawl_id, "b.shop.test"))
     for t in (10.0, 11.5, 13.0, 14.5):
         again.fire(t)
-        for index, (url, _, future) in enumerate(again.pool.submitted):
+        for index, (_url, _, future) in enumerate(again.pool.submitted):
             if not future.done():
                 again.pool.finish(index, status=200)
     assert sorted(url for url, _ in again.started()) == ["http://a.shop.test/z",

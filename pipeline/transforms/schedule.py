@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import apache_beam as beam
 from apache_beam import TimeDomain
 from apache_beam.coders import PickleCoder
+from apache_beam.metrics import Metrics
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.shared import Shared
@@ -444,6 +445,8 @@ class HostSchedulerFn(beam.DoFn):
         self._refilled_in_bundle: set[tuple[str, str]] = set()
         self._metrics: dict[Counter, CrawlCounter] = {}
         self._due_lag = crawl_maximum(Maximum.DUE_LAG_MS)
+        # Keys whose state a drain wrote out (docs/deploy.md, "Update or drain").
+        self._written_out = Metrics.counter("scheduler", "keys_written_out_at_drain")
         self._resources: WorkerResources | None = None
         self._records: CrawlRecords | None = None
         self._counts: CrawlCounts | None = None
@@ -710,6 +713,7 @@ class HostSchedulerFn(beam.DoFn):
         if dumped is None:
             return
         self._drained().write(key, *dumped)
+        self._written_out.inc()
         for host_wake in wakes:
             yield beam.pvalue.TaggedOutput(Tag.RELAUNCH, host_wake)
         raw.clear()
