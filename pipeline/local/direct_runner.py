@@ -242,12 +242,17 @@ class _TimerIndexedStates(dict):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.keys_with_timers: set[Any] = {k for k, v in super().items() if _has_timers(v)}
+        # Per key with timers: its earliest real-time timer (epoch seconds) and its earliest
+        # event-time timer (micros), as stored; None until first worked out.
+        self._earliest: dict[Any, tuple[float, float] | None] = {}
         self.last_full_scan = float("-inf")
         self.next_timer = float("inf")
         self._scan_now_s: float | None = None
+        self._scan_watermark_us = float("-inf")
 
     def __setitem__(self, key: Any, state: Any) -> None:
         super().__setitem__(key, state)
+        self._earliest.pop(key, None)
         if _has_timers(state):
             self.keys_with_timers.add(key)
         else:
@@ -256,10 +261,12 @@ class _TimerIndexedStates(dict):
     def __delitem__(self, key: Any) -> None:
         super().__delitem__(key)
         self.keys_with_timers.discard(key)
+        self._earliest.pop(key, None)
 
     @contextlib.contextmanager
-    def scanning(self, now_s: float) -> Iterator[None]:
+    def scanning(self, now_s: float, watermark_us: float = float("inf")) -> Iterator[None]:
         self._scan_now_s = now_s
+        self._scan_watermark_us = watermark_us
         self.next_timer = float("inf")
         try:
             yield
@@ -272,24 +279,59 @@ class _TimerIndexedStates(dict):
         return self._items_with_timers(self._scan_now_s)
 
     def _items_with_timers(self, now_s: float) -> Iterator[tuple[Any, Any]]:
+        """The keys with a timer due, and one key with a real-time timer to come if any has
+        one (Beam's scan reports whether real-time timers exist from the keys it is shown). A
+        key whose every timer is still to come is left out: Beam's scan would find nothing due
+        on it, and keys that hold a far-off timer each (content state's expiry) pile up."""
         now = time.monotonic()
         if now - self.last_full_scan >= FULL_TIMER_SCAN_EVERY_S:
             self.last_full_scan = now
             keys: Any = list(self.keys())
         else:
             keys = list(self.keys_with_timers)
+        shown_real_time = False
         for key in keys:
             state = self.get(key)
             if state is None or not _has_timers(state):
                 self.keys_with_timers.discard(key)
                 continue
             self.keys_with_timers.add(key)
+            earliest = self._earliest.get(key)
+            if earliest is None:
+                earliest = self._earliest[key] = _earliest_timers(state)
+            real_time, event_time = earliest
+            if real_time > now_s and event_time > self._scan_watermark_us and (
+                    shown_real_time or real_time == float("inf")):
+                self.next_timer = min(self.next_timer, real_time)
+                continue
+            shown_real_time = shown_real_time or real_time != float("inf")
             self.next_timer = min(self.next_timer, _next_real_time_timer(state, now_s))
             yield key, state
 
 
 def _has_timers(state: Any) -> bool:
     return bool(getattr(state, "timers", True))
+
+
+def _earliest_timers(state: Any) -> tuple[float, float]:
+    """The state's earliest real-time timer (epoch seconds) and earliest event-time timer
+    (micros); inf where it has none. A timer it cannot read counts as due (-inf)."""
+    from apache_beam import TimeDomain
+
+    real_time = event_time = float("inf")
+    try:
+        for timers in state.timers.values():
+            for (_, time_domain, _), timestamp in timers.items():
+                micros = getattr(timestamp, "micros", None)
+                if time_domain == TimeDomain.REAL_TIME:
+                    at = micros / 1e6 if micros is not None else float(timestamp)
+                    real_time = min(real_time, at)
+                else:
+                    at = float(micros) if micros is not None else float(timestamp) * 1e6
+                    event_time = min(event_time, at)
+    except Exception:  # noqa: BLE001 - never stall the runner's monitor: scan the key
+        return float("-inf"), float("-inf")
+    return real_time, event_time
 
 
 def _next_real_time_timer(state: Any, now_s: float) -> float:
@@ -344,7 +386,9 @@ def _install_cheaper_timer_scan(evaluation_context: Any, watermark_manager: Any)
             return extract(self)
         clock_now = self._clock.time()  # epoch seconds; a Timestamp under a test clock
         now_s = float(getattr(clock_now, "micros", clock_now * 1e6)) / 1e6
-        with states.scanning(now_s):
+        watermark = getattr(self, "_input_watermark", None)
+        watermark_us = float(getattr(watermark, "micros", float("inf")))
+        with states.scanning(now_s, watermark_us):
             result = extract(self)
         _Idleness.next_timer[self] = states.next_timer
         return result
