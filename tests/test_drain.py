@@ -56,13 +56,14 @@ def test_a_drain_mid_crawl_then_a_relaunch_ends_every_url_once_and_fetches_none_
     first.offer(0.0, crawl, [f"http://{host}/0" for host in HOSTS])
     drained = first.run((4.0, 0.25))
 
-    # The drain came mid-crawl: URLs were waiting on every host, and each host's state went
-    # out with a wake for the next job.
-    assert {wake.host for wake in drained.relaunch} == set(HOSTS)
+    # The drain came mid-crawl: every host's state went out, and a host with URLs waiting
+    # (the others' next links may still be on the frontier) left a wake for the next job.
+    woken = {wake.host for wake in drained.relaunch}
+    assert woken and woken <= set(HOSTS)
     assert all(wake.crawl_id == crawl for wake in drained.relaunch)
     scope = first.scheduler.drain_scope
     tables = DrainedState(bigtable_tables.frontier, scope, "host")
-    assert set(tables.keys()) >= set(HOSTS)
+    assert set(tables.keys()) == set(HOSTS)
     fetched_first = {r.url for r in drained.pages_requested()}
     assert 3 <= len(fetched_first) < 24
 
