@@ -30,6 +30,7 @@ from pipeline.transforms.pages import (
     WriteResponses,
 )
 from pipeline.transforms.store import StorePages
+from tests.harness_hosts import FakeState, FakeTimer
 
 HTML = (
     "<html><head><title>T</title></head><body><article><h1>Harbour news</h1>"
@@ -272,34 +273,13 @@ def test_parse_failure_without_dead_letters_names_the_page():
         judge_response(_stored(result()), extractor=_boom, raise_on_parse_failure=True)
 
 
-class _Cell:
-    def __init__(self) -> None:
-        self.value = None
-
-    def read(self):
-        return self.value
-
-    def write(self, value) -> None:
-        self.value = value
-
-    def clear(self) -> None:
-        self.value = None
-
-
-class _Timer:
-    def __init__(self) -> None:
-        self.at: list[float] = []
-
-    def set(self, ts) -> None:
-        self.at.append(float(ts))
-
 
 def test_a_text_s_first_copy_is_forgotten_its_ttl_after_it_was_stored(tmp_path):
     """The first copy's cell gets one timer, CONTENT_STATE_TTL_S after it was stored; a copy
     within it is a duplicate; once the timer cleared the cell, the next copy is stored again."""
     fn = DedupContentFn(str(tmp_path), "c1", clock=lambda: 1_000.0)
     fn.start_bundle()
-    first, expire = _Cell(), _Timer()
+    first, expire = FakeState(), FakeTimer()
 
     def process(url: str) -> None:
         page = judge_response(_stored(result(url, body=HTML)))
@@ -307,7 +287,7 @@ def test_a_text_s_first_copy_is_forgotten_its_ttl_after_it_was_stored(tmp_path):
 
     process("http://a.test/1")
     process("http://a.test/2")
-    assert expire.at == [1_000.0 + CONTENT_STATE_TTL_S]  # set once, by the first copy
+    assert expire.fired_for == [1_000.0 + CONTENT_STATE_TTL_S]  # set once, by the first copy
     fn.forget(first)
     assert first.value is None
     process("http://a.test/3")
