@@ -78,7 +78,7 @@ def measure(case: str, queue: int, batch: int, offers: int) -> tuple[float, int]
         # As many URLs taken as offered keep the queue at its length.
         state = HostState.restored(fields, cell.read, seen)
         for _ in range(0 if full else batch):
-            state.queue.popleft()
+            state.backlog.queue.popleft()
         fields, stored = state.stored()
         if stored.data is not None:
             cell.value = stored.data

@@ -178,7 +178,7 @@ def host_state(policy: HostPolicy, bloom: BloomFilter, queue: int) -> HostState:
     assert decision.fetch is not None
     state.complete(decision.fetch.lease.lease_id, FetchReport(status=200, body=news_robots()),
                    0.0, policy)
-    state.queue.clear()
+    state.backlog.queue.clear()
     urls = [(u, url_hash(u), None) for u in (QUEUE_ENTRY_URL.format(i=i) for i in range(queue))]
     state.offer(urls, 1, policy, already_accepted=True)
     state.seen = bloom.to_bytes()
@@ -204,10 +204,10 @@ def measure_state(capacity: int, queues: Sequence[int]) -> list[StateFigure]:
         # As the scheduler stores it between two firings: the queue's data in its own cell,
         # its next entries (the head) taken into the small part.
         state.stored()
-        if state.queue:
-            state.queue[0]
+        if state.backlog.queue:
+            state.backlog.queue[0]
         fields, stored_queue = state.stored()
-        queue_data = stored_queue.data or state.queue.to_bytes()
+        queue_data = stored_queue.data or state.backlog.queue.to_bytes()
         fields_data = pickle.dumps(fields)
         figures.append(StateFigure(
             capacity, queue, len(data), memory,

@@ -286,10 +286,10 @@ def test_a_host_state_stored_and_read_back_at_any_point_decides_as_one_never_sto
             now = max(now, plain.lease.started_at + 0.2)
         if len(got) == 2:
             assert got[0] == got[1], (op, arg)
-        assert len(plain.queue) == len(twin.queue) and plain.busy == twin.busy
+        assert len(plain.backlog.queue) == len(twin.backlog.queue) and plain.busy == twin.busy
     if twin.seen is None:
         twin.seen = cells["seen"].read() or b""
-    assert list(twin.queue) == list(plain.queue)
+    assert list(twin.backlog.queue) == list(plain.backlog.queue)
     assert (twin.lease is None) == (plain.lease is None)
     if plain.lease is not None:
         twin.lease = plain.lease  # lease ids are random
@@ -316,20 +316,6 @@ def test_a_firing_reads_and_writes_only_the_small_part_of_a_busy_host():
     assert cells["seen"].reads == 0 and cells["seen"].writes == 0
     assert cells["queue"].writes == 0
     assert len(pickle.dumps(cells["fields"].value)) < full["queue"] / 20
-
-
-def test_a_state_pickled_whole_before_the_queue_was_encoded_still_loads():
-    """States a running job stored with the earlier form: the queue as a list of tuples."""
-    state = HostState(host=HOST)
-    state.offer(urls("a", "b"), 2, POLICY)
-    old = state.__dict__.copy()
-    old["queue"] = [(e.url, e.url_hash, e.depth, e.attempt, e.redirect_hops)
-                    for e in state.queue]
-    copy = HostState.__new__(HostState)
-    copy.__setstate__(old)
-    assert copy == state and list(copy.queue) == list(state.queue)
-    fields, queue = copy.stored()  # what the next event stores
-    assert list(HostState.restored(fields, lambda: queue.data).queue) == list(state.queue)
 
 
 def test_a_state_without_its_seen_set_refuses_offers_and_whole_pickling():
@@ -381,8 +367,8 @@ def test_a_fleet_host_stored_in_parts_reads_back_equal(offers):
     if twin is not None:
         twin = FleetHostState.restored(fields_cell.value, lambda c: queues_cell.value.get(c),
                                        seen_cell.value)
-        assert {c: list(s.queue) for c, s in twin.crawls.items()} == {
-            c: list(s.queue) for c, s in plain.crawls.items()}
+        assert {c: list(s.backlog.queue) for c, s in twin.crawls.items()} == {
+            c: list(s.backlog.queue) for c, s in plain.crawls.items()}
         assert {c: s.seen for c, s in twin.crawls.items()} == {
             c: s.seen for c, s in plain.crawls.items()}
         assert twin.holder == plain.holder and twin.next_allowed == plain.next_allowed

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from pipeline.core.host_backoff import BLOCKED_HOST_SECONDS, HostBackoff
 from pipeline.core.politeness import (
-    BLOCKED_HOST_SECONDS,
     DEADLINE_FETCH_GRACE,
     FetchReport,
     HostPolicy,
@@ -96,7 +96,7 @@ def test_a_result_that_arrives_after_its_lease_expired_is_ignored_and_delay_hold
     assert state.lease is lease
     expired_at = lease.expires_at
     decision = state.expire_lease(expired_at, POLICY)
-    assert state.lease is None and state.queue[0].url == lease.url
+    assert state.lease is None and state.backlog.queue[0].url == lease.url
     assert decision.wake_at is not None and decision.wake_at >= expired_at + 1.0
     assert state.next_action(expired_at + 0.5, POLICY).fetch is None
     retry = state.next_action(expired_at + 1.0, POLICY)
@@ -228,7 +228,7 @@ def test_rules_reached_through_another_host_apply_to_the_host_that_asked():
         [(PageState.DISALLOWED, f"http://{HOST}/private/b")]
     assert decision.fetch is not None and decision.fetch.lease.url == f"http://{HOST}/a"
     # The answer is as old as b.test's fetch of it: it expires 24 h after that, not later.
-    assert state.robots.fetched_at == 0.5 + 0.1
+    assert state.gate.rules.fetched_at == 0.5 + 0.1
 
 
 def test_the_other_host_fetches_under_its_own_lease_and_delay_before_its_pages():
@@ -243,7 +243,7 @@ def test_the_other_host_fetches_under_its_own_lease_and_delay_before_its_pages()
     done = other.complete(robots_lease.lease_id, robots(b"User-agent: *\nDisallow: /p/\n"),
                           0.4, POLICY)
     assert [r.asker for r in done.robots_messages] == [HOST]
-    assert not other.robots_desk.busy  # nothing more to fetch for others
+    assert not other.gate.desk.busy  # nothing more to fetch for others
     page = other.next_action(1.4, POLICY).fetch
     assert page is not None and page.lease.url == f"http://{OTHER}/x"
 
@@ -262,11 +262,11 @@ def test_an_errand_for_another_url_waits_the_other_hosts_delay_and_goes_before_i
     assert not fetch.lease.own
     done = other.complete(fetch.lease.lease_id, robots(b"User-agent: *\nDisallow: /a\n"),
                           1.1, POLICY)
-    assert other.robots.allowed(f"http://{OTHER}/a", "testbot")  # its own rules unchanged
+    assert other.gate.rules.allowed(f"http://{OTHER}/a", "testbot")  # its own rules unchanged
     page = other.next_action(2.1, POLICY).fetch
     assert page is not None and page.lease.url == f"http://{OTHER}/x"
     state.robots_answered(done.robots_messages[0], 1.2, POLICY)
-    assert not state.robots.allowed(f"http://{HOST}/a", "testbot")
+    assert not state.gate.rules.allowed(f"http://{HOST}/a", "testbot")
 
 
 def test_many_hosts_asking_for_one_file_cost_one_request_while_it_is_fresh():
@@ -299,9 +299,9 @@ def test_no_reply_in_time_means_unreachable_and_a_late_or_repeated_reply_changes
     assert {o.state for o in decision.outcomes} == {PageState.DISALLOWED}
     assert "did not answer" in decision.outcomes[0].reason
     _, done = serve_errand(errand, at=deadline + 1)
-    before = (state.robots, state.next_allowed)
+    before = (state.gate.rules, state.next_allowed)
     state.robots_answered(done.robots_messages[0], deadline + 2, POLICY)
-    assert (state.robots, state.next_allowed) == before
+    assert (state.gate.rules, state.next_allowed) == before
 
 
 def test_a_reply_that_redirects_again_is_followed_here_or_asked_for_again():
@@ -324,12 +324,12 @@ def test_a_reply_that_redirects_again_is_followed_here_or_asked_for_again():
         asked = state.robots_answered(reply, 0.5 + hop, POLICY)
         if hop <= 5:
             assert [m.host for m in asked.robots_messages] == [f"c{hop}.test"]
-    assert state.robots is not None and "more than 5 redirects" in state.robots.reason
-    assert state.robots.allowed(f"http://{HOST}/private/b", "testbot")
+    assert state.gate.rules is not None and "more than 5 redirects" in state.gate.rules.reason
+    assert state.gate.rules.allowed(f"http://{HOST}/private/b", "testbot")
 
 
 def test_a_parked_host_answers_unreachable_without_a_request():
-    other = HostState(host=OTHER, parked_until=100.0)
+    other = HostState(host=OTHER, backoff=HostBackoff(parked_until=100.0))
     errand = RobotsErrand(OTHER, f"http://{OTHER}/robots.txt", HOST, "e1")
     (reply,) = other.ask_robots(errand, 50.0, POLICY).robots_messages
     assert reply.fetch.policy.kind == "unreachable" and "parked" in reply.fetch.policy.reason
@@ -368,7 +368,7 @@ def test_retry_after_pushes_the_host_out_and_the_url_is_retried_then_fails():
     final = state.complete(second.lease.lease_id, FetchReport(status=503), 8.3, policy)
     # An HTTP answer past the attempt limit goes downstream to be stored and marked failed.
     assert final.page_done is not None and final.page_done.attempt == 1
-    assert not state.queue
+    assert not state.backlog.queue
 
 
 def test_network_failure_past_the_attempt_limit_ends_failed_with_reason():
@@ -411,7 +411,7 @@ def test_depth_and_rejections_end_filtered():
     ]
     _, outcomes, _ = state.offer([(f"http://{HOST}/x", 1, "URL too long")], 0, policy)
     assert [o.reason for o in outcomes] == ["URL too long"]
-    assert not state.queue
+    assert not state.backlog.queue
 
 
 def test_a_host_offered_only_out_of_scope_urls_ends_each_filtered_once_and_asks_nothing():
@@ -421,7 +421,7 @@ def test_a_host_offered_only_out_of_scope_urls_ends_each_filtered_once_and_asks_
     accepted, outcomes, spilled = state.offer(urls("a", "b", "a"), 0, policy)
     assert [(o.entry.url, o.state, o.reason) for o in outcomes] == [
         (f"http://{HOST}/{p}", PageState.FILTERED, "out of scope (same-host)") for p in "ab"]
-    assert len(accepted) == 2 and not spilled and not state.queue
+    assert len(accepted) == 2 and not spilled and not state.backlog.queue
     # Offered again (another page links there too): seen, no second row.
     assert state.offer(urls("b"), 1, policy) == ([], [], [])
     # Nothing to fetch: not even robots.txt, so no request and no address lookup.
@@ -436,7 +436,7 @@ def test_scope_is_checked_before_depth_and_an_in_scope_url_is_queued():
     _, outcomes, _ = state.offer(urls("private/x", "deep"), 1, policy)
     assert [o.reason for o in outcomes] == ["out of scope (exclude)", "depth 1 > max depth 0"]
     _, outcomes, _ = state.offer(urls("public"), 0, policy)
-    assert not outcomes and [e.url for e in state.queue] == [f"http://{HOST}/public"]
+    assert not outcomes and [e.url for e in state.backlog.queue] == [f"http://{HOST}/public"]
     assert state.next_action(0.0, policy).fetch.lease.kind is LeaseKind.ROBOTS
 
 
@@ -445,9 +445,9 @@ def test_full_queue_spills_accepted_urls_and_takes_them_back_without_seen_check(
     state = HostState(host=HOST)
     accepted, _, spilled = state.offer(urls("a", "b", "c"), 0, policy)
     assert len(accepted) == 3 and [e.url for e in spilled] == [f"http://{HOST}/c"]
-    state.queue.popleft()
+    state.backlog.queue.popleft()
     accepted, _, spilled = state.offer(urls("c"), 0, policy, already_accepted=True)
-    assert accepted == [] and spilled == [] and state.queue[-1].url == f"http://{HOST}/c"
+    assert accepted == [] and spilled == [] and state.backlog.queue[-1].url == f"http://{HOST}/c"
 
 
 def test_budgets_end_urls_over_budget_without_requests():
@@ -593,28 +593,29 @@ def test_politeness_holds_under_any_interleaving(ops, robots_body, deadline):
             sim.lost[lease_id] = started
         elif op == "late" and sim.lost:
             # A fetch whose lease was given up reports after all: must change nothing.
-            before = (sim.state.lease, tuple(sim.state.queue), sim.state.next_allowed)
+            before = (sim.state.lease, tuple(sim.state.backlog.queue), sim.state.next_allowed)
             lost, _ = sim.lost.popitem()
             if sim.state.lease is None or sim.state.lease.lease_id != lost:
                 sim.state.complete(lost, FetchReport(status=200), sim.now, policy)
-                assert (sim.state.lease, tuple(sim.state.queue), sim.state.next_allowed) == before
+                assert (sim.state.lease, tuple(sim.state.backlog.queue),
+                        sim.state.next_allowed) == before
         elif op == "ask":
             sim.errands += 1
             path = arg if arg.startswith("/") else f"/shared/{sim.errands}/robots.txt"
             sim.state.ask_robots(RobotsErrand(HOST, f"http://{HOST}{path}", "c.test",
                                               f"e{sim.errands}"), sim.now, policy)
-        elif op == "reply" and sim.state.robots_awaited is not None:
-            awaited = sim.state.robots_awaited
+        elif op == "reply" and sim.state.gate.awaited is not None:
+            awaited = sim.state.gate.awaited
             report = robots_report(arg)
             fetch = RobotsFetch.of(awaited.url, report.status, report.body, sim.now,
                                    location=report.location)
             sim.state.robots_answered(RobotsReply(HOST, awaited.errand_id, fetch), sim.now,
                                       policy)
         elif op == "stale_reply":
-            before = (sim.state.lease, sim.state.robots, sim.state.next_allowed)
+            before = (sim.state.lease, sim.state.gate.rules, sim.state.next_allowed)
             sim.state.robots_answered(RobotsReply(HOST, "never-sent", RobotsFetch.of(
                 "http://b.test/robots.txt", 200, b"", sim.now)), sim.now, policy)
-            assert (sim.state.lease, sim.state.robots, sim.state.next_allowed) == before
+            assert (sim.state.lease, sim.state.gate.rules, sim.state.next_allowed) == before
 
     # The delay in force when a request starts (Crawl-delay 2 once robots.txt says so, else the
     # 1 s minimum) separates it from the previous one, the robots.txt requests included (its
@@ -631,11 +632,11 @@ def test_politeness_holds_under_any_interleaving(ops, robots_body, deadline):
     # with no request in flight ends every URL still queued.
     if deadline is not None:
         assert all(start < deadline for start in sim.starts), (sim.starts, deadline)
-        if sim.state.lease is None and sim.state.queue:
+        if sim.state.lease is None and sim.state.backlog.queue:
             assert sim.state.due_at(policy) <= max(deadline, sim.now)
-            waiting = list(sim.state.queue)
+            waiting = list(sim.state.backlog.queue)
             decision = sim.state.next_action(max(deadline, sim.now), policy)
-            assert decision.fetch is None and not sim.state.queue
+            assert decision.fetch is None and not sim.state.backlog.queue
             assert [(o.entry, o.state, o.reason) for o in decision.outcomes] == [
                 (e, PageState.OVER_BUDGET, "time budget") for e in waiting]
 
@@ -694,14 +695,14 @@ def test_a_host_failing_each_paths_first_request_is_never_parked(ops, failure):
                 report = FetchReport(status=status, retry_after=retry_after,
                                      error="connect_reset" if status is None else None)
             state.complete(lease.lease_id, report, now, policy)
-            assert state.consecutive_failures <= 1, ops
-            assert state.parked_until is None, ops
-            if state.consecutive_failures:
+            assert state.backoff.consecutive_failures <= 1, ops
+            assert state.backoff.parked_until is None, ops
+            if state.backoff.consecutive_failures:
                 # The URL that just failed is next in line.
-                assert state.queue and state.queue[0].url == lease.url
+                assert state.backlog.queue and state.backlog.queue[0].url == lease.url
         elif op == "lose" and in_flight:
             lost.append(in_flight.pop())
-    assert state.parked_until is None
+    assert state.backoff.parked_until is None
 
 
 def test_a_url_that_failed_is_asked_again_before_fresh_urls():
@@ -717,8 +718,8 @@ def test_a_url_that_failed_is_asked_again_before_fresh_urls():
     again = state.next_action(6.2, policy).fetch.lease
     assert again.url.endswith("/a") and again.entry.attempt == 1
     state.complete(again.lease_id, FetchReport(status=200), 6.3, policy)
-    assert state.consecutive_failures == 0 and state.parked_until is None
-    assert [e.url.rsplit("/", 1)[1] for e in state.queue] == ["b", "c"]
+    assert state.backoff.consecutive_failures == 0 and state.backoff.parked_until is None
+    assert [e.url.rsplit("/", 1)[1] for e in state.backlog.queue] == ["b", "c"]
 
 
 def test_at_the_deadline_no_request_starts_and_every_queued_url_ends_over_budget():
@@ -731,7 +732,7 @@ def test_at_the_deadline_no_request_starts_and_every_queued_url_ends_over_budget
     state.complete(state.lease.lease_id, FetchReport(status=200), 2.2, policy)
     assert state.due_at(policy) == 3.2
     ended = state.next_action(5.0, policy)
-    assert ended.fetch is None and not state.queue
+    assert ended.fetch is None and not state.backlog.queue
     assert [(o.entry.url, o.state, o.reason) for o in ended.outcomes] == [
         (f"http://{HOST}/c", PageState.OVER_BUDGET, "time budget")]
 
@@ -745,7 +746,7 @@ def test_a_parked_host_wakes_at_the_deadline_to_end_its_queue():
     state.offer(urls("b", "c"), 0, policy)
     lease = state.next_action(1.0, policy).fetch.lease
     after = state.complete(lease.lease_id, FetchReport(status=503), 1.1, policy)
-    assert state.parked_until is not None and state.next_allowed >= 3600.0
+    assert state.backoff.parked_until is not None and state.next_allowed >= 3600.0
     assert after.wake_at == 30.0
     assert state.parked_backlog() == 3  # a (to retry), b and c wait on the parked host
     ended = state.next_action(30.0, policy)
@@ -787,7 +788,7 @@ def test_a_dead_host_is_parked_and_then_probed_once_per_period():
     # A success closes the circuit: the host goes back to its normal delay.
     lease = state.next_action(state.next_allowed, policy).fetch.lease
     state.complete(lease.lease_id, FetchReport(status=200), state.next_allowed, policy)
-    assert state.parked_until is None and state.consecutive_failures == 0
+    assert state.backoff.parked_until is None and state.backoff.consecutive_failures == 0
 
 
 def test_slow_answers_lengthen_the_spacing():
@@ -807,7 +808,7 @@ def test_host_state_stays_kilobytes():
     state = ready_host(b"User-agent: *\nDisallow: /private/\n" * 20)
     for batch in range(10):
         state.offer(urls(*[f"articles/{batch}-{i}.html" for i in range(100)]), 1, policy)
-    assert len(state.queue) == policy.queue_cap
+    assert len(state.backlog.queue) == policy.queue_cap
     size = len(pickle.dumps(state))
     assert size < 64 * 1024, size
 
@@ -820,11 +821,11 @@ def test_a_host_state_survives_the_state_coder_unchanged(entries):
     policy = HostPolicy(user_agent="t")
     state = HostState(host=HOST)
     state.offer([(f"http://{HOST}/{n}", n, None) for n, _, _, _ in entries], 1, policy)
-    state.queue = deque(dataclasses.replace(e, depth=d, attempt=a, redirect_hops=h)
-                        for e, (_, d, a, h) in zip(state.queue, entries, strict=False))
-    state.next_allowed, state.consecutive_failures = 12.5, 2
+    state.backlog.queue = deque(dataclasses.replace(e, depth=d, attempt=a, redirect_hops=h)
+                        for e, (_, d, a, h) in zip(state.backlog.queue, entries, strict=False))
+    state.next_allowed, state.backoff.consecutive_failures = 12.5, 2
     copy = pickle.loads(pickle.dumps(state))
-    assert copy == state and isinstance(copy.queue, deque)
+    assert copy == state and isinstance(copy.backlog.queue, deque)
     assert pickle.loads(pickle.dumps(copy)) == state  # and again, as each event does
 
 
@@ -833,36 +834,36 @@ def test_a_full_queue_overflows_in_order_and_refills_as_it_empties():
     policy = HostPolicy(user_agent="t", min_delay=1.0, queue_cap=8)  # chunks of 2
     state = ready_host()  # /a queued
     accepted, _, spilled = state.offer(urls(*"bcdefghijkl"), 1, policy)
-    assert len(accepted) == 11 and [e.url[-1] for e in state.queue] == list("abcdefgh")
-    chunks = state.overflow(spilled, policy)
-    assert [n for n, _ in chunks] == [0, 1] and state.overflow_urls == 4
+    assert len(accepted) == 11 and [e.url[-1] for e in state.backlog.queue] == list("abcdefgh")
+    chunks = state.backlog.overflow(spilled, policy)
+    assert [n for n, _ in chunks] == [0, 1] and state.backlog.overflow_urls == 4
     # Later URLs go behind the stored ones even though the queue has room again.
-    state.queue.popleft()
+    state.backlog.queue.popleft()
     _, _, later = state.offer(urls("m"), 1, policy)
-    assert [e.url[-1] for e in later] == ["m"] and len(state.queue) == 7
-    chunks += state.overflow(later, policy)
-    assert state.refill_wanted(policy) == range(0, 0)  # no room for a whole chunk yet
+    assert [e.url[-1] for e in later] == ["m"] and len(state.backlog.queue) == 7
+    chunks += state.backlog.overflow(later, policy)
+    assert state.backlog.refill_wanted(policy) == range(0, 0)  # no room for a whole chunk yet
     for _ in range(5):
-        state.queue.popleft()
-    wanted = state.refill_wanted(policy)
+        state.backlog.queue.popleft()
+    wanted = state.backlog.refill_wanted(policy)
     assert wanted == range(0, 3)
-    assert state.refilled(wanted, dict(chunks)) == 0
-    assert [e.url[-1] for e in state.queue] == list("ghijklm")
-    assert not state.has_overflow and state.overflow_urls == 0
-    assert state.deletable() == range(0, 3)
+    assert state.backlog.refilled(wanted, dict(chunks)) == 0
+    assert [e.url[-1] for e in state.backlog.queue] == list("ghijklm")
+    assert not state.backlog.has_overflow and state.backlog.overflow_urls == 0
+    assert state.backlog.deletable() == range(0, 3)
 
 
 def test_a_host_with_stored_overflow_stays_busy_and_a_missing_chunk_is_reported():
     policy = HostPolicy(user_agent="t", queue_cap=4)  # chunks of 1
     state = HostState(host=HOST)
     _, _, spilled = state.offer(urls(*"abcdef"), 0, policy)
-    chunks = dict(state.overflow(spilled, policy))
-    state.queue.clear()
-    assert state.busy and state.has_overflow
-    wanted = state.refill_wanted(policy)
+    chunks = dict(state.backlog.overflow(spilled, policy))
+    state.backlog.queue.clear()
+    assert state.busy and state.backlog.has_overflow
+    wanted = state.backlog.refill_wanted(policy)
     del chunks[wanted.start]
-    assert state.refilled(wanted, chunks) == 1
-    assert [e.url[-1] for e in state.queue] == ["f"] and not state.has_overflow
+    assert state.backlog.refilled(wanted, chunks) == 1
+    assert [e.url[-1] for e in state.backlog.queue] == ["f"] and not state.backlog.has_overflow
 
 
 BLOCKED = "blocked address (loopback 127.0.0.0/8)"
@@ -877,7 +878,7 @@ def test_a_host_refused_at_its_robots_txt_ends_every_url_filtered_and_is_not_ret
                                                           blocked=BLOCKED), 0.0, POLICY)
     assert [(o.entry.url, o.state, o.reason, o.blocked) for o in decision.outcomes] == [
         (f"http://{HOST}/{p}", PageState.FILTERED, BLOCKED, True) for p in ("a", "b")]
-    assert state.consecutive_failures == 0 and not state.queue and not state.busy
+    assert state.backoff.consecutive_failures == 0 and not state.backlog.queue and not state.busy
     # URLs offered later end the same way without another attempt, whatever the time.
     for now in (0.0, 60.0, 3600.0):
         state.offer(urls(f"c{now}"), 1, POLICY)
@@ -895,7 +896,7 @@ def test_a_page_refused_after_its_host_answered_robots_is_filtered_not_retried()
                                                           blocked=BLOCKED), 1.0, POLICY)
     assert [(o.entry.url, o.reason) for o in decision.outcomes] == [
         (f"http://{HOST}/a", BLOCKED), (f"http://{HOST}/b", BLOCKED)]
-    assert decision.page_done is None and not state.queue
+    assert decision.page_done is None and not state.backlog.queue
     assert all(o.entry.attempt == 0 for o in decision.outcomes)
 
 
@@ -907,7 +908,7 @@ def test_a_refused_host_is_tried_again_robots_first_after_a_day():
     state.offer(urls("b"), 0, POLICY)
     retry = state.next_action(BLOCKED_HOST_SECONDS, POLICY)
     assert retry.fetch is not None and retry.fetch.lease.kind is LeaseKind.ROBOTS
-    assert state.blocked is None and not retry.outcomes
+    assert state.backoff.blocked is None and not retry.outcomes
 
 
 def test_a_blocked_host_state_survives_the_state_coder():
@@ -916,4 +917,5 @@ def test_a_blocked_host_state_survives_the_state_coder():
     lease = state.next_action(0.0, POLICY).fetch.lease
     state.complete(lease.lease_id, FetchReport(status=None, blocked=BLOCKED), 5.0, POLICY)
     copy = pickle.loads(pickle.dumps(state))
-    assert (copy.blocked, copy.blocked_until) == (BLOCKED, 5.0 + BLOCKED_HOST_SECONDS)
+    assert (copy.backoff.blocked, copy.backoff.blocked_until) == (
+        BLOCKED, 5.0 + BLOCKED_HOST_SECONDS)
