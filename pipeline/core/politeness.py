@@ -423,16 +423,22 @@ class HostState:
         With policy.sitemaps the decision also carries the Sitemap lines of a robots.txt
         answer the crawl has not read them from yet (Decision.sitemaps).
         """
+        own_url = f"{self.scheme}://{self.host}/robots.txt"
         if self.lease is not None:
             decision = Decision(wake_at=self.lease.expires_at)
         elif not self.backlog.queue and not self.gate.errands_waiting:
             decision = Decision()
+        elif (ended := self._queue_ended(now, policy, budget_spent)) is not None:
+            decision = ended
+        elif now < self.next_allowed:
+            decision = Decision(wake_at=self.due_at(policy))
+        elif (turn := self.gate.turn(now, policy, self.host, own_url,
+                                     bool(self.backlog.queue))) is not None:
+            decision = (Decision(wake_at=turn.wait_until) if turn.url is None else
+                        self._start(now, policy, LeaseKind.ROBOTS, turn.url, None, turn.hop,
+                                    own=turn.own))
         else:
-            decision = (self._queue_ended(now, policy, budget_spent)
-                        or (Decision(wake_at=self.due_at(policy))
-                            if now < self.next_allowed else None)
-                        or self._robots_turn(now, policy)
-                        or self._next_page(now, policy, claim_page))
+            decision = self._next_page(now, policy, claim_page)
         found = self.gate.sitemaps_found(now, policy)
         return dataclasses.replace(decision, sitemaps=found) if found else decision
 
@@ -458,29 +464,11 @@ class HostState:
         return Decision(outcomes=_ended(self.backlog.drain(), PageState.OVER_BUDGET, reason),
                         robots_messages=self.gate.refuse_errands(now, reason))
 
-    def _robots_turn(self, now: float, policy: HostPolicy) -> Decision | None:
-        """Step 5 of next_action: a robots.txt request to start, or the errand to wait for
-        (None: robots.txt needs nothing now)."""
-        gate = self.gate
-        own_url = f"{self.scheme}://{self.host}/robots.txt"
-        if self.backlog.queue and not gate.fresh(now):
-            if gate.awaited is None:
-                return self._start(now, policy, LeaseKind.ROBOTS, gate.redirect or own_url,
-                                   None, gate.hops)
-            deadline = gate.errand_lapsed(now, policy, self.host)
-            if deadline is not None and not gate.errands_waiting:
-                return Decision(wake_at=deadline)
-        if gate.errands_waiting:
-            # Other hosts wait on these, so they go before this host's pages.
-            url, own = gate.errand_request(own_url, now)
-            return self._start(now, policy, LeaseKind.ROBOTS, url, None, 0, own=own)
-        return None
-
     def _next_page(self, now: float, policy: HostPolicy,
                    claim_page: Callable[[], bool]) -> Decision:
         """Step 6 of next_action: the next page request, past the URLs that may not have one."""
         queue, rules = self.backlog.queue, self.gate.rules
-        assert rules is not None  # step 5 saw to it
+        assert rules is not None  # the robots gate saw to it
         outcomes: list[Outcome] = []
         while queue:
             entry = queue[0]

@@ -42,6 +42,17 @@ class RobotsStep:
     errand: RobotsErrand | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class RobotsTurn:
+    """A robots.txt request to start (`url`, the chain's `hop`, whether the answer is the
+    host's `own`), or an errand's reply to wait for until `wait_until`."""
+
+    url: str | None = None
+    hop: int = 0
+    own: bool = True
+    wait_until: float | None = None
+
+
 @dataclass
 class RobotsGate:
     """One host's robots.txt knowledge and errands, for one crawl."""
@@ -81,29 +92,35 @@ class RobotsGate:
             self.delay_capped_logged = True
         return crawl_delay
 
-    def errand_request(self, own_url: str, now: float) -> tuple[str, bool]:
-        """The robots.txt to fetch for other hosts next, and whether it is also this host's
-        own /robots.txt, needed and not on its way (then one request serves all)."""
+    def turn(self, now: float, policy: HostPolicy, host: str, own_url: str,
+             pages_waiting: bool) -> RobotsTurn | None:
+        """What robots.txt needs before any page of the host (None: nothing). The host's own
+        robots.txt first, when pages wait and no rules are in force: its next hop, or the
+        errand it waits on at another host (unreachable once the errand's deadline passed).
+        Then the robots.txt other hosts wait on, which go before this host's pages; the
+        first one that is the host's own /robots.txt, needed and not on its way, is also
+        fetched as its own (one request serves all)."""
+        if pages_waiting and not self.fresh(now):
+            awaited = self.awaited
+            if awaited is None:
+                return RobotsTurn(self.redirect or own_url, hop=self.hops)
+            if now < awaited.deadline:
+                if not self.errands_waiting:
+                    return RobotsTurn(wait_until=awaited.deadline)
+            else:
+                self.awaited = None
+                self.rules = RobotsPolicy.from_response(
+                    None, None, now, error=(f"{awaited.host} did not answer for {awaited.url} "
+                                            f"within {policy.robots_wait:.0f}s"))
+                log.warning("host %s: %s", host, self.rules.reason)
+        if not self.errands_waiting:
+            return None
         assert self.desk is not None
         url = self.desk.next_url()
         assert url is not None
         own = (url == own_url and self.redirect is None and self.awaited is None
                and not self.fresh(now))
-        return url, own
-
-    def errand_lapsed(self, now: float, policy: HostPolicy, host: str) -> float | None:
-        """The deadline of the errand this host waits on, or None once it has passed: then
-        no reply came in time, and robots.txt counts as unreachable."""
-        awaited = self.awaited
-        assert awaited is not None
-        if now < awaited.deadline:
-            return awaited.deadline
-        self.awaited = None
-        self.rules = RobotsPolicy.from_response(
-            None, None, now, error=(f"{awaited.host} did not answer for {awaited.url} within "
-                                    f"{policy.robots_wait:.0f}s"))
-        log.warning("host %s: %s", host, self.rules.reason)
-        return None
+        return RobotsTurn(url, own=own)
 
     def keep(self, fetch: RobotsFetch, now: float) -> tuple[RobotsReply, ...]:
         """A robots.txt URL of this host was fetched: kept on the desk even when nobody asked
