@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from pipeline.core.fleet_host import CrawlTerms, FleetHostState
 from pipeline.core.host_queue import HEAD_BATCH, TAIL_MAX, HostQueue, encode_entries
+from pipeline.core.host_state_coder import decode_host, encode_host
 from pipeline.core.politeness import Decision, FetchReport, HostPolicy, HostState
 from pipeline.core.records import FrontierEntry
 from pipeline.core.urls import url_hash
@@ -204,7 +205,7 @@ def host_cells() -> dict[str, Cell]:
 
 
 def store(state: HostState, cells: dict[str, Cell], seen_read: bytes | None) -> None:
-    fields, queue = state.stored()
+    fields, queue = encode_host(state)
     if queue.data is not None:
         cells["queue"].write(queue.data)
     if state.seen is not None and state.seen is not seen_read:
@@ -214,7 +215,7 @@ def store(state: HostState, cells: dict[str, Cell], seen_read: bytes | None) -> 
 
 def restore(cells: dict[str, Cell], with_seen: bool) -> tuple[HostState, bytes | None]:
     seen = (cells["seen"].read() or b"") if with_seen else None
-    return HostState.restored(cells["fields"].read(), cells["queue"].read, seen), seen
+    return decode_host(cells["fields"].read(), cells["queue"].read, seen), seen
 
 
 def projection(decision: Decision) -> tuple:
@@ -321,8 +322,8 @@ def test_a_firing_reads_and_writes_only_the_small_part_of_a_busy_host():
 def test_a_state_without_its_seen_set_refuses_offers_and_whole_pickling():
     state = HostState(host=HOST)
     state.offer(urls("a"), 0, POLICY)
-    fields, queue = state.stored()
-    restored = HostState.restored(fields, lambda: queue.data, None)
+    fields, queue = encode_host(state)
+    restored = decode_host(fields, lambda: queue.data, None)
     for attempt in (lambda: restored.offer(urls("b"), 0, POLICY),
                     lambda: pickle.dumps(restored)):
         try:

@@ -42,6 +42,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from pipeline.core import host_state_coder
 from pipeline.core.crawl_states import FINAL_STATES, CrawlState, keeps_waiting
 from pipeline.core.politeness import (
     TIME_BUDGET_REASON,
@@ -150,50 +151,30 @@ class FleetHostState:
 
     # ------------------------------------------------------------------------- storage
     def stored(self) -> tuple[dict, dict[str, bytes]]:
-        """The state as the scheduler stores it, in parts (HostState.stored for each crawl):
-        the fields, every crawl's and each tombstone's horizon included, and the queue data
-        of the crawls whose queue data changed. The seen-sets of the crawls and of the
-        tombstones are the caller's to store apart, by crawl id; the caller deletes the
-        queue data of a crawl no longer in `crawls` and the seen-set of one in neither
-        `crawls` nor `tombstones`. A tombstone's seen-set None, or a revived crawl's, is the
-        one stored for the crawl id."""
-        fields = self.__dict__.copy()
-        crawls: dict[str, dict] = {}
-        changed: dict[str, bytes] = {}
-        for crawl_id, state in self.crawls.items():
-            crawls[crawl_id], queue = state.stored()
-            if queue.data is not None:
-                changed[crawl_id] = queue.data
-        fields["crawls"] = crawls
-        fields["tombstones"] = {crawl_id: tombstone.expires_at
-                                for crawl_id, tombstone in self.tombstones.items()}
-        return fields, changed
+        """The state as the scheduler stores it, in parts (pipeline.core.host_state_coder:
+        fields by name with a layout version): the fields, every crawl's and each
+        tombstone's horizon included, and the queue data of the crawls whose queue data
+        changed. The seen-sets of the crawls and of the tombstones are the caller's to store
+        apart, by crawl id; the caller deletes the queue data of a crawl no longer in
+        `crawls` and the seen-set of one in neither `crawls` nor `tombstones`. A tombstone's
+        seen-set None, or a revived crawl's, is the one stored for the crawl id."""
+        return host_state_coder.encode_fleet(self)
 
     @classmethod
     def restored(cls, fields: dict, load_queue: Callable[[str], bytes | None],
                  seen: Mapping[str, bytes] | None = None) -> FleetHostState:
         """The state `stored` gave `fields` for: each crawl's queue data is read with
         `load_queue(crawl_id)` when an entry of it is needed; `seen` None: the seen-sets were
-        not read (HostState.restored); a tombstone whose crawl id is not in `seen` keeps its
-        seen-set unread (None). Fields stored before tombstones existed read back without
-        any."""
-        state = cls.__new__(cls)
-        values = dict(fields)
-        crawls = values.pop("crawls")
-        horizons = values.pop("tombstones", {})
-        state.__dict__.update(_newer_fields())
-        state.__dict__.update(values)
-        state.crawls = {
-            crawl_id: HostState.restored(
-                crawl_fields, lambda c=crawl_id: load_queue(c),
-                None if seen is None else seen.get(crawl_id, b""))
-            for crawl_id, crawl_fields in crawls.items()}
+        not read (host_state_coder.decode_host); a tombstone whose crawl id is not in `seen`
+        keeps its seen-set unread (None). Every layout version the coder reads is read;
+        fields stored before tombstones existed read back without any."""
+        values = host_state_coder.decode_fleet(fields, load_queue, seen)
         # A tombstone's seen-set is read only for an offer of its crawl (the caller passes
         # it in `seen` then): others stay unread.
-        state.tombstones = {
+        horizons = values.pop("tombstones")
+        return cls(**values, tombstones={
             crawl_id: Tombstone(expires_at, None if seen is None else seen.get(crawl_id))
-            for crawl_id, expires_at in horizons.items()}
-        return state
+            for crawl_id, expires_at in horizons.items()})
 
     def __setstate__(self, values: dict) -> None:
         # A state pickled whole before tombstones existed (a streaming job updated to this

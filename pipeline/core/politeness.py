@@ -25,7 +25,7 @@ HostState is a thin facade over parts with one concern each, in modules of their
 host_backlog (the queue and its overflow chunks), robots_gate (robots.txt rules, redirect
 hops, errands), host_backoff (backoff, the parked circuit, a blocked address), host_limits
 (admission limits and the host page budget) and duplicate_slowdown. Its stored form is
-HostState.stored's.
+pipeline.core.host_state_coder's.
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ from pipeline.core.duplicate_slowdown import DuplicateSlowdown
 from pipeline.core.host_backlog import HostBacklog
 from pipeline.core.host_backoff import HostBackoff
 from pipeline.core.host_limits import HostLimits
-from pipeline.core.host_queue import HostQueue, StoredQueue
 from pipeline.core.priority import DEFAULT_PRIORITY, PriorityHook
 from pipeline.core.records import FrontierEntry, PageState
 from pipeline.core.robots_gate import RobotsGate
@@ -241,7 +240,8 @@ class HostState:
     concern, which callers may ask directly: `backlog` (the queue and its overflow chunks),
     `gate` (robots.txt: rules, redirect hops, errands), `backoff` (failures, the parked
     circuit, a blocked address), `limits` (admission limits and the host page budget) and
-    `slowdown` (the duplicate slowdown).
+    `slowdown` (the duplicate slowdown). The state is stored by
+    pipeline.core.host_state_coder, field by field.
     """
 
     host: str
@@ -264,31 +264,11 @@ class HostState:
 
     # ----------------------------------------------------------------------------- storage
     def __getstate__(self) -> dict:
+        # Whole, only outside the scheduler's cells (which hold host_state_coder's form).
         if self.seen is None:
             raise ValueError(f"host {self.host}: the seen-set was not read from storage, so "
                              "this state cannot be pickled whole; restore it with its seen-set")
         return self.__dict__.copy()
-
-    def stored(self) -> tuple[dict, StoredQueue]:
-        """The state as the scheduler stores it, in parts: the fields (in place of the queue,
-        its next few entries encoded, its length and offset; no seen-set) and the queue's
-        data (StoredQueue.data: None when it did not change). The seen-set is the caller's
-        to store apart, when it changed."""
-        fields = self.__dict__.copy()
-        queue = self.backlog.queue.stored()
-        fields["backlog"] = {**self.backlog.__dict__, "queue": queue.meta}
-        del fields["seen"]
-        return fields, queue
-
-    @classmethod
-    def restored(cls, fields: dict, load_queue: Callable[[], bytes | None],
-                 seen: bytes | None = None) -> HostState:
-        """The state `stored` gave `fields` for; the queue's data is read with `load_queue`
-        the first time an entry is needed."""
-        values = dict(fields)
-        backlog = dict(values.pop("backlog"))
-        backlog["queue"] = HostQueue.restored(backlog["queue"], load_queue)
-        return cls(**values, backlog=HostBacklog(**backlog), seen=seen)
 
     # ----------------------------------------------------------------------------- queries
     def delay(self, policy: HostPolicy) -> float:
