@@ -56,6 +56,14 @@ class _Record:
     cls: type
     plain: tuple[str, ...]
     nested: Mapping[str, tuple[Encode, Decode]] = dataclasses.field(default_factory=dict)
+    # Each field with its decoder (None: plain), made once rather than looked up per value.
+    _decoders: tuple[tuple[str, Decode | None], ...] = dataclasses.field(
+        init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        decoders = tuple((name, None) for name in self.plain) + tuple(
+            (name, decode) for name, (_, decode) in self.nested.items())
+        object.__setattr__(self, "_decoders", decoders)
 
     @property
     def names(self) -> frozenset[str]:
@@ -71,11 +79,11 @@ class _Record:
         """The value `fields` describe (with `more`, fields stored otherwise). A field missing
         from them (stored before it existed) takes its default; one this code does not know
         (stored by a later release) is left out."""
-        values = {name: fields[name] for name in self.plain if name in fields}
-        for name, (_, decode) in self.nested.items():
+        values = more
+        for name, decode in self._decoders:
             if name in fields:
-                values[name] = decode(fields[name])
-        return self.cls(**values, **more)
+                values[name] = fields[name] if decode is None else decode(fields[name])
+        return self.cls(**values)
 
 
 def _optional(record: _Record) -> tuple[Encode, Decode]:
