@@ -518,6 +518,147 @@ events = st.lists(
 )
 
 
+@dataclass
+class _Interleaving(_Sim):
+    """A _Sim that runs the events of test_politeness_holds_under_any_interleaving, checking
+    each event's rule as it goes, and the spacing and the time budget at the end."""
+
+    policy: HostPolicy = POLICY
+    robots_body: bytes = b""
+    ops: list = field(default_factory=list)
+
+    def fire(self) -> None:
+        policy, ops = self.policy, self.ops
+        lease = self.state.lease
+        if lease is not None and lease.lease_id in self.lost:
+            self.state.expire_lease(self.now, policy)
+        decision = self.state.next_action(self.now, policy)
+        if decision.fetch is not None:
+            # At most one request in flight: every earlier one has reported, or its lease
+            # (longer than the fetch deadline) has run out.
+            assert not self.in_flight, (self.in_flight, ops)
+            assert all(self.now >= t + policy.lease_seconds for t in self.lost.values())
+            self.starts.append(self.now)
+            self.delays.append(self.state.delay(policy))
+            self.in_flight.append((decision.fetch.lease.lease_id, self.now))
+            lease = decision.fetch.lease
+            if lease.kind is LeaseKind.PAGE and self.retry_due is not None:
+                # A URL that failed is asked again before any fresh URL of the host.
+                assert lease.url == self.retry_due, (lease.url, self.retry_due, ops)
+                self.retry_due = None
+
+    def robots_report(self, status: int | None) -> FetchReport:
+        if status == 301:
+            return FetchReport(status=301, location="http://b.test/robots.txt")
+        if status == 302:
+            return FetchReport(status=302, location=f"http://{HOST}/moved/robots.txt")
+        return FetchReport(status=200 if status is None else status,
+                           body=self.robots_body if status in (None, 200) else b"")
+
+    def robots_answer(self, status: int | None) -> None:
+        lease = self.state.lease
+        if not (self.in_flight and lease is not None and lease.kind is LeaseKind.ROBOTS
+                and lease.lease_id == self.in_flight[0][0]):
+            return
+        # The robots.txt request in flight is answered, a redirect perhaps.
+        lease_id, _ = self.in_flight.pop(0)
+        self.now += 0.01
+        self.state.complete(lease_id, self.robots_report(status), self.now, self.policy)
+        self.ends.append(self.now)
+
+    def finish(self, status: int | None) -> None:
+        lease_id, _ = self.in_flight.pop(0)
+        self.now += 0.01
+        lease = self.state.lease
+        if lease is not None and lease.lease_id == lease_id and lease.kind is LeaseKind.ROBOTS:
+            report = self.robots_report(status)
+        else:
+            report = FetchReport(status=status, error="timeout" if status is None else None,
+                                 retry_after="2" if status == 429 else None)
+        if lease is not None and lease.lease_id == lease_id and lease.entry is not None \
+                and (status is None or status in (429, 503)) \
+                and lease.entry.attempt + 1 < self.policy.max_attempts:
+            self.retry_due = lease.url
+        self.state.complete(lease_id, report, self.now, self.policy)
+        self.ends.append(self.now)
+
+    def late(self) -> None:
+        # A fetch whose lease was given up reports after all: must change nothing.
+        before = (self.state.lease, tuple(self.state.backlog.queue), self.state.next_allowed)
+        lost, _ = self.lost.popitem()
+        if self.state.lease is None or self.state.lease.lease_id != lost:
+            self.state.complete(lost, FetchReport(status=200), self.now, self.policy)
+            assert (self.state.lease, tuple(self.state.backlog.queue),
+                    self.state.next_allowed) == before
+
+    def robots_messages(self, op: str, arg) -> None:
+        if op == "ask":
+            self.errands += 1
+            path = arg if arg.startswith("/") else f"/shared/{self.errands}/robots.txt"
+            self.state.ask_robots(RobotsErrand(HOST, f"http://{HOST}{path}", "c.test",
+                                               f"e{self.errands}"), self.now, self.policy)
+        elif op == "reply" and self.state.gate.awaited is not None:
+            awaited = self.state.gate.awaited
+            report = self.robots_report(arg)
+            fetch = RobotsFetch.of(awaited.url, report.status, report.body, self.now,
+                                   location=report.location)
+            self.state.robots_answered(RobotsReply(HOST, awaited.errand_id, fetch), self.now,
+                                       self.policy)
+        elif op == "stale_reply":
+            before = (self.state.lease, self.state.gate.rules, self.state.next_allowed)
+            self.state.robots_answered(RobotsReply(HOST, "never-sent", RobotsFetch.of(
+                "http://b.test/robots.txt", 200, b"", self.now)), self.now, self.policy)
+            assert (self.state.lease, self.state.gate.rules, self.state.next_allowed) == before
+
+    def step(self, op: str, arg) -> None:
+        if op == "offer":
+            paths = [f"p{self.next_path + i}" for i in range(arg)]
+            self.next_path += arg
+            self.state.offer(urls(*paths), 0, self.policy)
+        elif op == "fire":
+            self.now += arg
+            self.fire()
+        elif op == "fire_twice":
+            self.fire()
+            self.fire()
+        elif op == "robots_answer":
+            self.robots_answer(arg)
+        elif op == "finish" and self.in_flight:
+            self.finish(arg)
+        elif op == "lose" and self.in_flight:
+            lease_id, started = self.in_flight.pop(0)
+            self.lost[lease_id] = started
+        elif op == "late" and self.lost:
+            self.late()
+        else:
+            self.robots_messages(op, arg)
+
+    def check_spacing_and_deadline(self, deadline: float | None) -> None:
+        policy, ops = self.policy, self.ops
+        # The delay in force when a request starts (Crawl-delay 2 once robots.txt says so,
+        # else the 1 s minimum) separates it from the previous one, the robots.txt requests
+        # included (its own, and those it made for other hosts).
+        pairs = zip(self.starts, self.starts[1:], strict=False)
+        for (earlier, later), required in zip(pairs, self.delays[1:], strict=True):
+            assert later - earlier >= required - 1e-9, (self.starts, ops)
+        # The delay runs from the end of each exchange: no request starts within `required`
+        # of the end of an earlier one.
+        for start, required in zip(self.starts, self.delays, strict=True):
+            for end in self.ends:
+                assert not (end <= start < end + required - 1e-9), (start, end, ops)
+        # A time budget: nothing starts at or after the deadline, and the first firing after
+        # it with no request in flight ends every URL still queued.
+        if deadline is not None:
+            assert all(start < deadline for start in self.starts), (self.starts, deadline)
+            if self.state.lease is None and self.state.backlog.queue:
+                assert self.state.due_at(policy) <= max(deadline, self.now)
+                waiting = list(self.state.backlog.queue)
+                decision = self.state.next_action(max(deadline, self.now), policy)
+                assert decision.fetch is None and not self.state.backlog.queue
+                assert [(o.entry, o.state, o.reason) for o in decision.outcomes] == [
+                    (e, PageState.OVER_BUDGET, "time budget") for e in waiting]
+
+
 @settings(max_examples=600, deadline=None)
 @given(events, st.sampled_from([b"", b"User-agent: *\nCrawl-delay: 2\n"]),
        st.one_of(st.none(), st.floats(0.0, 40.0)))
@@ -525,120 +666,10 @@ def test_politeness_holds_under_any_interleaving(ops, robots_body, deadline):
     policy = HostPolicy(user_agent="testbot", min_delay=1.0, fetch_timeout=3.0,
                         lease_grace=1.0, max_attempts=3, retry_base=0.5, retry_cap=5.0,
                         deadline=deadline)
-    sim = _Sim()
-
-    def fire() -> None:
-        lease = sim.state.lease
-        if lease is not None and lease.lease_id in sim.lost:
-            sim.state.expire_lease(sim.now, policy)
-        decision = sim.state.next_action(sim.now, policy)
-        if decision.fetch is not None:
-            # At most one request in flight: every earlier one has reported, or its lease
-            # (longer than the fetch deadline) has run out.
-            assert not sim.in_flight, (sim.in_flight, ops)
-            assert all(sim.now >= t + policy.lease_seconds for t in sim.lost.values())
-            sim.starts.append(sim.now)
-            sim.delays.append(sim.state.delay(policy))
-            sim.in_flight.append((decision.fetch.lease.lease_id, sim.now))
-            lease = decision.fetch.lease
-            if lease.kind is LeaseKind.PAGE and sim.retry_due is not None:
-                # A URL that failed is asked again before any fresh URL of the host.
-                assert lease.url == sim.retry_due, (lease.url, sim.retry_due, ops)
-                sim.retry_due = None
-
-    def robots_report(status: int | None) -> FetchReport:
-        if status == 301:
-            return FetchReport(status=301, location="http://b.test/robots.txt")
-        if status == 302:
-            return FetchReport(status=302, location=f"http://{HOST}/moved/robots.txt")
-        return FetchReport(status=200 if status is None else status,
-                           body=robots_body if status in (None, 200) else b"")
-
+    sim = _Interleaving(policy=policy, robots_body=robots_body, ops=ops)
     for op, arg in ops:
-        if op == "offer":
-            paths = [f"p{sim.next_path + i}" for i in range(arg)]
-            sim.next_path += arg
-            sim.state.offer(urls(*paths), 0, policy)
-        elif op == "fire":
-            sim.now += arg
-            fire()
-        elif op == "fire_twice":
-            fire()
-            fire()
-        elif op == "robots_answer" and sim.in_flight and sim.state.lease is not None \
-                and sim.state.lease.kind is LeaseKind.ROBOTS \
-                and sim.state.lease.lease_id == sim.in_flight[0][0]:
-            # The robots.txt request in flight is answered, a redirect perhaps.
-            lease_id, _ = sim.in_flight.pop(0)
-            sim.now += 0.01
-            sim.state.complete(lease_id, robots_report(arg), sim.now, policy)
-            sim.ends.append(sim.now)
-        elif op == "finish" and sim.in_flight:
-            lease_id, _ = sim.in_flight.pop(0)
-            sim.now += 0.01
-            lease = sim.state.lease
-            if lease is not None and lease.lease_id == lease_id and lease.kind is LeaseKind.ROBOTS:
-                report = robots_report(arg)
-            else:
-                report = FetchReport(status=arg, error="timeout" if arg is None else None,
-                                     retry_after="2" if arg == 429 else None)
-            if lease is not None and lease.lease_id == lease_id and lease.entry is not None \
-                    and (arg is None or arg in (429, 503)) \
-                    and lease.entry.attempt + 1 < policy.max_attempts:
-                sim.retry_due = lease.url
-            sim.state.complete(lease_id, report, sim.now, policy)
-            sim.ends.append(sim.now)
-        elif op == "lose" and sim.in_flight:
-            lease_id, started = sim.in_flight.pop(0)
-            sim.lost[lease_id] = started
-        elif op == "late" and sim.lost:
-            # A fetch whose lease was given up reports after all: must change nothing.
-            before = (sim.state.lease, tuple(sim.state.backlog.queue), sim.state.next_allowed)
-            lost, _ = sim.lost.popitem()
-            if sim.state.lease is None or sim.state.lease.lease_id != lost:
-                sim.state.complete(lost, FetchReport(status=200), sim.now, policy)
-                assert (sim.state.lease, tuple(sim.state.backlog.queue),
-                        sim.state.next_allowed) == before
-        elif op == "ask":
-            sim.errands += 1
-            path = arg if arg.startswith("/") else f"/shared/{sim.errands}/robots.txt"
-            sim.state.ask_robots(RobotsErrand(HOST, f"http://{HOST}{path}", "c.test",
-                                              f"e{sim.errands}"), sim.now, policy)
-        elif op == "reply" and sim.state.gate.awaited is not None:
-            awaited = sim.state.gate.awaited
-            report = robots_report(arg)
-            fetch = RobotsFetch.of(awaited.url, report.status, report.body, sim.now,
-                                   location=report.location)
-            sim.state.robots_answered(RobotsReply(HOST, awaited.errand_id, fetch), sim.now,
-                                      policy)
-        elif op == "stale_reply":
-            before = (sim.state.lease, sim.state.gate.rules, sim.state.next_allowed)
-            sim.state.robots_answered(RobotsReply(HOST, "never-sent", RobotsFetch.of(
-                "http://b.test/robots.txt", 200, b"", sim.now)), sim.now, policy)
-            assert (sim.state.lease, sim.state.gate.rules, sim.state.next_allowed) == before
-
-    # The delay in force when a request starts (Crawl-delay 2 once robots.txt says so, else the
-    # 1 s minimum) separates it from the previous one, the robots.txt requests included (its
-    # own, and those it made for other hosts).
-    pairs = zip(sim.starts, sim.starts[1:], strict=False)
-    for (earlier, later), required in zip(pairs, sim.delays[1:], strict=True):
-        assert later - earlier >= required - 1e-9, (sim.starts, ops)
-    # The delay runs from the end of each exchange: no request starts within `required` of
-    # the end of an earlier one.
-    for start, required in zip(sim.starts, sim.delays, strict=True):
-        for end in sim.ends:
-            assert not (end <= start < end + required - 1e-9), (start, end, ops)
-    # A time budget: nothing starts at or after the deadline, and the first firing after it
-    # with no request in flight ends every URL still queued.
-    if deadline is not None:
-        assert all(start < deadline for start in sim.starts), (sim.starts, deadline)
-        if sim.state.lease is None and sim.state.backlog.queue:
-            assert sim.state.due_at(policy) <= max(deadline, sim.now)
-            waiting = list(sim.state.backlog.queue)
-            decision = sim.state.next_action(max(deadline, sim.now), policy)
-            assert decision.fetch is None and not sim.state.backlog.queue
-            assert [(o.entry, o.state, o.reason) for o in decision.outcomes] == [
-                (e, PageState.OVER_BUDGET, "time budget") for e in waiting]
+        sim.step(op, arg)
+    sim.check_spacing_and_deadline(deadline)
 
 
 first_failure_events = st.lists(
