@@ -45,7 +45,7 @@ from apache_beam.runners.direct import direct_runner
 from apache_beam.runners.direct.clock import TestClock
 from apache_beam.testing.test_stream import TestStream
 
-from pipeline.core import politeness
+from pipeline.core import host_backoff
 from pipeline.core.crawl_states import CrawlAction, CrawlLimits
 from pipeline.core.pages import StoredResponse, judge_response
 from pipeline.core.politeness import HostPolicy
@@ -508,7 +508,7 @@ class SchedulerRun:
             # Backoff is jittered: seeded, a run backs off the same every time.
             with direct_runner_speedups(), \
                     mock.patch.object(direct_runner, "TestClock", _RunClock), \
-                    mock.patch.object(politeness, "random", random.Random(7)):
+                    mock.patch.object(host_backoff, "random", random.Random(7)):
                 self._pipeline(stream)
             assert self.clock is not None and math.isclose(self.clock.time(), now_us / 1e6)
             resources.close()  # the counts thread stops, and what it holds is written

@@ -100,7 +100,7 @@ def test_cancelling_a_crawl_ends_its_waiting_urls_cancelled_and_spares_the_other
     ended = [(c, o.state, o.reason) for c, d in decision.decisions for o in d.outcomes]
     assert ended == [("b", PageState.CANCELLED, "crawl cancelled")] * 3
     assert decision.fetch is not None and decision.fetch[0] == "a"  # robots for a
-    assert list(host.crawls["a"].queue) and not host.crawls["b"].queue
+    assert list(host.crawls["a"].backlog.queue) and not host.crawls["b"].backlog.queue
 
 
 def test_a_crawl_out_of_time_ends_its_waiting_urls_over_budget():
@@ -127,8 +127,8 @@ def test_a_fleet_host_survives_the_state_coder():
     host.next_action(0.0, {"a": CrawlTerms(policy(1.0)), "b": CrawlTerms(policy(2.0))})
     copy = pickle.loads(pickle.dumps(host))
     assert copy.holder == host.holder and copy.lease == host.lease
-    assert {c: list(s.queue) for c, s in copy.crawls.items()} == {
-        c: list(s.queue) for c, s in host.crawls.items()}
+    assert {c: list(s.backlog.queue) for c, s in copy.crawls.items()} == {
+        c: list(s.backlog.queue) for c, s in host.crawls.items()}
 
 
 # ------------------------------------------------------------- property: several crawls
@@ -250,7 +250,7 @@ def test_politeness_holds_across_crawls_under_any_interleaving(ops, robots_body)
     # (robots Crawl-delay included), and none starts within its delay of an exchange's end.
     def required(crawl_id: str) -> float:
         return sim.host.crawls[crawl_id].delay(policies[crawl_id]) \
-            if sim.host.crawls[crawl_id].robots is not None else DELAYS[crawl_id]
+            if sim.host.crawls[crawl_id].gate.rules is not None else DELAYS[crawl_id]
 
     for (earlier, _, _), (later, crawl_id, _) in zip(sim.starts, sim.starts[1:], strict=False):
         assert later - earlier >= required(crawl_id) - 1e-9, (sim.starts, ops)
@@ -350,10 +350,10 @@ def test_a_reply_settles_the_asking_crawls_rules_and_serves_the_hosts_other_craw
     assert pickle.dumps(host) == before
     settled = host.robots_message("a", RobotsReply(HOST, asked.errand_id, file), 0.6,
                                   policies["a"])
-    assert host.crawls["a"].robots is not None and host.crawls["a"].robots_awaited is None
+    assert host.crawls["a"].gate.rules is not None and host.crawls["a"].gate.awaited is None
     # The file's Crawl-delay runs from the end of the host's last exchange (the redirect).
     assert settled.wake_at == 0.1 + 3.0
-    assert host.crawls["b"].robots is host.crawls["a"].robots  # b asks for no robots.txt
+    assert host.crawls["b"].gate.rules is host.crawls["a"].gate.rules  # b asks for no robots.txt
     decision = host.next_action(3.1, terms_of(policies, states))
     ended = [(c, o.entry.url, o.state) for c, d in decision.decisions for o in d.outcomes]
     assert ended == [("b", f"http://{HOST}/b/private/2", PageState.DISALLOWED)]
@@ -430,8 +430,8 @@ def test_rules_one_crawl_settles_end_the_wait_of_another_crawl_on_the_host():
         (asked[crawl_id],) = one.robots_messages
     file = RobotsFetch.of("http://elsewhere.test/robots.txt", 404, b"", now)
     host.robots_message("a", RobotsReply(HOST, asked["a"].errand_id, file), now, policies["a"])
-    assert host.crawls["b"].robots is host.crawls["a"].robots is not None
-    assert host.crawls["b"].robots_awaited is None
+    assert host.crawls["b"].gate.rules is host.crawls["a"].gate.rules is not None
+    assert host.crawls["b"].gate.awaited is None
     before = pickle.dumps(host)
     host.robots_message("b", RobotsReply(HOST, asked["b"].errand_id, file), now, policies["b"])
     assert pickle.dumps(host) == before
@@ -529,7 +529,7 @@ def test_every_errand_is_answered_once_and_the_host_stays_polite_under_any_inter
             states[crawl] = CrawlState.CANCELLING
         assert len(host.crawls) <= len(CRAWLS)
         for state in host.crawls.values():  # the desk caps itself (invariant 6)
-            desk = state.robots_desk
+            desk = state.gate.desk
             assert desk is None or (len(desk.waiting) <= DESK_WAITING
                                     and len(desk.answers) <= DESK_ANSWERS)
 
@@ -591,7 +591,7 @@ def test_seen_marks_keep_a_crawl_s_done_urls_from_being_accepted_and_spare_the_o
     accepted_b, _, _ = host.offer("b", same_urls("1", "2", "3"), 0, p)
     assert [e.url for e in accepted_a] == [f"http://{HOST}/3"]
     assert [e.url for e in accepted_b] == [f"http://{HOST}/{n}" for n in "123"]
-    assert host.crawls["a"].pages_issued == 0  # seen, but not requested: no page spent
+    assert host.crawls["a"].limits.pages_issued == 0  # seen, but not requested: no page spent
     requested, _ = run_host(host, {"a": CrawlTerms(p), "b": CrawlTerms(p)})
     assert sorted(requested) == sorted([("a", f"http://{HOST}/3")] + [
         ("b", f"http://{HOST}/{n}") for n in "123"])
@@ -624,7 +624,7 @@ def test_marks_survive_the_host_state_stored_in_parts():
     back = FleetHostState.restored(pickle.loads(pickle.dumps(fields)), queues.get, seen)
     accepted, _, _ = back.offer("a", same_urls("1", "2"), 0, p)
     assert [e.url for e in accepted] == [f"http://{HOST}/2"]
-    assert back.crawls["a"].pages_issued == 1
+    assert back.crawls["a"].limits.pages_issued == 1
 
 
 @settings(max_examples=60, deadline=None)
@@ -640,8 +640,8 @@ def test_a_marked_url_is_never_accepted_again_and_marks_touch_only_their_crawl(
     host.mark_seen("a", same_urls(*map(str, marked)), p, issued=issued)
     accepted_a, _, _ = host.offer("a", same_urls(*map(str, offered)), 0, p)
     assert {e.url for e in accepted_a}.isdisjoint(u for u, _, _ in same_urls(*map(str, marked)))
-    assert host.crawls["a"].pages_issued == (len(marked) if issued else 0)
+    assert host.crawls["a"].limits.pages_issued == (len(marked) if issued else 0)
     if first == "a":
         accepted_b, _, _ = host.offer("b", same_urls(*map(str, offered)), 0, p)
         assert len(accepted_b) == len(offered)  # b's seen-set knows nothing of a's marks
-    assert "b" not in host.crawls or host.crawls["b"].pages_issued == 0
+    assert "b" not in host.crawls or host.crawls["b"].limits.pages_issued == 0

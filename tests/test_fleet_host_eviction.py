@@ -110,10 +110,11 @@ def test_an_ended_crawl_that_drained_leaves_only_its_seen_set_and_spares_the_oth
     sim.run(10.0)
     assert sim.drained("a") and sim.drained("b")
     seen_b = sim.host.crawls["b"].seen
-    queue_a = list(sim.host.crawls["a"].queue)
+    queue_a = list(sim.host.crawls["a"].backlog.queue)
     sim.states["b"] = CrawlState.DONE
     sim.fire()
-    assert list(sim.host.crawls) == ["a"] and list(sim.host.crawls["a"].queue) == queue_a
+    assert list(sim.host.crawls) == ["a"]
+    assert list(sim.host.crawls["a"].backlog.queue) == queue_a
     assert sim.host.tombstones == {"b": Tombstone(sim.now + TOMBSTONE_S, seen_b)}
     fields, _ = sim.host.stored()
     assert set(fields["crawls"]) == {"a"} and fields["tombstones"] == {

@@ -360,7 +360,7 @@ def test_2_3_1_2_more_than_five_redirects_may_mean_unavailable() -> None:
     state = host_with("/private/x")
     for hop in range(MAX_REDIRECTS + 1):
         answer_robots(state, float(hop), FetchReport(status=302, location=f"/r{hop}.txt"))
-    assert state.robots is not None and state.robots.kind is RobotsKind.ALLOW_ALL
+    assert state.gate.rules is not None and state.gate.rules.kind is RobotsKind.ALLOW_ALL
     decision = state.next_action(10.0, POLICY)
     assert decision.fetch is not None and decision.fetch.lease.kind is LeaseKind.PAGE
 
@@ -394,7 +394,7 @@ def test_2_3_1_2_the_five_redirects_count_across_hosts_too() -> None:
         asked = state.robots_answered(RobotsReply(HOST, errand.errand_id, fetch), float(hop),
                                       POLICY)
     assert asked.robots_messages == ()
-    assert state.robots is not None and state.robots.kind is RobotsKind.ALLOW_ALL
+    assert state.gate.rules is not None and state.gate.rules.kind is RobotsKind.ALLOW_ALL
 
 
 # --- 2.4: caching ---------------------------------------------------------------------------
@@ -422,7 +422,8 @@ def test_2_4_a_file_fetched_by_another_host_expires_24_hours_after_that_fetch() 
     (errand,) = asked.robots_messages
     fetch = RobotsFetch.of(errand.url, 200, b"User-agent: *\nAllow: /\n", 900.0)
     state.robots_answered(RobotsReply(HOST, errand.errand_id, fetch), 1001.0, POLICY)
-    assert state.robots is not None and state.robots.expires_at == 900.0 + ROBOTS_TTL_SECONDS
+    rules = state.gate.rules
+    assert rules is not None and rules.expires_at == 900.0 + ROBOTS_TTL_SECONDS
 
 
 # --- 2.5: limits ----------------------------------------------------------------------------

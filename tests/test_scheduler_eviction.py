@@ -82,7 +82,7 @@ def test_a_crawl_that_ends_leaves_the_host_state_and_its_seen_set_goes_after_the
     fetched = {url for url, _, _ in hosts.pool.submitted}
     assert {f"http://{HOST}/end/1", f"http://{HOST}/end/2"} <= fetched
     state = hosts.state(HOST)
-    assert set(state.crawls) == {keep, end} and state.crawls[keep].queue
+    assert set(state.crawls) == {keep, end} and state.crawls[keep].backlog.queue
     beside = fields_beside(hosts, keep)
     before = cell_bytes(hosts)
     assert set(hosts.cells[HOST]["host_seen"].value) == {keep, end}
@@ -109,7 +109,7 @@ def test_a_crawl_that_ends_leaves_the_host_state_and_its_seen_set_goes_after_the
     # row, and the next firing evicts the crawl again.
     out = hosts.offer(end, f"http://{HOST}/end/1", f"http://{HOST}/end/3")
     assert tagged(out, Tag.ROWS) == []
-    assert [e.url for e in hosts.state(HOST).crawls[end].queue] == [f"http://{HOST}/end/3"]
+    assert [e.url for e in hosts.state(HOST).crawls[end].backlog.queue] == [f"http://{HOST}/end/3"]
     assert set(cells["host_seen"].value) == {keep, end} and not cells["host_tombstones"].value
     answer(hosts)
     rows.extend(tagged(hosts.fire(HOST, now + 0.1), Tag.ROWS))

@@ -72,7 +72,7 @@ def test_a_robots_txt_moved_to_another_host_is_fetched_there_and_governs_the_hos
     assert hosts.timers["a.test"].at == pytest.approx(2.1)
     hosts.fire("b.test", 2.0)
     assert hosts.started("b.test")[-1] == ("http://b.test/page", 2.0)  # a delay after it
-    assert hosts.state("a.test").crawls[asker].robots.crawl_delay("testbot") == 2.0
+    assert hosts.state("a.test").crawls[asker].gate.rules.crawl_delay("testbot") == 2.0
     assert hosts.fire("a.test", 2.0) == [] and len(hosts.started("a.test")) == 1
     out = hosts.fire("a.test", 2.1)
     (row,) = tagged(out, Tag.ROWS)

@@ -224,7 +224,7 @@ class DomainHostsState:
             return lease.expires_at
         floor = self._floor()
         due = [max(fleet.next_allowed, floor) for fleet in self.hosts.values()
-               if any(s.queue or s.errands_waiting for s in fleet.crawls.values())]
+               if any(s.backlog.queue or s.gate.errands_waiting for s in fleet.crawls.values())]
         return min(due, default=None)
 
 

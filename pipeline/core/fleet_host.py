@@ -42,6 +42,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from pipeline.core import host_state_coder
 from pipeline.core.crawl_states import FINAL_STATES, CrawlState, keeps_waiting
 from pipeline.core.politeness import (
     TIME_BUDGET_REASON,
@@ -150,50 +151,30 @@ class FleetHostState:
 
     # ------------------------------------------------------------------------- storage
     def stored(self) -> tuple[dict, dict[str, bytes]]:
-        """The state as the scheduler stores it, in parts (HostState.stored for each crawl):
-        the fields, every crawl's and each tombstone's horizon included, and the queue data
-        of the crawls whose queue data changed. The seen-sets of the crawls and of the
-        tombstones are the caller's to store apart, by crawl id; the caller deletes the
-        queue data of a crawl no longer in `crawls` and the seen-set of one in neither
-        `crawls` nor `tombstones`. A tombstone's seen-set None, or a revived crawl's, is the
-        one stored for the crawl id."""
-        fields = self.__dict__.copy()
-        crawls: dict[str, dict] = {}
-        changed: dict[str, bytes] = {}
-        for crawl_id, state in self.crawls.items():
-            crawls[crawl_id], queue = state.stored()
-            if queue.data is not None:
-                changed[crawl_id] = queue.data
-        fields["crawls"] = crawls
-        fields["tombstones"] = {crawl_id: tombstone.expires_at
-                                for crawl_id, tombstone in self.tombstones.items()}
-        return fields, changed
+        """The state as the scheduler stores it, in parts (pipeline.core.host_state_coder:
+        fields by name with a layout version): the fields, every crawl's and each
+        tombstone's horizon included, and the queue data of the crawls whose queue data
+        changed. The seen-sets of the crawls and of the tombstones are the caller's to store
+        apart, by crawl id; the caller deletes the queue data of a crawl no longer in
+        `crawls` and the seen-set of one in neither `crawls` nor `tombstones`. A tombstone's
+        seen-set None, or a revived crawl's, is the one stored for the crawl id."""
+        return host_state_coder.encode_fleet(self)
 
     @classmethod
     def restored(cls, fields: dict, load_queue: Callable[[str], bytes | None],
                  seen: Mapping[str, bytes] | None = None) -> FleetHostState:
         """The state `stored` gave `fields` for: each crawl's queue data is read with
         `load_queue(crawl_id)` when an entry of it is needed; `seen` None: the seen-sets were
-        not read (HostState.restored); a tombstone whose crawl id is not in `seen` keeps its
-        seen-set unread (None). Fields stored before tombstones existed read back without
-        any."""
-        state = cls.__new__(cls)
-        values = dict(fields)
-        crawls = values.pop("crawls")
-        horizons = values.pop("tombstones", {})
-        state.__dict__.update(_newer_fields())
-        state.__dict__.update(values)
-        state.crawls = {
-            crawl_id: HostState.restored(
-                crawl_fields, lambda c=crawl_id: load_queue(c),
-                None if seen is None else seen.get(crawl_id, b""))
-            for crawl_id, crawl_fields in crawls.items()}
+        not read (host_state_coder.decode_host); a tombstone whose crawl id is not in `seen`
+        keeps its seen-set unread (None). Every layout version the coder reads is read;
+        fields stored before tombstones existed read back without any."""
+        values = host_state_coder.decode_fleet(fields, load_queue, seen)
         # A tombstone's seen-set is read only for an offer of its crawl (the caller passes
         # it in `seen` then): others stay unread.
-        state.tombstones = {
+        horizons = values.pop("tombstones")
+        return cls(**values, tombstones={
             crawl_id: Tombstone(expires_at, None if seen is None else seen.get(crawl_id))
-            for crawl_id, expires_at in horizons.items()}
-        return state
+            for crawl_id, expires_at in horizons.items()})
 
     def __setstate__(self, values: dict) -> None:
         # A state pickled whole before tombstones existed (a streaming job updated to this
@@ -214,7 +195,7 @@ class FleetHostState:
             tombstone = self.tombstones.pop(crawl_id, None)
             if tombstone is not None:
                 state.seen = tombstone.seen
-            state.robots = self._shared_robots()
+            state.gate.rules = self._shared_robots()
             state.next_allowed = self.next_allowed
         return state
 
@@ -236,7 +217,7 @@ class FleetHostState:
         return min((t.expires_at for t in self.tombstones.values()), default=None)
 
     def _shared_robots(self):
-        fetched = [s.robots for s in self.crawls.values() if s.robots is not None]
+        fetched = [s.gate.rules for s in self.crawls.values() if s.gate.rules is not None]
         if self.robots is not None:
             fetched.append(self.robots)
         return max(fetched, key=lambda r: r.expires_at) if fetched else None
@@ -286,10 +267,10 @@ class FleetHostState:
             return FleetDecision(wake_at=self._wake())
         else:
             state = self.crawls[crawl_id]
-            before = state.robots
+            before = state.gate.rules
             decision = state.robots_answered(message, now, policy)
             self.next_allowed = max(self.next_allowed, state.next_allowed)
-            if state.robots is not None and state.robots is not before:
+            if state.gate.rules is not None and state.gate.rules is not before:
                 self._share_robots(state)
         return FleetDecision(((crawl_id, decision),), self._wake())
 
@@ -317,7 +298,7 @@ class FleetHostState:
             ended = self._end_waiting(state, crawl_terms, now)
             if ended is not None:
                 decisions.append((crawl_id, ended))
-            if state.has_overflow:
+            if state.backlog.has_overflow:
                 recheck = True  # its stored URLs come back and end at the next firing
         if self._evict(now, terms, tombstone_s):
             recheck = True  # an ended crawl's overflow rows go at a later firing, then it
@@ -326,7 +307,7 @@ class FleetHostState:
         for crawl_id in self._turns():
             state = self.crawls[crawl_id]
             crawl_terms = terms.get(crawl_id)
-            if crawl_terms is None or not (state.queue or state.errands_waiting):
+            if crawl_terms is None or not (state.backlog.queue or state.gate.errands_waiting):
                 continue
             if crawl_terms.state is not CrawlState.RUNNING:
                 recheck = recheck or crawl_terms.state is CrawlState.PAUSED
@@ -364,7 +345,7 @@ class FleetHostState:
         self.next_allowed = max(self.next_allowed, state.next_allowed)
         decisions = [(crawl_id, decision)]
         if lease.kind is LeaseKind.ROBOTS:
-            if state.robots is not None:
+            if state.gate.rules is not None:
                 self._share_robots(state)
             decisions.extend(self._hand_on_answer(crawl_id, state, lease.url, now))
         return FleetDecision(tuple(decisions), self._wake())
@@ -398,7 +379,7 @@ class FleetHostState:
             # cannot be read may be anything.
             if crawl_terms is None or crawl_terms.state not in FINAL_STATES or state.busy:
                 continue
-            if state.overflow_deleted < state.overflow_read:
+            if state.backlog.overflow_deleted < state.backlog.overflow_read:
                 waiting = True
                 continue
             del self.crawls[crawl_id]
@@ -409,11 +390,11 @@ class FleetHostState:
 
     def _keep_robots(self, state: HostState, now: float) -> None:
         """An evicted crawl's robots.txt knowledge that is still fresh stays with the host."""
-        robots = state.robots
+        robots = state.gate.rules
         if robots is not None and now < robots.expires_at and (
                 self.robots is None or self.robots.expires_at < robots.expires_at):
             self.robots = robots
-        answers = state.robots_desk.answers if state.robots_desk is not None else {}
+        answers = state.gate.desk.answers if state.gate.desk is not None else {}
         for url, fetch in answers.items():
             kept = self.robots_kept.answers.get(url) if self.robots_kept else None
             if now < fetch.expires_at and (kept is None or kept.expires_at < fetch.expires_at):
@@ -456,7 +437,7 @@ class FleetHostState:
         it in flight finishes normally."""
         if keeps_waiting(terms.state) and not terms.time_spent:
             return None
-        if not state.queue and not state.errands_waiting:
+        if not state.backlog.queue and not state.gate.errands_waiting:
             return None
         if terms.state in (CrawlState.CANCELLING, CrawlState.CANCELLED):
             page_state, reason = PageState.CANCELLED, "crawl cancelled"
@@ -464,31 +445,28 @@ class FleetHostState:
             page_state, reason = PageState.OVER_BUDGET, TIME_BUDGET_REASON
         else:
             page_state, reason = PageState.OVER_BUDGET, "crawl ended"
-        outcomes = tuple(Outcome(entry, page_state, reason) for entry in state.queue)
-        state.queue.clear()
-        return Decision(outcomes=outcomes, robots_messages=state.refuse_errands(now, reason))
+        outcomes = tuple(Outcome(entry, page_state, reason) for entry in state.backlog.queue)
+        state.backlog.queue.clear()
+        return Decision(outcomes=outcomes, robots_messages=state.gate.refuse_errands(now, reason))
 
     def _share_robots(self, source: HostState) -> None:
         for state in self.crawls.values():
             if state is source or state.lease is not None:
                 continue
-            if state.robots is None or state.robots.expires_at < source.robots.expires_at:
-                state.robots = source.robots
-                state.robots_redirect = None
-                state.robots_hops = 0
-                # The rules are known: a reply to the crawl's own errand would bring the same.
-                state.robots_awaited = None
+            rules = state.gate.rules
+            if rules is None or rules.expires_at < source.gate.rules.expires_at:
+                state.gate.adopt(source.gate.rules)
 
     def _hand_on_answer(self, crawl_id: str, source: HostState, url: str,
                         now: float) -> list[tuple[str, Decision]]:
         """A robots.txt URL was fetched for crawl `crawl_id`: the other crawls' errands that
         wait for the same URL are answered with it, rather than fetched once per crawl."""
-        fetch = source.robots_desk.answers.get(url) if source.robots_desk else None
+        fetch = source.gate.desk.answers.get(url) if source.gate.desk else None
         if fetch is None:
             return []
         handed = []
         for other_id, other in self.crawls.items():
-            desk = other.robots_desk
+            desk = other.gate.desk
             if other_id != crawl_id and desk is not None and url in desk.waiting:
                 handed.append((other_id, Decision(
                     robots_messages=tuple(desk.answered(fetch, now)))))
@@ -498,24 +476,24 @@ class FleetHostState:
         """Before a crawl's errand for `url` is taken: if the crawl keeps no fresh answer for
         it but another crawl on the host does, the crawl keeps that one too (and any errand
         of it already waiting for the URL is answered), so the errand costs no request."""
-        own = state.robots_desk.answers.get(url) if state.robots_desk else None
+        own = state.gate.desk.answers.get(url) if state.gate.desk else None
         if own is not None and now < own.expires_at:
             return ()
-        desks = [other.robots_desk for other in self.crawls.values()] + [self.robots_kept]
+        desks = [other.gate.desk for other in self.crawls.values()] + [self.robots_kept]
         fresh = [desk.answers[url] for desk in desks
                  if desk is not None and url in desk.answers
                  and now < desk.answers[url].expires_at]
         if not fresh:
             return ()
-        if state.robots_desk is None:
-            state.robots_desk = RobotsDesk()
-        return tuple(state.robots_desk.answered(max(fresh, key=lambda f: f.expires_at), now))
+        if state.gate.desk is None:
+            state.gate.desk = RobotsDesk()
+        return tuple(state.gate.desk.answered(max(fresh, key=lambda f: f.expires_at), now))
 
     def _wake(self) -> float | None:
         lease = self.lease
         if lease is not None:
             return lease.expires_at
-        if any(state.queue or state.errands_waiting for state in self.crawls.values()):
+        if any(state.backlog.queue or state.gate.errands_waiting for state in self.crawls.values()):
             return self.next_allowed
         return None
 

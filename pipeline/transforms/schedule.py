@@ -409,7 +409,7 @@ def _changed(stored: dict[str, bytes], changes: dict[str, bytes],
 def _activity(state: FleetHostState) -> dict[str, tuple[bool, int | None, float | None]]:
     """Per crawl on the host: whether it has work here, the URLs waiting while its circuit is
     open (None: not parked) and when its parking ends: what the activity counters move by."""
-    return {crawl_id: (crawl.busy, crawl.parked_backlog(), crawl.parked_until)
+    return {crawl_id: (crawl.busy, crawl.parked_backlog(), crawl.backoff.parked_until)
             for crawl_id, crawl in state.crawls.items()}
 
 
@@ -557,9 +557,9 @@ class HostSchedulerFn(beam.DoFn):
             if crawl_id in state.crawls:
                 throttle = message.signal is HostSignalKind.THROTTLE
                 crawl = state.crawls[crawl_id]
-                if throttle and not crawl.duplicate_heavy:
+                if throttle and not crawl.slowdown.heavy:
                     self._count(crawl_id, Counter.HOSTS_THROTTLED_FOR_DUPLICATES)
-                crawl.set_duplicate_heavy(throttle, policy)
+                crawl.slowdown.signal(throttle, policy, host)
         elif isinstance(message, HostSeenMarks):
             self._count(crawl_id, Counter.URLS_OFFERED, len(message.entries))
             # The crawl's policy sizes a seen-set made here; one whose record is not read
@@ -595,7 +595,7 @@ class HostSchedulerFn(beam.DoFn):
             # Stored before the state that counts them: a retry rewrites the same rows.
             overflow = HostOverflow(self._shared().bigtable(self._config.bigtable).frontier,
                                     crawl_id)
-            overflow.write(host, state.crawls[crawl_id].overflow(spilled, policy))
+            overflow.write(host, state.crawls[crawl_id].backlog.overflow(spilled, policy))
             self._count(crawl_id, Counter.URLS_OVERFLOWED, len(spilled))
         if state.busy and not was_busy:
             state.busy_since = now
@@ -779,22 +779,22 @@ class HostSchedulerFn(beam.DoFn):
         """Each crawl's overflow chunks: delete what an earlier bundle read back, read back
         what its queue has room for."""
         for crawl_id, crawl_state in state.crawls.items():
-            if not (crawl_state.has_overflow
-                    or crawl_state.overflow_deleted < crawl_state.overflow_read):
+            backlog = crawl_state.backlog
+            if not (backlog.has_overflow or backlog.overflow_deleted < backlog.overflow_read):
                 continue
             overflow = HostOverflow(self._shared().bigtable(self._config.bigtable).frontier,
                                     crawl_id)
-            done = crawl_state.deletable()
+            done = backlog.deletable()
             # Only chunks an earlier bundle read back: a retry of this bundle must find the
             # ones it read itself still stored.
             if done and (crawl_id, host) not in self._refilled_in_bundle:
                 overflow.delete(host, done)
-                crawl_state.overflow_deleted = done.stop
+                backlog.overflow_deleted = done.stop
             policy = self._policy(self._crawl(crawl_id, now))
-            wanted = crawl_state.refill_wanted(policy)
+            wanted = backlog.refill_wanted(policy)
             if wanted:
-                lost = crawl_state.refilled(wanted, overflow.read(host, wanted),
-                                            by_priority=policy.priority is not None)
+                lost = backlog.refilled(wanted, overflow.read(host, wanted),
+                                        by_priority=policy.priority is not None)
                 self._refilled_in_bundle.add((crawl_id, host))
                 if lost:
                     log.error("host %s, crawl %s: %d URLs lost with missing overflow chunks",
@@ -856,7 +856,7 @@ class HostSchedulerFn(beam.DoFn):
             lease = state.lease
             state.wake_at = lease.expires_at if lease else max(state.next_allowed, now)
         if state.wake_at is None:
-            if any(crawl.overflow_deleted < crawl.overflow_read
+            if any(crawl.backlog.overflow_deleted < crawl.backlog.overflow_read
                    for crawl in state.crawls.values()):
                 # Overflow chunks read back in this bundle whose URLs all ended in it (a
                 # spent budget, a cancel) go in a later bundle, once this one's reading is
