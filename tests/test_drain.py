@@ -108,7 +108,7 @@ def test_a_drain_collects_the_fetch_in_flight_writes_the_state_out_and_empties_t
         assert url == "http://a.test/1"
         hosts.pool.finish(len(hosts.pool.submitted) - 1)
         before = hosts.state("a.test").crawls[crawl]
-        queued = [entry.url for entry in before.queue]
+        queued = [entry.url for entry in before.backlog.queue]
 
         out = hosts.drain("a.test")
 
@@ -128,7 +128,7 @@ def test_a_drain_collects_the_fetch_in_flight_writes_the_state_out_and_empties_t
         again.pool.clock[0] = 5.0
         again.publish(HostWake(crawl, "a.test"))
         state = again.state("a.test").crawls[crawl]
-        assert [entry.url for entry in state.queue] == queued == ["http://a.test/2",
+        assert [entry.url for entry in state.backlog.queue] == queued == ["http://a.test/2",
                                                                  "http://a.test/3"]
         assert state.seen == before.seen
         again.fire("a.test", 5.0)

@@ -17,7 +17,7 @@ from pipeline.core.host_queue import HostQueue
 from pipeline.core.records import FrontierEntry
 
 if TYPE_CHECKING:
-    from pipeline.core.politeness import HostPolicy
+    from pipeline.core.host_policy import HostPolicy
 
 log = logging.getLogger(__name__)
 

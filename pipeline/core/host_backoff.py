@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pipeline.core.politeness import HostPolicy
+    from pipeline.core.host_policy import HostPolicy
 
 log = logging.getLogger(__name__)
 

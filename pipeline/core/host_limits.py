@@ -15,7 +15,7 @@ from pipeline.core.records import FrontierEntry
 from pipeline.core.traps import is_calendar_like, repeated_segment
 
 if TYPE_CHECKING:
-    from pipeline.core.politeness import HostPolicy
+    from pipeline.core.host_policy import HostPolicy
 
 
 @dataclass

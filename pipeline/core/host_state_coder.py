@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pipeline.core.duplicate_slowdown import DuplicateSlowdown
 from pipeline.core.host_backlog import HostBacklog
@@ -38,8 +38,9 @@ from pipeline.core.robots import RobotsKind, RobotsPolicy
 from pipeline.core.robots_gate import RobotsGate
 from pipeline.core.robots_relay import AwaitedRobots, RobotsDesk, RobotsFetch
 
-if TYPE_CHECKING:
-    from pipeline.core.fleet_host import FleetHostState
+# A FleetHostState (pipeline.core.fleet_host, which stores itself through this module and so
+# is not imported here).
+FleetHostState = Any
 
 VERSION = 2
 VERSIONS = (1, 2)  # the layouts decode_host and decode_fleet read

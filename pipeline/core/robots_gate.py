@@ -25,7 +25,7 @@ from pipeline.core.robots_relay import (
 from pipeline.core.urls import InvalidURL, host_key, normalize_url
 
 if TYPE_CHECKING:
-    from pipeline.core.politeness import HostPolicy
+    from pipeline.core.host_policy import HostPolicy
 
 log = logging.getLogger(__name__)
 
