@@ -9,7 +9,7 @@ import logging
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.core.host_queue import HEAD_BATCH, QueueData, QueueHead, QueueTail
+from pipeline.core.host_queue import HEAD_BATCH, HostQueue, QueueData
 from pipeline.core.queue_merge import appends, splice
 from pipeline.core.queue_records import (
     count_records,
@@ -104,28 +104,34 @@ def test_data_at_odds_with_its_length_is_counted_again_logged_and_rewritten(capl
 
 def test_a_stored_head_is_written_back_as_it_was_until_an_entry_is_needed() -> None:
     raw = encode_entries([entry(1), entry(2)])
-    head = QueueHead(raw, 2)
-    assert len(head) == 2 and head.encoded()[0] is raw and list(head) == [entry(1), entry(2)]
-    head.decoded().appendleft(entry(0))
-    assert head.raw is None and head.encoded() == (encode_entries(
-        [entry(0), entry(1), entry(2)]), 3)
+    queue = HostQueue.restored((0, 0, 0, raw, 2, b"", 0), lambda: None)
+    assert len(queue) == 2 and queue.stored().meta[3] is raw
+    queue.appendleft(entry(0))
+    assert queue.stored().meta[3:5] == (encode_entries([entry(0), entry(1), entry(2)]), 3)
 
 
 def test_an_empty_head_takes_from_the_data_then_from_the_stored_tail() -> None:
-    stored = encode_entries(entry(n) for n in range(3))
-    data = QueueData(stored, 3, 0, len(stored))
-    tail = QueueTail([entry(9)], encode_entries([entry(7), entry(8)]), 2)
-    head = QueueHead()
-    assert list(head.refilled(data, tail)) == [entry(0), entry(1), entry(2)]
-    head.entries.clear()
-    assert list(head.refilled(data, tail)) == [entry(7), entry(8)]
-    assert (tail.raw, tail.count, tail.entries) == (b"", 0, [entry(9)])
+    stored = encode_entries(entry(n) for n in range(HEAD_BATCH + 2))
+    tail = encode_entries([entry(7), entry(8)])
+    reads: list[int] = []
+
+    def load() -> bytes:
+        reads.append(1)
+        return stored
+
+    queue = HostQueue.restored((HEAD_BATCH + 2, 0, len(stored), b"", 0, tail, 2), load)
+    queue.append(entry(9))
+    taken = [queue.popleft() for _ in range(HEAD_BATCH + 5)]
+    assert taken == [entry(n) for n in range(HEAD_BATCH + 2)] + [entry(7), entry(8), entry(9)]
+    assert len(reads) == 1 and len(queue) == 0
 
 
-def test_the_tail_is_pending_as_one_run_and_knows_its_last_priority() -> None:
-    tail = QueueTail((), encode_entries([entry(1, 3.0)]), 1)
-    assert tail.last_priority() == 3.0
-    tail.entries.append(entry(2, 1.0))
-    assert tail.pending() == (encode_entries([entry(1, 3.0), entry(2, 1.0)]), 2)
-    assert tail.last_priority() == 1.0 and len(tail) == 2
-    assert QueueTail().last_priority() is None
+def test_entries_no_higher_than_the_stored_tails_last_are_appended_without_reading_the_data(
+        ) -> None:
+    def load() -> bytes:
+        raise AssertionError("the data was read")
+
+    tail = encode_entries([entry(1, 3.0)])
+    queue = HostQueue.restored((5, 0, 100, b"", 0, tail, 1), load)
+    assert queue.merge([entry(2, 3.0), entry(3, 1.0)]) == [] and len(queue) == 8
+    assert queue.stored().data is None

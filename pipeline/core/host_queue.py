@@ -11,13 +11,13 @@ The queue is first in, first out, unless it is given entries with HostQueue.merg
 with a priority hook, pipeline.core.priority): then each goes in after the last entry whose
 priority is at least its own, so the head is the highest priority and ties keep arrival order.
 
-The queue is three parts. The next few entries (QueueHead) travel with the host's small state,
-and so do URLs appended since the data was last written (QueueTail), up to TAIL_MAX bytes; the
-rest (QueueData) has a cell of its own. Taking entries into the head only moves an offset into
-the data, which is rewritten when the tail outgrows TAIL_MAX or the part taken has grown to
-half of it. So a firing that starts a fetch reads the data once per HEAD_BATCH fetches and
-rewrites none of it, and an offer of a few URLs neither reads nor writes it (without a
-priority hook; with one, an offer that puts a URL before queued ones rewrites the queue).
+The next few entries (the head) travel with the host's small state, and so do URLs appended
+since the data was last written (the tail), up to TAIL_MAX bytes; the rest (QueueData) has a
+cell of its own. Taking entries into the head only moves an offset into the data, which is
+rewritten when the tail outgrows TAIL_MAX or the part taken has grown to half of it. So a
+firing that starts a fetch reads the data once per HEAD_BATCH fetches and rewrites none of it,
+and an offer of a few URLs neither reads nor writes it (without a priority hook; with one, an
+offer that puts a URL before queued ones rewrites the queue).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from pipeline.core.queue_records import (
 from pipeline.core.records import FrontierEntry
 
 __all__ = ["HEAD_BATCH", "HEAD_MAX", "TAIL_MAX", "EncodedQueue", "HostQueue", "QueueData",
-           "QueueHead", "QueueTail", "StoredQueue", "encode_entries"]
+           "StoredQueue", "encode_entries"]
 
 log = logging.getLogger(__name__)
 
@@ -129,104 +129,41 @@ class QueueData:
                 yield entry
 
 
-class QueueHead:
-    """The queue's front: entries put back with appendleft and the next taken from the data,
-    kept as stored (`raw`, `count` entries) until an entry of it is needed."""
-
-    __slots__ = ("entries", "raw", "count")
-
-    def __init__(self, raw: bytes | None = None, count: int = 0) -> None:
-        self.entries: deque[FrontierEntry] = deque()
-        self.raw = raw  # the head as stored, until an entry is needed
-        self.count = count  # entries in `raw`
-
-    def __len__(self) -> int:
-        return self.count if self.raw is not None else len(self.entries)
-
-    def decoded(self) -> deque[FrontierEntry]:
-        if self.raw is not None:
-            self.entries = deque(decode_all(self.raw))
-            self.raw, self.count = None, 0
-        return self.entries
-
-    def refilled(self, data: QueueData, tail: QueueTail) -> deque[FrontierEntry]:
-        """The decoded head; if it is empty, the next HEAD_BATCH entries of the data are
-        taken into it, or with no data left, the stored tail."""
-        entries = self.decoded()
-        if not entries and data.count:
-            entries.extend(data.take(HEAD_BATCH))
-        if not entries and not data.count and tail.raw:
-            entries.extend(decode_all(tail.raw))  # the stored tail is next
-            tail.raw, tail.count = b"", 0
-        return entries
-
-    def encoded(self) -> tuple[bytes, int]:
-        """The head as stored: its bytes and how many entries they are."""
-        if self.raw is not None:
-            return self.raw, self.count
-        return encode_entries(self.entries), len(self.entries)
-
-    def __iter__(self) -> Iterator[FrontierEntry]:
-        if self.raw is not None:
-            yield from decode_all(self.raw)
-        else:
-            yield from list(self.entries)
-
-
-class QueueTail:
-    """The queue's end: entries appended since the data was last written, those stored with
-    the host's small state (`raw`, `count` entries) and those appended at this event."""
-
-    __slots__ = ("raw", "count", "entries")
-
-    def __init__(self, entries: Iterable[FrontierEntry] = (), raw: bytes = b"",
-                 count: int = 0) -> None:
-        self.raw = raw
-        self.count = count
-        self.entries: list[FrontierEntry] = list(entries)
-
-    def __len__(self) -> int:
-        return self.count + len(self.entries)
-
-    def pending(self) -> tuple[bytes, int]:
-        """The whole tail encoded, and how many entries it is."""
-        raw = self.raw + encode_entries(self.entries) if self.entries else self.raw
-        return raw, self.count + len(self.entries)
-
-    def last_priority(self) -> float | None:
-        """The last entry's priority (None: the tail is empty), read from the headers of the
-        stored tail (at most TAIL_MAX bytes) if nothing was appended at this event."""
-        if self.entries:
-            return self.entries[-1].priority
-        return spans(self.raw)[0][-1] if self.raw else None
-
-    def __iter__(self) -> Iterator[FrontierEntry]:
-        yield from decode_all(self.raw)
-        yield from list(self.entries)
-
-
 class EncodedQueue:
-    """A queue's entries in their three parts, head (QueueHead), data from its offset
-    (QueueData) and tail (QueueTail), in that order: how they are stored and read back, and
-    their bytes. HostQueue adds deque's methods."""
+    """A queue's entries in three parts, in this order: the head (entries put back with
+    appendleft and the next HEAD_BATCH taken from the data), the data from its offset
+    (QueueData), and the tail (entries appended since the data was last written: encoded as
+    stored, then those appended at this event). It owns how they are stored and read back,
+    and their bytes; HostQueue adds deque's methods.
 
-    __slots__ = ("_head", "_data", "_tail")
+    The head and the tail are fields, not objects of their own: every crawl's queue on a host
+    is restored and stored at every event of the host, so they cost no object beyond the
+    queue's.
+    """
+
+    __slots__ = ("_front", "_front_raw", "_front_count", "_data", "_tail_raw", "_tail_count",
+                 "_tail")
 
     def __init__(self, entries: Iterable[FrontierEntry] = ()) -> None:
-        self._head = QueueHead()
+        self._front: deque[FrontierEntry] = deque()
+        self._front_raw: bytes | None = None  # the head as stored, until an entry is needed
+        self._front_count = 0  # entries in _front_raw
         self._data = QueueData()
-        self._tail = QueueTail(entries)  # appended at this event
+        self._tail_raw = b""  # the tail as stored
+        self._tail_count = 0  # entries in _tail_raw
+        self._tail: list[FrontierEntry] = list(entries)  # appended at this event
 
     @classmethod
     def restored(cls, meta: tuple[int, int, int, bytes, int, bytes, int],
                  load: Callable[[], bytes | None]) -> Self:
         """The queue `stored` described by `meta`; its data is read with `load` the first
         time an entry beyond the head is needed (its length never needs it)."""
-        in_data, offset, length, head, head_count, tail, tail_count = meta
-        queue = cls()
-        queue._head = QueueHead(head if head_count else None, head_count)
+        in_data, offset, length, head, head_count, queue_tail, tail_count = meta
+        queue = cls.__new__(cls)  # (not cls(): every crawl's queue is restored every event)
+        queue._front = deque()
+        queue._front_raw, queue._front_count = (head if head_count else None), head_count
         queue._data = QueueData(None, in_data, offset, length, load)
-        queue._tail = QueueTail((), tail, tail_count)
+        queue._tail_raw, queue._tail_count, queue._tail = queue_tail, tail_count, []
         return queue
 
     @classmethod
@@ -242,37 +179,43 @@ class EncodedQueue:
         """The queue as the scheduler stores it. The data is written again when the tail
         outgrew TAIL_MAX bytes, the head HEAD_MAX entries, or the part already taken from
         the data is more than half of it; otherwise `data` is None."""
-        head, data, tail = self._head, self._data, self._tail
-        fold = head.raw is None and len(head.entries) > HEAD_MAX
-        head_raw, head_count = (b"", 0) if fold else head.encoded()
-        pending, pending_count = tail.pending()
+        data = self._data
+        fold = self._front_raw is None and len(self._front) > HEAD_MAX
+        if self._front_raw is not None:
+            head, head_count = self._front_raw, self._front_count
+        elif fold:
+            head, head_count = b"", 0
+        else:
+            head, head_count = encode_entries(self._front), len(self._front)
+        pending = self._tail_raw + encode_entries(self._tail) if self._tail else self._tail_raw
+        pending_count = self._tail_count + len(self._tail)
         if not (fold or data.rewrite or 2 * data.offset > data.length) and (
                 len(pending) <= TAIL_MAX):
-            tail.raw, tail.count, tail.entries = pending, pending_count, []
-            return StoredQueue((data.count, data.offset, data.length, head_raw, head_count,
+            self._tail_raw, self._tail_count, self._tail = pending, pending_count, []
+            return StoredQueue((data.count, data.offset, data.length, head, head_count,
                                 pending, pending_count), None)
         loaded = data.loaded()
         if data.offset == 0 and not fold and not data.rewrite:
             written = loaded + pending  # only appended to: no slice of the old data
         else:
-            written = b"".join((encode_entries(head.entries) if fold else b"",
+            written = b"".join((encode_entries(self._front) if fold else b"",
                                 loaded[data.offset:], pending))
-        entries = data.count + pending_count + (len(head.entries) if fold else 0)
+        entries = data.count + pending_count + (len(self._front) if fold else 0)
         if fold:
-            head.entries.clear()
+            self._front.clear()
         data.replace(written, entries, rewrite=False)
-        tail.raw, tail.count, tail.entries = b"", 0, []
-        return StoredQueue((entries, 0, len(written), head_raw, head_count, b"", 0), written)
+        self._tail_raw, self._tail_count, self._tail = b"", 0, []
+        return StoredQueue((entries, 0, len(written), head, head_count, b"", 0), written)
 
     def to_bytes(self) -> bytes:
         """Every entry, head first, in encode_entries' form (the whole queue, always)."""
-        head, data, tail = self._head, self._data, self._tail
+        data = self._data
         loaded = data.loaded() if data.count else b""
-        raw = head.encoded()[0]
-        if (raw or tail.raw or tail.entries or data.offset
+        head = self._front_raw if self._front_raw is not None else encode_entries(self._front)
+        if (head or self._tail_raw or self._tail or data.offset
                 or len(loaded) != data.length):
-            return b"".join((raw, loaded[data.offset:], tail.raw,
-                             encode_entries(tail.entries)))
+            return b"".join((head, loaded[data.offset:], self._tail_raw,
+                             encode_entries(self._tail)))
         return loaded
 
     def __reduce__(self) -> tuple[object, tuple[bytes, int]]:
@@ -281,12 +224,34 @@ class EncodedQueue:
         return (type(self).from_bytes, (self.to_bytes(), len(self)))
 
     def __len__(self) -> int:
-        return len(self._head) + self._data.count + len(self._tail)
+        head = self._front_count if self._front_raw is not None else len(self._front)
+        return head + self._data.count + self._tail_count + len(self._tail)
 
     def __iter__(self) -> Iterator[FrontierEntry]:
-        yield from self._head
+        if self._front_raw is not None:
+            yield from decode_all(self._front_raw)
+        else:
+            yield from list(self._front)
         yield from self._data
-        yield from self._tail
+        yield from decode_all(self._tail_raw)
+        yield from list(self._tail)
+
+    def _decoded_front(self) -> deque[FrontierEntry]:
+        if self._front_raw is not None:
+            self._front = deque(decode_all(self._front_raw))
+            self._front_raw, self._front_count = None, 0
+        return self._front
+
+    def _head(self) -> deque[FrontierEntry]:
+        """The decoded head; if it is empty, the next HEAD_BATCH entries of the data are
+        taken into it, or with no data left, the stored tail."""
+        front = self._decoded_front()
+        if not front and self._data.count:
+            front.extend(self._data.take(HEAD_BATCH))
+        if not front and not self._data.count and self._tail_raw:
+            front.extend(decode_all(self._tail_raw))  # the stored tail is next
+            self._tail_raw, self._tail_count = b"", 0
+        return front
 
 
 class HostQueue(EncodedQueue):
@@ -300,10 +265,10 @@ class HostQueue(EncodedQueue):
 
     # ------------------------------------------------------------------- deque's methods
     def append(self, entry: FrontierEntry) -> None:
-        self._tail.entries.append(entry)
+        self._tail.append(entry)
 
     def extend(self, entries: Iterable[FrontierEntry]) -> None:
-        self._tail.entries.extend(entries)
+        self._tail.extend(entries)
 
     def merge(self, entries: Iterable[FrontierEntry], cap: int | None = None
               ) -> list[FrontierEntry]:
@@ -318,7 +283,9 @@ class HostQueue(EncodedQueue):
         are read, runs of queued records are copied whole between the new ones, and the data
         is written again (the price of an order)."""
         new = list(entries)
-        last = self._tail.last_priority()
+        last = (self._tail[-1].priority if self._tail
+                else spans(self._tail_raw)[0][-1] if self._tail_raw
+                else None)  # (the stored tail is at most TAIL_MAX bytes)
         within = cap is None or len(self) <= cap  # (else queued entries must go too)
         if last is None or not within or not appends(last, new):
             raw = self.to_bytes()
@@ -330,35 +297,36 @@ class HostQueue(EncodedQueue):
                 return lowest
             # (the queue was read, but need not be written)
         room = len(new) if cap is None else max(0, cap - len(self))
-        self._tail.entries.extend(new[:room])
+        self._tail.extend(new[:room])
         return new[room:]
 
     def appendleft(self, entry: FrontierEntry) -> None:
-        self._head.decoded().appendleft(entry)  # the data is not needed to put one back
+        self._decoded_front().appendleft(entry)  # the data is not needed to put one back
 
     def popleft(self) -> FrontierEntry:
-        head = self._head.refilled(self._data, self._tail)
+        head = self._head()
         if head:
             return head.popleft()
-        if self._tail.entries:
-            return self._tail.entries.pop(0)
+        if self._tail:
+            return self._tail.pop(0)
         raise IndexError("pop from an empty queue")
 
     def clear(self) -> None:
-        self._head = QueueHead()
-        self._tail = QueueTail()
+        self._front.clear()
+        self._front_raw, self._front_count = None, 0
+        self._tail_raw, self._tail_count, self._tail = b"", 0, []
         # The stored data still holds the entries: write it empty.
         self._data = QueueData(rewrite=True)
 
     def __getitem__(self, index: int) -> FrontierEntry:
         if index == 0:
-            head = self._head.refilled(self._data, self._tail)
+            head = self._head()
             if head:
                 return head[0]
-            if self._tail.entries:
-                return self._tail.entries[0]
-        if index == -1 and self._tail.entries:
-            return self._tail.entries[-1]  # (the stored tail is decoded below only when needed)
+            if self._tail:
+                return self._tail[0]
+        if index == -1 and self._tail:
+            return self._tail[-1]  # (the stored tail is decoded below only when needed)
         entries = list(self)
         return entries[index]
 
