@@ -23,6 +23,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 WORKER_COST_JSON = REPO / "docs" / "worker-cost.json"
 SCALE_INPUTS_JSON = REPO / "docs" / "scale-inputs.json"
+PAGE_PATH_JSON = REPO / "docs" / "page-path.json"
 SCALE_MD = REPO / "docs" / "scale.md"
 COST_MD = REPO / "docs" / "cost.md"
 DOCS_COMMAND = "python -m bench.scale --docs-only"
@@ -57,7 +58,8 @@ class Assumptions:
     row_ms: float = 0.13
     # Headroom for bursts, garbage collection and the runner's own threads: an assumption.
     utilisation: float = 0.7
-    vcpus_per_worker: int = 16  # n2-*-16 (docs/scale.md, "Workers per job")
+    # n2-standard-2: one SDK process per worker (docs/architecture.md, "One worker shape")
+    vcpus_per_worker: int = 2
     # The fetch client case the model plans with (bench.fetch_cpu): most of the web is HTTPS
     # and compresses HTML; a new connection per fetch is the conservative side of keep-alive.
     fetch_case: str = "HTTPS, new connection, gzip"
@@ -186,7 +188,8 @@ def _n(value: float, digits: int = 0) -> str:
 
 
 def scale_section(worker_cost: Mapping[str, Any], inputs: Mapping[str, Any],
-                  assumptions: Assumptions, default: str) -> str:
+                  assumptions: Assumptions, default: str,
+                  page_path: Mapping[str, Any] | None = None) -> str:
     a = assumptions
     rows = sizings(worker_cost, inputs, a)
     cached = {s.extractor: s for s in sizings(worker_cost, inputs, a, state_cache=True)}
@@ -271,7 +274,140 @@ def scale_section(worker_cost: Mapping[str, Any], inputs: Mapping[str, Any],
         lines.append(f"| {c.extractor} | {c.store_ms:.2f} | {c.firings_ms:.2f} | "
                      f"{c.offers_ms:.2f} | {c.total_ms:.1f} ms | {_n(c.vcpus)} |")
     lines += ["", verdict(rows, default, a)]
+    if page_path is not None:
+        lines += ["", *page_path_lines(page_path, worker_cost, inputs, a)]
     return "\n".join(_wrap(line) for line in lines)
+
+
+@dataclass(frozen=True)
+class PagePathSizing:
+    """CPU per page from the whole per-page path (`bench.page_path`: the crawl's one graph on
+    the FnApiRunner, state cache off, every stage in one process), brought to the planning
+    pages: the path's own figure + the content work the planning corpus costs beyond the
+    synthetic pages + the links a planning page offers beyond the one URL a path run offers
+    per page (scheduler offer and frontier split per URL) + the fetch client's planning case
+    beyond the path's loopback HTTP fetches."""
+
+    path_ms: float  # measured: whole process, marginal, median of the rounds
+    path_store_ms: float  # the path's StorePages share (its content work, on synthetic pages)
+    content_ms: float  # content work per page of the planning corpus (bench.worker_cost)
+    extra_links: float  # links per planning page - URLs offered per page in the path run
+    per_link_ms: float  # scheduler offer + frontier split, per URL
+    extra_fetch_ms: float  # planning fetches - the path's fetches, per page
+    assumptions: Assumptions
+
+    @property
+    def extra_content_ms(self) -> float:
+        return max(0.0, self.content_ms - self.path_store_ms)
+
+    @property
+    def extra_links_ms(self) -> float:
+        return self.extra_links * self.per_link_ms
+
+    @property
+    def total_ms(self) -> float:
+        return self.path_ms + self.extra_content_ms + self.extra_links_ms + self.extra_fetch_ms
+
+    @property
+    def busy_vcpus(self) -> float:
+        return self.assumptions.rate * self.total_ms / 1000
+
+    @property
+    def vcpus(self) -> float:
+        return self.busy_vcpus / self.assumptions.utilisation
+
+    @property
+    def workers(self) -> int:
+        """Workers of one SDK process each, a process giving PROCESS_CORES of work."""
+        return math.ceil(self.vcpus / PROCESS_CORES)
+
+    @property
+    def worker_vcpus(self) -> int:
+        return self.workers * self.assumptions.vcpus_per_worker
+
+
+# The worker shape of pipeline.main (WORKER_MACHINE_TYPE): one SDK process on two vCPUs, and
+# the cores of work one process gives: its Python runs under one GIL (docs/architecture.md,
+# "One worker shape"); the native work beside it goes to the second vCPU with Dataflow's own
+# processes. An assumption: bench.page_path finds 80-85 % of a page's CPU on the bundle thread.
+WORKER_MACHINE = "n2-standard-2"
+PROCESS_CORES = 1.0
+# The fetch client case of the path's fetches: loopback HTTP, a connection per request.
+PATH_FETCH_CASE = "HTTP, new connection, identity"
+
+
+def page_path_sizing(page_path: Mapping[str, Any], worker_cost: Mapping[str, Any],
+                     inputs: Mapping[str, Any], assumptions: Assumptions
+                     ) -> PagePathSizing | None:
+    """The whole-path sizing for the extractor the path was measured with, or None when
+    docs/worker-cost.json has no content figure for it."""
+    entry = worker_cost["extractors"].get(page_path["extractor"])
+    if entry is None:
+        return None
+    a = assumptions
+    scheduler = scheduler_figures(worker_cost, state_cache=False)
+    offered = page_path.get("urls_offered_per_page", 1.0)
+    return PagePathSizing(
+        path_ms=page_path["crawler_ms_per_page"],
+        path_store_ms=page_path["stages_ms_per_page"].get("StorePages", 0.0),
+        content_ms=entry["content_ms_per_page"],
+        extra_links=max(0.0, inputs["real_pages"]["links_per_page"] - offered),
+        per_link_ms=(scheduler["per_offered_url_us"] + inputs["frontier_us_per_url"]) / 1000,
+        extra_fetch_ms=max(0.0, a.requests_per_page * fetch_ms(inputs, a.fetch_case)
+                           - page_path["requests_per_page"]
+                           * fetch_ms(inputs, PATH_FETCH_CASE)),
+        assumptions=a,
+    )
+
+
+def page_path_lines(page_path: Mapping[str, Any], worker_cost: Mapping[str, Any],
+                    inputs: Mapping[str, Any], a: Assumptions) -> list[str]:
+    sized = page_path_sizing(page_path, worker_cost, inputs, a)
+    if sized is None:
+        return []
+    stages = page_path["stages_ms_per_page"]
+    split = "; ".join(f"{name} {ms:.2f}" for name, ms in stages.items())
+    samples = page_path["crawler_ms_samples"]
+    ratio = page_path.get("crawler_over_scrapy")
+    return [
+        "### The whole per-page path, measured",
+        "",
+        f"`bench.page_path` runs the crawl's one graph (frontier decode, host scheduler with "
+        f"its state cells through their coders, fetch, store stage, rows, links, events and "
+        f"counters published) on the FnApiRunner with the state cache off, over "
+        f"{page_path['pages']} synthetic pages on {page_path['hosts']} hosts served locally: "
+        f"**{page_path['crawler_ms_per_page']:.1f} ms per page** of process CPU (median of "
+        f"{len(samples)} rounds, {min(samples):.1f}-{max(samples):.1f}), "
+        f"{page_path['requests_per_page']:.2f} requests and "
+        f"{page_path['timer_bundles_per_page']:.2f} timer bundles per page, "
+        f"**{_n(page_path['state_bytes_written_per_page'])} B of state written per page** "
+        f"({_n(page_path['state_bytes_read_per_page'])} B read); by stage, ms: {split}."
+        + (f" Scrapy's whole process on the same URLs in the same rounds: crawler / Scrapy = "
+           f"{ratio:.2f}." if ratio is not None else "")
+        + f" Source: {_source(page_path)}.",
+        "",
+        f"To the planning pages (extractor {page_path['extractor']}): + the content work of "
+        f"the worker-cost corpus beyond the path's StorePages share "
+        f"({sized.content_ms:.2f} - {sized.path_store_ms:.2f} = "
+        f"{sized.extra_content_ms:.2f} ms) + {sized.extra_links:.1f} more links offered per "
+        f"page x {sized.per_link_ms * 1000:.0f} us (scheduler offer and frontier split per URL)"
+        f" = {sized.extra_links_ms:.2f} ms + the planning fetches beyond the path's loopback "
+        f"ones ({a.requests_per_page} x {fetch_ms(inputs, a.fetch_case):.2f} ms - "
+        f"{page_path['requests_per_page']:.2f} x {fetch_ms(inputs, PATH_FETCH_CASE):.2f} ms = "
+        f"{sized.extra_fetch_ms:.2f} ms). CPU per page = {sized.path_ms:.2f} + "
+        f"{sized.extra_content_ms:.2f} + {sized.extra_links_ms:.2f} + "
+        f"{sized.extra_fetch_ms:.2f} = **{sized.total_ms:.1f} ms**.",
+        "",
+        f"**vCPUs for {_n(a.rate)} pages/s:** {_n(a.rate)} x {sized.total_ms:.1f} ms = "
+        f"{_n(sized.busy_vcpus)} cores busy; at {a.utilisation * 100:.0f} % utilisation "
+        f"{_n(sized.busy_vcpus)} / {a.utilisation} = **{sized.vcpus:,.1f} vCPUs** of work. "
+        f"With one SDK process per worker (docs/architecture.md, \"One worker shape\") a "
+        f"worker gives about {PROCESS_CORES:g} core of it (one GIL; the second vCPU takes the "
+        f"native work and Dataflow's own processes), so {sized.vcpus:,.1f} / "
+        f"{PROCESS_CORES:g} = **{_n(sized.workers)} `{WORKER_MACHINE}` workers**, "
+        f"{_n(sized.worker_vcpus)} vCPUs billed: the tables above count both vCPUs of a "
+        f"worker busy, which one process cannot do.",
+    ]
 
 
 def _wrap(line: str) -> str:
@@ -358,13 +494,18 @@ def replace_section(text: str, body: str, path: Path) -> str:
 
 def generated_docs(worker_cost: Mapping[str, Any], inputs: Mapping[str, Any],
                    assumptions: Assumptions | None = None,
-                   default: str | None = None) -> dict[Path, str]:
-    """docs/scale.md and docs/cost.md as the generator writes them from these inputs."""
+                   default: str | None = None,
+                   page_path: Mapping[str, Any] | None = None) -> dict[Path, str]:
+    """docs/scale.md and docs/cost.md as the generator writes them from these inputs (and
+    docs/page-path.json, `python -m bench.page_path --json`, where it exists)."""
     a = assumptions or Assumptions()
     chosen = default or default_extractor()
+    if page_path is None and PAGE_PATH_JSON.exists():
+        page_path = load_json(PAGE_PATH_JSON)
     return {
         SCALE_MD: replace_section(SCALE_MD.read_text(),
-                                  scale_section(worker_cost, inputs, a, chosen), SCALE_MD),
+                                  scale_section(worker_cost, inputs, a, chosen, page_path),
+                                  SCALE_MD),
         COST_MD: replace_section(COST_MD.read_text(),
                                  cost_section(worker_cost, inputs, a, chosen), COST_MD),
     }

@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
                                      description=page_path.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
-                        help="4 hosts instead of 12, one round and one process pair")
+                        help="4 hosts instead of 16, one round and one process pair")
     parser.add_argument("--extractor", choices=EXTRACTORS, default=DEFAULT_EXTRACTOR,
                         help="the extractor both the crawler and Scrapy use")
     parser.add_argument("--rounds", type=int, default=None,

@@ -49,17 +49,28 @@ class Web:
 
 
 def web_pages(port: int, resolve: list[str], hosts: int, pages_per_host: int) -> Web:
-    """The pages that answer 200 with HTML at once (as bench.worker_cost's corpus picks them:
-    Scrapy, with no retries, gets the same answers)."""
-    from testweb.web import SyntheticWeb, WebSpec
+    """The pages both crawlers fetch and parse: HTML answering 200 at once (Scrapy, with no
+    retries, gets the same answers), on regular hosts whose robots.txt lets the crawler in
+    (Scrapy here ignores robots.txt: a disallowed page would cost the crawler a row and
+    Scrapy a whole fetch and parse). Slow and calendar hosts are left out: their waits, not
+    CPU, would set a run's length."""
+    from urllib.parse import urlsplit
+
+    from testweb.web import HostRole, SyntheticWeb, WebSpec
 
     web = SyntheticWeb(WebSpec(hosts=hosts, pages_per_host=pages_per_host), port)
     urls = []
     for host in web.hosts():
+        profile = web.profile(host)
+        if profile.role is not HostRole.REGULAR or not profile.crawlable:
+            continue
         for url in web.page_urls(host):
+            parts = urlsplit(url)
+            path = parts.path + (f"?{parts.query}" if parts.query else "")
             response = web.final_response(url)
             if (response.status == 200 and web.is_html(url) and not response.fault
-                    and web.failures_before_success(url) == 0):
+                    and web.failures_before_success(url) == 0
+                    and web.is_allowed(host, path, AGENT)):
                 urls.append(url)
     return Web(port, tuple(resolve), tuple(urls))
 

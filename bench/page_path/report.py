@@ -102,7 +102,7 @@ def run_page_path(*, quick: bool, extractor: str = DEFAULT_EXTRACTOR, work: Path
     began = time.monotonic()
     work = work or Path(tempfile.mkdtemp(prefix="crawler-page-path-"))
     work.mkdir(parents=True, exist_ok=True)
-    hosts = 4 if quick else 12
+    hosts = 4 if quick else 16
     emulators = start_missing_emulators(work)
     log = work / "requests.tsv"
     served = WebProcess(Case("page-path", "synthetic", 0.0, 0, hosts=hosts, pages_per_host=20),
@@ -273,6 +273,7 @@ def summary_json(report: PagePathReport, command: str, quick: bool) -> dict[str,
         "pages": report.pages,
         "hosts": report.hosts,
         "delay_s": report.delay_s,
+        "urls_offered_per_page": 1.0,  # each page's URL once, in its host's link batch
         "requests_per_page": report.requests_per_page,
         "timer_bundles_per_page": report.timer_bundles_per_page,
         "crawler_ms_per_page": report.crawler_per_page_s * 1e3,

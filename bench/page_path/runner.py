@@ -38,14 +38,15 @@ class StageClock:
     they hand elements to is charged to its own stage, and what no DoFn of the crawl runs
     (Beam's own DoFns, the harness between them) to HARNESS."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.thread_time) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
+        self._clock = clock
         self._stack: list[str] = []
         self._since = 0.0
         self._thread = threading.get_ident()
 
     def _switch(self) -> None:
-        now = time.thread_time()
+        now = self._clock()
         if self._stack:
             self.seconds[self._stack[-1]] += now - self._since
         self._since = now
