@@ -2,8 +2,8 @@
 on Beam's worker code path (bench.worker_cost, with Scrapy on the same recorded pages), and the
 whole per-page path of the crawl's graph (bench.page_path, with Scrapy on the same pages).
 
-    .venv/bin/python -m bench            # 3 runs per crawler and case (about 20 minutes)
-    .venv/bin/python -m bench --quick    # small webs, 1 run each (a few minutes)
+    .venv/bin/python -m bench            # 3 runs per crawler and case (about 25 minutes)
+    .venv/bin/python -m bench --quick    # small webs, 1 run each (about 5 minutes)
 
 Every table is printed at the end, and saved with the runs' logs and outputs under --work.
 """
