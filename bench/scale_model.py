@@ -70,7 +70,7 @@ class Assumptions:
     gb_hour_usd: float = 0.0036
     streaming_engine_gb_usd: float = 0.018
     gb_per_vcpu_standard: float = 4.0  # n2-standard
-    gb_per_vcpu_highcpu: float = 1.0  # n2-highcpu: enough by docs/scale.md "Memory per vCPU"
+    gb_per_vcpu_highcpu: float = 1.0  # n2-highcpu: docs/scale.md "Memory per worker"
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,6 @@ class RunFigures:
     state_written: dict[str, int]  # bytes by state cell
     state_writes: dict[str, int]
     state_read: dict[str, int]
-    requests: int = 0  # fetches the web answered (robots.txt included)
     fetched_rows: int = 0  # rows the Parquet table holds
     timer_bundles: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
