@@ -5,6 +5,7 @@ the state it wrote."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import uuid
@@ -117,7 +118,7 @@ def run_graph(web: Web, urls: tuple[str, ...], out: Path, *, extractor: str,
     import pyarrow.parquet as pq
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-    from pipeline.core.crawl_states import CrawlLimits
+    from pipeline.core.crawl_states import CLOUD_STATE_TTL_S, CrawlLimits
     from pipeline.graph import build_crawler, scheduler_config
     from pipeline.io.bigtable import open_tables
     from pipeline.io.crawls import create_crawl
@@ -127,10 +128,6 @@ def run_graph(web: Web, urls: tuple[str, ...], out: Path, *, extractor: str,
 
     logging.getLogger("apache_beam").setLevel(logging.ERROR)
     logging.getLogger("trafilatura").setLevel(logging.CRITICAL)
-    import dataclasses
-
-    from pipeline.core.crawl_states import CLOUD_STATE_TTL_S
-
     suffix = uuid.uuid4().hex[:8]
     crawl_id = f"page-path-{suffix}"
     opts = CrawlOptions.from_values(
