@@ -164,8 +164,8 @@ def _side_by_side(web: Web, processes: int, work: Path, extractor: str) -> Proce
     hosts (a host's pages stay in one process, as a key stays on one worker). Each process
     runs the graph on no page, then on its pages: throughput is pages over the marginal wall
     time (the run's - the empty run's), so start-up, paid once a worker, is left out. (The
-    web's log would not do: in batch the FnApiRunner fetches every page before it stores any.)
-    """
+    web's log would not do: it sees the fetches, and in batch the FnApiRunner runs the steps
+    past the store stage's first shuffle only once every page is fetched.)"""
     from bench.e2e import bench_env
 
     work.mkdir(parents=True, exist_ok=True)
