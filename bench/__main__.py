@@ -1,8 +1,9 @@
-"""`make bench`: end to end against Scrapy, then stages, extraction quality, and the cost per
-page on Beam's worker code path (bench.worker_cost, with Scrapy on the same recorded pages).
+"""`make bench`: end to end against Scrapy, then stages, extraction quality, the cost per page
+on Beam's worker code path (bench.worker_cost, with Scrapy on the same recorded pages), and the
+whole per-page path of the crawl's graph (bench.page_path, with Scrapy on the same pages).
 
-    .venv/bin/python -m bench            # 3 runs per crawler and case (about 20 minutes)
-    .venv/bin/python -m bench --quick    # small webs, 1 run each (a few minutes)
+    .venv/bin/python -m bench            # 3 runs per crawler and case (about 25 minutes)
+    .venv/bin/python -m bench --quick    # small webs, 1 run each (about 5 minutes)
 
 Every table is printed at the end, and saved with the runs' logs and outputs under --work.
 """
@@ -15,9 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import e2e, quality, stages, worker_cost
+from bench import e2e, page_path, quality, stages, worker_cost
 
-PARTS = ("e2e", "stages", "quality", "worker-cost")
+PARTS = ("e2e", "stages", "quality", "worker-cost", "page-path")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,6 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     if "worker-cost" in parts:
         print("worker cost ...", file=sys.stderr, flush=True)
         table, _ = worker_cost.run_worker_cost(quick=args.quick, work=work / "worker-cost")
+        tables.append(table)
+    if "page-path" in parts:
+        print("page path ...", file=sys.stderr, flush=True)
+        table, _ = page_path.run_page_path(quick=args.quick, work=work / "page-path",
+                                           rounds=1 if args.quick else 3,
+                                           processes=1 if args.quick else 2)
         tables.append(table)
     console = Console(width=150, record=True)
     for table in tables:
