@@ -44,7 +44,7 @@ def test_settling_ends_the_waiting_urls_of_a_cancelled_crawl_and_rechecks_one_wi
     assert [crawl_id for crawl_id, _ in decisions] == ["gone"] and recheck
     assert {(o.state, o.reason) for o in decisions[0][1].outcomes} == {
         (PageState.CANCELLED, "crawl cancelled")}
-    assert not crawls["gone"].queue and len(crawls["unread"].queue) == 1
+    assert not crawls["gone"].backlog.queue and len(crawls["unread"].backlog.queue) == 1
     assert crawls.busy and crawls.waiting
 
 
@@ -80,15 +80,15 @@ def test_tombstones_go_at_their_horizon() -> None:
 def test_the_host_keeps_an_evicted_crawls_fresher_rules_and_answers_until_they_go_stale(
         ) -> None:
     state = HostState(host=HOST)
-    state.robots = answer(100.0).policy
-    state.robots_desk = RobotsDesk(answers={ROBOTS_URL: answer(100.0)})
+    state.gate.rules = answer(100.0).policy
+    state.gate.desk = RobotsDesk(answers={ROBOTS_URL: answer(100.0)})
     older = KeptRobots(answer(50.0).policy)
     kept = older.keeping(state, 100.0)
-    assert kept.rules is state.robots and kept.answers is not None
+    assert kept.rules is state.gate.rules and kept.answers is not None
     assert kept.answers.answers == {ROBOTS_URL: answer(100.0)}
     newer = KeptRobots(answer(200.0).policy)
     assert newer.keeping(state, 100.0).rules is newer.rules
-    expiry = state.robots.expires_at
+    expiry = state.gate.rules.expires_at
     assert kept.fresh(expiry - 1) == kept
     assert kept.fresh(expiry) == KeptRobots()
     assert older.keeping(state, expiry) == older  # stale knowledge is not kept
@@ -96,9 +96,9 @@ def test_the_host_keeps_an_evicted_crawls_fresher_rules_and_answers_until_they_g
 
 def test_a_new_crawl_gets_the_freshest_rules_of_the_crawls_and_the_host() -> None:
     crawl = HostState(host=HOST)
-    crawl.robots = answer(100.0).policy
+    crawl.gate.rules = answer(100.0).policy
     crawls = {"a": crawl, "b": HostState(host=HOST)}
-    assert KeptRobots().rules_with(crawls) is crawl.robots
+    assert KeptRobots().rules_with(crawls) is crawl.gate.rules
     host_rules = answer(150.0).policy
     assert KeptRobots(host_rules).rules_with(crawls) is host_rules
     assert KeptRobots().rules_with({}) is None
@@ -106,36 +106,36 @@ def test_a_new_crawl_gets_the_freshest_rules_of_the_crawls_and_the_host() -> Non
 
 def test_a_crawls_errand_borrows_a_fresh_answer_another_crawl_or_the_host_keeps() -> None:
     lender, borrower = HostState(host=HOST), HostState(host=HOST)
-    lender.robots_desk = RobotsDesk(answers={ROBOTS_URL: answer(100.0)})
+    lender.gate.desk = RobotsDesk(answers={ROBOTS_URL: answer(100.0)})
     crawls = {"a": lender, "b": borrower}
     assert KeptRobots().lend(crawls, borrower, ROBOTS_URL, 110.0) == ()
-    assert borrower.robots_desk is not None
-    assert borrower.robots_desk.answers == {ROBOTS_URL: answer(100.0)}
+    assert borrower.gate.desk is not None
+    assert borrower.gate.desk.answers == {ROBOTS_URL: answer(100.0)}
     late = answer(100.0).expires_at
     assert KeptRobots().lend({"b": HostState(host=HOST)}, HostState(host=HOST), ROBOTS_URL,
                              late) == ()
     kept = KeptRobots(answers=RobotsDesk(answers={ROBOTS_URL: answer(100.0)}))
     alone = HostState(host=HOST)
-    alone.robots_desk = RobotsDesk(waiting={ROBOTS_URL: [("asker.test", "e1")]})
+    alone.gate.desk = RobotsDesk(waiting={ROBOTS_URL: [("asker.test", "e1")]})
     replies = kept.lend({"b": alone}, alone, ROBOTS_URL, 110.0)
     assert [(r.asker, r.errand_id) for r in replies] == [("asker.test", "e1")]
 
 
 def test_rules_one_crawl_fetched_serve_the_others_but_one_with_a_request_in_flight() -> None:
     source, idle, fetching = HostState(host=HOST), HostState(host=HOST), HostState(host=HOST)
-    source.robots = answer(100.0).policy
-    idle.robots_hops = 2
+    source.gate.rules = answer(100.0).policy
+    idle.gate.hops = 2
     fetching.lease = Lease("l1", LeaseKind.ROBOTS, f"http://{HOST}/robots.txt", 0.0, 10.0)
     share_rules({"s": source, "i": idle, "f": fetching}, source)
-    assert idle.robots is source.robots and idle.robots_hops == 0
-    assert fetching.robots is None
+    assert idle.gate.rules is source.gate.rules and idle.gate.hops == 0
+    assert fetching.gate.rules is None
 
 
 def test_an_answer_fetched_for_one_crawl_answers_the_others_waiting_for_it() -> None:
     source, waiting, other = HostState(host=HOST), HostState(host=HOST), HostState(host=HOST)
-    source.robots_desk = RobotsDesk(answers={ROBOTS_URL: answer(100.0)})
-    waiting.robots_desk = RobotsDesk(waiting={ROBOTS_URL: [("asker.test", "e2")]})
-    other.robots_desk = RobotsDesk(waiting={"http://else.test/robots.txt": [("x.test", "e3")]})
+    source.gate.desk = RobotsDesk(answers={ROBOTS_URL: answer(100.0)})
+    waiting.gate.desk = RobotsDesk(waiting={ROBOTS_URL: [("asker.test", "e2")]})
+    other.gate.desk = RobotsDesk(waiting={"http://else.test/robots.txt": [("x.test", "e3")]})
     handed = hand_on_answer({"s": source, "w": waiting, "o": other}, "s", source, ROBOTS_URL,
                             110.0)
     assert [(crawl_id, [r.errand_id for r in d.robots_messages]) for crawl_id, d in handed] == [

@@ -42,7 +42,7 @@ class HostCrawls(dict[str, HostState]):
     @property
     def waiting(self) -> bool:
         """Some crawl has URLs queued or robots.txt errands waiting on its desk."""
-        return any(state.queue or state.errands_waiting for state in self.values())
+        return any(state.backlog.queue or state.gate.errands_waiting for state in self.values())
 
     def turns(self, after: str | None) -> list[str]:
         """Crawl ids in round-robin order: the one after `after` (the last served) first."""
@@ -67,7 +67,7 @@ class HostCrawls(dict[str, HostState]):
             ended = end_waiting(state, crawl_terms, now)
             if ended is not None:
                 decisions.append((crawl_id, ended))
-            if state.has_overflow:
+            if state.backlog.has_overflow:
                 recheck = True  # its stored URLs come back and end at the next firing
         return decisions, recheck
 
@@ -79,7 +79,7 @@ def end_waiting(state: HostState, terms: CrawlTerms, now: float) -> Decision | N
     finishes normally. None: the crawl still waits, or has nothing waiting."""
     if keeps_waiting(terms.state) and not terms.time_spent:
         return None
-    if not state.queue and not state.errands_waiting:
+    if not state.backlog.queue and not state.gate.errands_waiting:
         return None
     if terms.state in (CrawlState.CANCELLING, CrawlState.CANCELLED):
         page_state, reason = PageState.CANCELLED, "crawl cancelled"
@@ -87,6 +87,6 @@ def end_waiting(state: HostState, terms: CrawlTerms, now: float) -> Decision | N
         page_state, reason = PageState.OVER_BUDGET, TIME_BUDGET_REASON
     else:
         page_state, reason = PageState.OVER_BUDGET, "crawl ended"
-    outcomes = tuple(Outcome(entry, page_state, reason) for entry in state.queue)
-    state.queue.clear()
-    return Decision(outcomes=outcomes, robots_messages=state.refuse_errands(now, reason))
+    outcomes = tuple(Outcome(entry, page_state, reason) for entry in state.backlog.queue)
+    state.backlog.queue.clear()
+    return Decision(outcomes=outcomes, robots_messages=state.gate.refuse_errands(now, reason))

@@ -28,11 +28,11 @@ class KeptRobots:
     def keeping(self, state: HostState, now: float) -> KeptRobots:
         """With what an evicted crawl's `state` knows that is still fresh."""
         rules, kept = self.rules, self.answers
-        robots = state.robots
+        robots = state.gate.rules
         if robots is not None and now < robots.expires_at and (
                 rules is None or rules.expires_at < robots.expires_at):
             rules = robots
-        answers = state.robots_desk.answers if state.robots_desk is not None else {}
+        answers = state.gate.desk.answers if state.gate.desk is not None else {}
         for url, fetch in answers.items():
             known = kept.answers.get(url) if kept else None
             if now < fetch.expires_at and (known is None or known.expires_at < fetch.expires_at):
@@ -52,7 +52,7 @@ class KeptRobots:
 
     def rules_with(self, crawls: Mapping[str, HostState]) -> RobotsPolicy | None:
         """The freshest rules the host has, fetched by a crawl or kept: a new crawl's."""
-        fetched = [s.robots for s in crawls.values() if s.robots is not None]
+        fetched = [s.gate.rules for s in crawls.values() if s.gate.rules is not None]
         if self.rules is not None:
             fetched.append(self.rules)
         return max(fetched, key=lambda r: r.expires_at) if fetched else None
@@ -63,33 +63,30 @@ class KeptRobots:
         answer for it but another crawl on the host, or the host, does, the crawl keeps that
         one too (and any errand of it already waiting for the URL is answered), so the errand
         costs no request."""
-        own = state.robots_desk.answers.get(url) if state.robots_desk else None
+        own = state.gate.desk.answers.get(url) if state.gate.desk else None
         if own is not None and now < own.expires_at:
             return ()
-        desks = [other.robots_desk for other in crawls.values()] + [self.answers]
+        desks = [other.gate.desk for other in crawls.values()] + [self.answers]
         fresh = [desk.answers[url] for desk in desks
                  if desk is not None and url in desk.answers
                  and now < desk.answers[url].expires_at]
         if not fresh:
             return ()
-        if state.robots_desk is None:
-            state.robots_desk = RobotsDesk()
-        return tuple(state.robots_desk.answered(max(fresh, key=lambda f: f.expires_at), now))
+        if state.gate.desk is None:
+            state.gate.desk = RobotsDesk()
+        return tuple(state.gate.desk.answered(max(fresh, key=lambda f: f.expires_at), now))
 
 
 def share_rules(crawls: Mapping[str, HostState], source: HostState) -> None:
     """Rules `source` fetched serve every other crawl without a request in flight whose own
     rules are older: their pending robots.txt steps are dropped."""
-    assert source.robots is not None
+    assert source.gate.rules is not None
     for state in crawls.values():
         if state is source or state.lease is not None:
             continue
-        if state.robots is None or state.robots.expires_at < source.robots.expires_at:
-            state.robots = source.robots
-            state.robots_redirect = None
-            state.robots_hops = 0
-            # The rules are known: a reply to the crawl's own errand would bring the same.
-            state.robots_awaited = None
+        rules = state.gate.rules
+        if rules is None or rules.expires_at < source.gate.rules.expires_at:
+            state.gate.adopt(source.gate.rules)
 
 
 def hand_on_answer(crawls: Mapping[str, HostState], crawl_id: str, source: HostState,
@@ -97,12 +94,12 @@ def hand_on_answer(crawls: Mapping[str, HostState], crawl_id: str, source: HostS
     """A robots.txt URL was fetched for crawl `crawl_id` (`source`): the other crawls'
     errands that wait for the same URL are answered with it, rather than fetched once per
     crawl."""
-    fetch = source.robots_desk.answers.get(url) if source.robots_desk else None
+    fetch = source.gate.desk.answers.get(url) if source.gate.desk else None
     if fetch is None:
         return []
     handed = []
     for other_id, other in crawls.items():
-        desk = other.robots_desk
+        desk = other.gate.desk
         if other_id != crawl_id and desk is not None and url in desk.waiting:
             handed.append((other_id, Decision(
                 robots_messages=tuple(desk.answered(fetch, now)))))
