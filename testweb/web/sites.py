@@ -95,7 +95,13 @@ class RegularSites(WebBase):
             for path in _ROBOTS_HOST_PAGES:
                 paths[path] = "robots-page"
             return
-        index = plan.profile.index
+        self._register_site_paths(plan)
+        self._register_extra_paths(plan)
+
+    def _register_site_paths(self, plan: _HostPlan) -> None:
+        """A regular host's HTML pages, pages_per_host of them: its home, three listings,
+        its items and the _FEATURE_PAGES."""
+        paths = plan.paths
         paths["/"] = "home"
         for section in ("articles", "products", "forum"):
             paths[f"/{section}/"] = "listing"
@@ -117,11 +123,16 @@ class RegularSites(WebBase):
         paths["/search?page=2"] = "search"
         paths["/trending.html"] = "trending"
         paths[f"/print/articles/{plan.print_article}.html"] = "print"
-        if index % 2 == 0:
+        if plan.profile.index % 2 == 0:
             paths[f"/archive/{plan.old_slug}.html"] = "archive"
         else:
             paths[f"/daily/{plan.daily_date}.html"] = "daily"
-        # Non-HTML, redirects and a dead link: on top of pages_per_host.
+
+    def _register_extra_paths(self, plan: _HostPlan) -> None:
+        """A regular host's paths on top of pages_per_host: non-HTML resources, redirects, a
+        dead link, landing pages, pages no crawler may reach, and stories."""
+        paths = plan.paths
+        index = plan.profile.index
         rid = plan.resource_id
         paths[f"/files/report-{rid}.pdf"] = "pdf"
         paths[f"/files/report-{rid}.pdf?download=1"] = "pdf"

@@ -79,17 +79,27 @@ class GroundTruth(WebBase):
                          max_calendar_pages, max_redirect_hops, max_body_bytes)
         tally = _Tally(recovering={h: RECOVERING_FAILURES for h in self._profiles
                                    if self._recovers(h)})
-        result: dict[str, Expected] = {}
+        result = self._walk(self._seed_urls(seeds), limits, tally)
+        if max_pages_per_host is not None:
+            self._check_budget_is_exact(result, tally, max_pages_per_host)
+        return result
+
+    def _seed_urls(self, seeds: Iterable[str]) -> list[str]:
+        """The seeds as the web spells them, each once, in order."""
         level: list[str] = []
-        hops: dict[str, int] = {}
         for seed in seeds:
             host, path = self.split_url(seed)
             if host not in self._profiles:
                 raise ValueError(f"seed {seed} is not on this web's hosts")
             canonical = self.url(host, path)
-            if canonical not in result and canonical not in level:
+            if canonical not in level:
                 level.append(canonical)
-                hops[canonical] = 0
+        return level
+
+    def _walk(self, level: list[str], limits: _Limits, tally: _Tally) -> dict[str, Expected]:
+        """Every URL reachable from the seeds `level`, breadth first, with its outcome."""
+        result: dict[str, Expected] = {}
+        hops = dict.fromkeys(level, 0)
         seen = set(level)
         depth = 0
         while level:
@@ -114,19 +124,23 @@ class GroundTruth(WebBase):
                             next_level.append(target)
             level = next_level
             depth += 1
-        if max_pages_per_host is not None:
-            over = {e.host for e in result.values() if e.state == PageState.OVER_BUDGET}
-            for host, count in tally.issued.items():
-                if self._profiles[host].role is not HostRole.CALENDAR and (
-                    host in over or count > max_pages_per_host
-                ):
-                    raise ValueError(
-                        f"max_pages_per_host={max_pages_per_host} is below the "
-                        f"{self.requests_needed(host)} requests {host} needs: which of its URLs "
-                        f"end over budget would depend on fetch order. Use at least "
-                        f"{self.smallest_exact_budget()} (or None)."
-                    )
         return result
+
+    def _check_budget_is_exact(self, result: dict[str, Expected], tally: _Tally,
+                               max_pages_per_host: int) -> None:
+        """Raise if a host other than a calendar one runs out of budget: which of its URLs
+        end over budget would then depend on fetch order."""
+        over = {e.host for e in result.values() if e.state == PageState.OVER_BUDGET}
+        for host, count in tally.issued.items():
+            if self._profiles[host].role is not HostRole.CALENDAR and (
+                host in over or count > max_pages_per_host
+            ):
+                raise ValueError(
+                    f"max_pages_per_host={max_pages_per_host} is below the "
+                    f"{self.requests_needed(host)} requests {host} needs: which of its URLs "
+                    f"end over budget would depend on fetch order. Use at least "
+                    f"{self.smallest_exact_budget()} (or None)."
+                )
 
     def _expect_one(self, url: str, depth: int, hops: int, limits: _Limits,
                     tally: _Tally) -> Expected:
