@@ -1,9 +1,9 @@
 """A deterministic, seeded synthetic web, and the ground truth of a correct crawl of it.
 
-This module owns the web's content (hosts, robots.txt files, pages, links, redirects, traps and
-misbehaving servers) and `SyntheticWeb.expected`, which says what the crawler must do with it.
-It is pure: no sockets (server.py serves it) and no crawler code (the ground truth encodes the
-crawler's contract on its own, so the crawler never grades itself).
+This package owns the web's content (hosts, robots.txt files, pages, links, redirects, traps
+and misbehaving servers) and `SyntheticWeb.expected`, which says what the crawler must do with
+it. It is pure: no sockets (testweb.server serves it) and no crawler code (the ground truth
+encodes the crawler's contract on its own, so the crawler never grades itself).
 
 The crawler's contract, as encoded here:
 - Seeds have depth 0. A fetched HTML 200 page yields every `<a href>` and `<link rel=canonical>`

@@ -251,6 +251,11 @@ class RobotsFiles(WebBase):
             names.append(name)
         return names
 
+    def _register_robots_paths(self, plan: _HostPlan) -> None:
+        plan.paths["/"] = "robots-home"
+        for path in _ROBOTS_HOST_PAGES:
+            plan.paths[path] = "robots-page"
+
     def _page_robots_home(self, plan: _HostPlan, path: str) -> _Page:
         host = plan.profile.name
         w = self._writer(plan, path)

@@ -11,7 +11,6 @@ from testweb.web.hosts import WebBase
 from testweb.web.links import _LinkWriter
 from testweb.web.model import Link, _HostPlan, _Page, _redirect
 from testweb.web.prose import _ADJECTIVES, _NOUNS, _rng, _title_from_slug
-from testweb.web.robots import _ROBOTS_HOST_PAGES
 from testweb.web.spec import _FEATURE_PAGES, TEST_TLD, HostProfile, HostRole, RobotsKind
 
 
@@ -78,25 +77,6 @@ class RegularSites(WebBase):
                     self._plans[child].landings_from += (name,)
                     break
         return seeds
-
-    def _register_paths(self, plan: _HostPlan) -> None:
-        """Every path the host serves, with the kind of page behind it."""
-        paths = plan.paths
-        if plan.profile.role is HostRole.CALENDAR:
-            paths["/"] = "calendar-home"
-            return
-        if plan.profile.fault is not None:
-            self._register_fault_paths(plan)
-            return
-        if plan.profile.role is HostRole.SITEMAPS:
-            return  # answered apart (_sitemap_answer)
-        if plan.profile.role is HostRole.ROBOTS:
-            paths["/"] = "robots-home"
-            for path in _ROBOTS_HOST_PAGES:
-                paths[path] = "robots-page"
-            return
-        self._register_site_paths(plan)
-        self._register_extra_paths(plan)
 
     def _register_site_paths(self, plan: _HostPlan) -> None:
         """A regular host's HTML pages, pages_per_host of them: its home, three listings,

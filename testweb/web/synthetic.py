@@ -7,7 +7,7 @@ from functools import lru_cache
 
 from testweb.web.duplicates import Duplicates
 from testweb.web.faults import _TRAP_PATH, FaultHosts, _linked_paths
-from testweb.web.model import _Page
+from testweb.web.model import _HostPlan, _Page
 from testweb.web.robots import RobotsFiles
 from testweb.web.serving import Answers
 from testweb.web.sitemaps import Sitemaps
@@ -60,6 +60,18 @@ class SyntheticWeb(GroundTruth, Answers, RegularSites, Duplicates, FaultHosts, C
             seeds = [self.url(host, "/") for host in self._seeds]
         return seeds + [self.url(host, "/") for host in self._robots_hosts] + [
             self.url(host, "/") for host in self._sitemap_hosts[:1]]
+
+    def _register_paths(self, plan: _HostPlan) -> None:
+        """Every path the host serves, with the kind of page behind it."""
+        if plan.profile.role is HostRole.CALENDAR:
+            plan.paths["/"] = "calendar-home"
+        elif plan.profile.fault is not None:
+            self._register_fault_paths(plan)
+        elif plan.profile.role is HostRole.ROBOTS:
+            self._register_robots_paths(plan)
+        elif plan.profile.role is not HostRole.SITEMAPS:  # those answer apart (_sitemap_answer)
+            self._register_site_paths(plan)
+            self._register_extra_paths(plan)
 
     def _materialise(self, host: str, path: str) -> _Page | None:
         plan = self._plans[host]
