@@ -23,6 +23,7 @@ from testweb.web.model import Response, _Page
 from testweb.web.prose import _ADJECTIVES, _NATIVE_SENTENCES, _NOUNS, _VERBS, _rng
 from testweb.web.spec import FaultHost, HostProfile, HostRole, PageFault
 
+# Retry-After (delta-seconds) of a regular page that answers 429 or 503 once, then 200.
 RETRY_AFTER_429 = 2
 RETRY_AFTER_503 = 1
 
