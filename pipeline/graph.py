@@ -112,21 +112,21 @@ def build_crawler(
     rows = (scheduled.rows, replayed.rows, stored.rows) | "AllRows" >> beam.Flatten()
     _write_rows(rows, out=out, config=config, row_shards=row_shards, events_topic=events_topic,
                 bigquery_table=bigquery_table)
-    _loop_back(p, [stored.links, scheduled.robots], topic=topic, config=config, watch=watch,
+    _loop_back(p, (stored.links, scheduled.robots), topic=topic, config=config, watch=watch,
                clock=clock)
     stored.dead_letters | "PublishDeadLetters" >> PublishDeadLetters(dead_letter_topic)
 
 
-def _loop_back(p: beam.Pipeline, messages: list[beam.PCollection], *, topic: str,
+def _loop_back(p: beam.Pipeline, messages: tuple[beam.PCollection, ...], *, topic: str,
                config: SchedulerConfig, watch: CrawlWatch | None,
                clock: Callable[[], float]) -> None:
     """The frontier messages the graph makes (links, robots.txt errands and answers) back to
     `topic`, with the messages of the crawl watch that ends crawls when there is one."""
     if watch is not None:
-        messages.append(p | "WatchCrawls" >> WatchCrawls(
-            config.bigtable, every_s=watch.every_s, quiet_s=watch.quiet_s, clock=clock))
+        messages += (p | "WatchCrawls" >> WatchCrawls(
+            config.bigtable, every_s=watch.every_s, quiet_s=watch.quiet_s, clock=clock),)
     (
-        tuple(messages)
+        messages
         | "AllFrontierMessages" >> beam.Flatten()
         | "PublishFrontier" >> PublishFrontier(topic, counts=config.bigtable)
     )
