@@ -112,17 +112,25 @@ def build_crawler(
     rows = (scheduled.rows, replayed.rows, stored.rows) | "AllRows" >> beam.Flatten()
     _write_rows(rows, out=out, config=config, row_shards=row_shards, events_topic=events_topic,
                 bigquery_table=bigquery_table)
-    to_frontier = [stored.links, scheduled.robots, scheduled.relaunch]
-    if watch is not None:
-        woken = p | "WatchCrawls" >> WatchCrawls(config.bigtable, every_s=watch.every_s,
-                                                 quiet_s=watch.quiet_s, clock=clock)
-        to_frontier.append(woken)
-    (
-        tuple(to_frontier)
-        | "AllFrontierMessages" >> beam.Flatten()
-        | "PublishFrontier" >> PublishFrontier(topic, counts=counts)
-    )
+    _loop_back(p, (stored.links, scheduled.robots, scheduled.relaunch), topic=topic,
+               config=config, watch=watch, clock=clock)
     stored.dead_letters | "PublishDeadLetters" >> PublishDeadLetters(dead_letter_topic)
+
+
+def _loop_back(p: beam.Pipeline, messages: tuple[beam.PCollection, ...], *, topic: str,
+               config: SchedulerConfig, watch: CrawlWatch | None,
+               clock: Callable[[], float]) -> None:
+    """The frontier messages the graph makes (links, robots.txt errands and answers, and at a
+    drain the wakes for the relaunched job) back to `topic`, with the messages of the crawl
+    watch that ends crawls when there is one."""
+    if watch is not None:
+        messages += (p | "WatchCrawls" >> WatchCrawls(
+            config.bigtable, every_s=watch.every_s, quiet_s=watch.quiet_s, clock=clock),)
+    (
+        messages
+        | "AllFrontierMessages" >> beam.Flatten()
+        | "PublishFrontier" >> PublishFrontier(topic, counts=config.bigtable)
+    )
 
 
 def _write_rows(rows: beam.PCollection, *, out: str, config: SchedulerConfig, row_shards: int,
