@@ -87,7 +87,7 @@ def build_crawler(
     Beam's local runner, see ReadFrontier), schedules every crawl's URLs in host state keyed
     by host, stores each page under
     its crawl's directory of `out` and its row in Bigtable and the crawl's Parquet table, and
-    publishes links, and robots.txt errands and answers between hosts, back to `topic`.
+    publishes links, and robots.txt queries and answers between hosts, back to `topic`.
     Dead letters `crawler redrive` sent back to the frontier are parsed again from their
     stored responses by the same store, for their crawl's robots agent, each into its new
     row; pages no parse attempt (`parse_attempts`) could handle go to `dead_letter_topic`.

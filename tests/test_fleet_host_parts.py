@@ -10,7 +10,7 @@ from pipeline.core.fleet_robots import KeptRobots, hand_on_answer, share_rules
 from pipeline.core.fleet_tombstones import Tombstone, Tombstones
 from pipeline.core.politeness import TIME_BUDGET_REASON, HostPolicy, HostState, Lease, LeaseKind
 from pipeline.core.records import PageState
-from pipeline.core.robots_relay import RobotsDesk, RobotsFetch
+from pipeline.core.robots_relay import RobotsFetch, RobotsRelay
 from pipeline.core.urls import url_hash
 
 HOST = "shared.test"
@@ -81,7 +81,7 @@ def test_the_host_keeps_an_evicted_crawls_fresher_rules_and_answers_until_they_g
         ) -> None:
     state = HostState(host=HOST)
     state.gate.rules = answer(100.0).policy
-    state.gate.desk = RobotsDesk(answers={ROBOTS_URL: answer(100.0)})
+    state.gate.relay = RobotsRelay(answers={ROBOTS_URL: answer(100.0)})
     older = KeptRobots(answer(50.0).policy)
     kept = older.keeping(state, 100.0)
     assert kept.rules is state.gate.rules and kept.answers is not None
@@ -104,21 +104,21 @@ def test_a_new_crawl_gets_the_freshest_rules_of_the_crawls_and_the_host() -> Non
     assert KeptRobots().rules_with({}) is None
 
 
-def test_a_crawls_errand_borrows_a_fresh_answer_another_crawl_or_the_host_keeps() -> None:
+def test_a_crawls_query_borrows_a_fresh_answer_another_crawl_or_the_host_keeps() -> None:
     lender, borrower = HostState(host=HOST), HostState(host=HOST)
-    lender.gate.desk = RobotsDesk(answers={ROBOTS_URL: answer(100.0)})
+    lender.gate.relay = RobotsRelay(answers={ROBOTS_URL: answer(100.0)})
     crawls = {"a": lender, "b": borrower}
     assert KeptRobots().lend(crawls, borrower, ROBOTS_URL, 110.0) == ()
-    assert borrower.gate.desk is not None
-    assert borrower.gate.desk.answers == {ROBOTS_URL: answer(100.0)}
+    assert borrower.gate.relay is not None
+    assert borrower.gate.relay.answers == {ROBOTS_URL: answer(100.0)}
     late = answer(100.0).expires_at
     assert KeptRobots().lend({"b": HostState(host=HOST)}, HostState(host=HOST), ROBOTS_URL,
                              late) == ()
-    kept = KeptRobots(answers=RobotsDesk(answers={ROBOTS_URL: answer(100.0)}))
+    kept = KeptRobots(answers=RobotsRelay(answers={ROBOTS_URL: answer(100.0)}))
     alone = HostState(host=HOST)
-    alone.gate.desk = RobotsDesk(waiting={ROBOTS_URL: [("asker.test", "e1")]})
+    alone.gate.relay = RobotsRelay(waiting={ROBOTS_URL: [("asker.test", "e1")]})
     replies = kept.lend({"b": alone}, alone, ROBOTS_URL, 110.0)
-    assert [(r.asker, r.errand_id) for r in replies] == [("asker.test", "e1")]
+    assert [(r.asker, r.query_id) for r in replies] == [("asker.test", "e1")]
 
 
 def test_rules_one_crawl_fetched_serve_the_others_but_one_with_a_request_in_flight() -> None:
@@ -133,11 +133,11 @@ def test_rules_one_crawl_fetched_serve_the_others_but_one_with_a_request_in_flig
 
 def test_an_answer_fetched_for_one_crawl_answers_the_others_waiting_for_it() -> None:
     source, waiting, other = HostState(host=HOST), HostState(host=HOST), HostState(host=HOST)
-    source.gate.desk = RobotsDesk(answers={ROBOTS_URL: answer(100.0)})
-    waiting.gate.desk = RobotsDesk(waiting={ROBOTS_URL: [("asker.test", "e2")]})
-    other.gate.desk = RobotsDesk(waiting={"http://else.test/robots.txt": [("x.test", "e3")]})
+    source.gate.relay = RobotsRelay(answers={ROBOTS_URL: answer(100.0)})
+    waiting.gate.relay = RobotsRelay(waiting={ROBOTS_URL: [("asker.test", "e2")]})
+    other.gate.relay = RobotsRelay(waiting={"http://else.test/robots.txt": [("x.test", "e3")]})
     handed = hand_on_answer({"s": source, "w": waiting, "o": other}, "s", source, ROBOTS_URL,
                             110.0)
-    assert [(crawl_id, [r.errand_id for r in d.robots_messages]) for crawl_id, d in handed] == [
+    assert [(crawl_id, [r.query_id for r in d.robots_messages]) for crawl_id, d in handed] == [
         ("w", ["e2"])]
     assert hand_on_answer({"s": source}, "s", HostState(host=HOST), ROBOTS_URL, 110.0) == []

@@ -22,8 +22,8 @@ from pipeline.core.robots import UNREACHABLE_RETRY_SECONDS, RobotsKind, RobotsPo
 from pipeline.core.robots_gate import ROBOTS_MAX_REDIRECTS, RobotsGate, RobotsTurn
 from pipeline.core.robots_relay import (
     AwaitedRobots,
-    RobotsErrand,
     RobotsFetch,
+    RobotsQuery,
     RobotsReply,
 )
 from pipeline.core.scope import Scope, ScopeRule
@@ -52,7 +52,7 @@ def test_the_gate_asks_for_its_own_robots_txt_first_and_then_follows_its_chain()
     assert gate.turn(0.0, POLICY, HOST, OWN, pages_waiting=False) is None  # no page needs it
     moved = RobotsFetch(OWN, RobotsPolicy.from_response(301, b"", 1.0), "/moved/robots.txt")
     step = gate.follow(moved, 0, HOST, 1.0, POLICY)
-    assert not step.settled and step.errand is None  # the next hop is this host's request
+    assert not step.settled and step.query is None  # the next hop is this host's request
     assert gate.turn(1.0, POLICY, HOST, OWN, pages_waiting=True) == RobotsTurn(
         f"http://{HOST}/moved/robots.txt", hop=1)
     step = gate.follow(RobotsFetch(f"http://{HOST}/moved/robots.txt", rules(at=2.0)), 1, HOST,
@@ -62,27 +62,27 @@ def test_the_gate_asks_for_its_own_robots_txt_first_and_then_follows_its_chain()
     assert not gate.fresh(gate.rules.expires_at)
 
 
-def test_a_redirect_to_another_host_is_an_errand_waited_on_until_its_deadline():
+def test_a_redirect_to_another_host_is_a_query_waited_on_until_its_deadline():
     gate = RobotsGate()
     away = RobotsFetch(OWN, RobotsPolicy.from_response(302, b"", 1.0),
                        "http://b.test/robots.txt")
     step = gate.follow(away, 0, HOST, 1.0, POLICY)
-    errand = step.errand
-    assert errand is not None and (errand.host, errand.asker) == ("b.test", HOST)
+    query = step.query
+    assert query is not None and (query.host, query.asker) == ("b.test", HOST)
     deadline = 1.0 + POLICY.robots_wait
-    assert gate.awaited == AwaitedRobots(errand.errand_id, "http://b.test/robots.txt",
+    assert gate.awaited == AwaitedRobots(query.query_id, "http://b.test/robots.txt",
                                          "b.test", 1, deadline)
     assert gate.turn(5.0, POLICY, HOST, OWN, True) == RobotsTurn(wait_until=deadline)
-    assert gate.awaited_hop(reply_to(errand.errand_id)) == 1
-    assert gate.awaited_hop(reply_to("another errand")) is None
+    assert gate.awaited_hop(reply_to(query.query_id)) == 1
+    assert gate.awaited_hop(reply_to("another query")) is None
     # No reply by the deadline: unreachable, and pages go on (they end disallowed).
     assert gate.turn(deadline, POLICY, HOST, OWN, True) is None
     assert gate.awaited is None and gate.rules.kind is RobotsKind.UNREACHABLE
     assert gate.rules.expires_at == deadline + UNREACHABLE_RETRY_SECONDS
 
 
-def reply_to(errand_id: str) -> RobotsReply:
-    return RobotsReply(HOST, errand_id, RobotsFetch("http://b.test/robots.txt", rules()))
+def reply_to(query_id: str) -> RobotsReply:
+    return RobotsReply(HOST, query_id, RobotsFetch("http://b.test/robots.txt", rules()))
 
 
 def test_a_chain_longer_than_the_redirect_limit_allows_all():
@@ -92,32 +92,32 @@ def test_a_chain_longer_than_the_redirect_limit_allows_all():
     assert step.settled and gate.rules.kind is RobotsKind.ALLOW_ALL
 
 
-def test_errands_of_other_hosts_wait_on_the_desk_and_one_fetch_answers_them_and_the_host():
+def test_queries_of_other_hosts_wait_on_the_relay_and_one_fetch_answers_them_and_the_host():
     gate = RobotsGate()
-    errand = RobotsErrand(HOST, OWN, "b.test", "e1")
-    assert gate.take(errand, 0.0, refusal=None) is None and gate.errands_waiting
+    query = RobotsQuery(HOST, OWN, "b.test", "e1")
+    assert gate.take(query, 0.0, refusal=None) is None and gate.queries_waiting
     # The host needs its own robots.txt too: one request serves both.
     assert gate.turn(0.0, POLICY, HOST, OWN, pages_waiting=False) == RobotsTurn(OWN, own=True)
     replies = gate.keep(RobotsFetch(OWN, rules(at=1.0)), 1.0)
-    assert [(r.asker, r.errand_id) for r in replies] == [("b.test", "e1")]
-    assert not gate.errands_waiting
-    # A later errand for the same URL is answered at once from the kept answer.
-    assert gate.take(RobotsErrand(HOST, OWN, "c.test", "e2"), 2.0, None).fetch.url == OWN
+    assert [(r.asker, r.query_id) for r in replies] == [("b.test", "e1")]
+    assert not gate.queries_waiting
+    # A later query for the same URL is answered at once from the kept answer.
+    assert gate.take(RobotsQuery(HOST, OWN, "c.test", "e2"), 2.0, None).fetch.url == OWN
 
 
-def test_a_refused_errand_is_answered_unreachable_and_waiting_ones_are_refused_together():
+def test_a_refused_query_is_answered_unreachable_and_waiting_ones_are_refused_together():
     gate = RobotsGate()
-    reply = gate.take(RobotsErrand(HOST, OWN, "b.test", "e1"), 0.0, refusal="parked")
-    assert reply.fetch.policy.kind is RobotsKind.UNREACHABLE and not gate.errands_waiting
-    gate.take(RobotsErrand(HOST, OWN, "b.test", "e2"), 0.0, None)
-    gate.take(RobotsErrand(HOST, f"http://{HOST}/x.txt", "c.test", "e3"), 0.0, None)
-    refused = gate.refuse_errands(1.0, "crawl ended")
-    assert sorted(r.errand_id for r in refused) == ["e2", "e3"] and not gate.errands_waiting
+    reply = gate.take(RobotsQuery(HOST, OWN, "b.test", "e1"), 0.0, refusal="parked")
+    assert reply.fetch.policy.kind is RobotsKind.UNREACHABLE and not gate.queries_waiting
+    gate.take(RobotsQuery(HOST, OWN, "b.test", "e2"), 0.0, None)
+    gate.take(RobotsQuery(HOST, f"http://{HOST}/x.txt", "c.test", "e3"), 0.0, None)
+    refused = gate.refuse_queries(1.0, "crawl ended")
+    assert sorted(r.query_id for r in refused) == ["e2", "e3"] and not gate.queries_waiting
     assert all("crawl ended" in r.fetch.policy.reason for r in refused)
-    assert gate.refuse_errands(1.0, "again") == ()
+    assert gate.refuse_queries(1.0, "again") == ()
 
 
-def test_adopted_rules_end_the_chain_and_the_errand():
+def test_adopted_rules_end_the_chain_and_the_query():
     gate = RobotsGate(redirect="http://a.test/r.txt", hops=2,
                       awaited=AwaitedRobots("e", "http://b.test/robots.txt", "b.test", 1, 9.0))
     gate.adopt(rules())

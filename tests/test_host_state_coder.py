@@ -23,7 +23,7 @@ from pipeline.core.politeness import FetchReport, HostPolicy, HostState, Lease, 
 from pipeline.core.records import FrontierEntry
 from pipeline.core.robots import RobotsPolicy
 from pipeline.core.robots_gate import RobotsGate
-from pipeline.core.robots_relay import AwaitedRobots, RobotsDesk, RobotsErrand, RobotsFetch
+from pipeline.core.robots_relay import AwaitedRobots, RobotsFetch, RobotsQuery, RobotsRelay
 from pipeline.core.urls import url_hash
 
 H = "www.example.test"
@@ -121,9 +121,9 @@ HOST_V2_CELL = (
     "cHNfcmVhZJRHQI9AAAAAAACME2RlbGF5X2NhcHBlZF9sb2dnZWSUiIwFcnVsZXOUfZQojApmZXRjaGVkX2F0lEdA"
     "j0AAAAAAAIwGc3RhdHVzlEvIjAVlcnJvcpROjA9jb21wcmVzc2VkX2JvZHmUQzl4nAstTi3STUxPzSuxUtDicsks"
     "TszJyS+3UtAvKMosSyxJ1edyLkosz9FNSc1JrLRSMOYCAKFdEDKUjAtib2R5X2RpZ2VzdJRDEKAqK93X6BOcXRej"
-    "3dzyXv2UjAlib2R5X3NpemWUSzFoF4wFcnVsZXOUdYwHYXdhaXRlZJR9lCiMCWVycmFuZF9pZJSMCGVycmFuZC0x"
-    "lGgQjB1odHRwczovL290aGVyLnRlc3Qvcm9ib3RzLnR4dJRoAowKb3RoZXIudGVzdJSMA2hvcJRLAYwIZGVhZGxp"
-    "bmWUR0CSwAAAAAAAdYwEZGVza5R9lCiMB3dhaXRpbmeUfZSMI2h0dHBzOi8vd3d3LmV4YW1wbGUudGVzdC9yb2Jv"
+    "3dzyXv2UjAlib2R5X3NpemWUSzFoF4wFcnVsZXOUdYwHYXdhaXRlZJR9lCiMCHF1ZXJ5X2lklIwIZXJyYW5kLTGU"
+    "aBCMHWh0dHBzOi8vb3RoZXIudGVzdC9yb2JvdHMudHh0lGgCjApvdGhlci50ZXN0lIwDaG9wlEsBjAhkZWFkbGlu"
+    "ZZRHQJLAAAAAAAB1jAVyZWxheZR9lCiMB3dhaXRpbmeUfZSMI2h0dHBzOi8vd3d3LmV4YW1wbGUudGVzdC9yb2Jv"
     "dHMudHh0lF2UjAphc2tlci50ZXN0lIwIZXJyYW5kLTmUhpRhc4wHYW5zd2Vyc5R9lIwjaHR0cHM6Ly93d3cuZXhh"
     "bXBsZS50ZXN0L3JvYm90cy50eHSUfZQoaBCMI2h0dHBzOi8vd3d3LmV4YW1wbGUudGVzdC9yb2JvdHMudHh0lIwI"
     "bG9jYXRpb26UjCRodHRwczovL3d3dy5leGFtcGxlLnRlc3Qvcm9ib3RzMi50eHSUjAZwb2xpY3mUfZQoaDVHQI9I"
@@ -153,9 +153,9 @@ FLEET_V2_CELL = (
     "dGVtYXBzX3JlYWSUR0CPQAAAAAAAjBNkZWxheV9jYXBwZWRfbG9nZ2VklIiMBXJ1bGVzlH2UKIwKZmV0Y2hlZF9h"
     "dJRHQI9AAAAAAACMBnN0YXR1c5RLyIwFZXJyb3KUTowPY29tcHJlc3NlZF9ib2R5lEM5eJwLLU4t0k1MT80rsVLQ"
     "4nLJLE7Myckvt1LQLyjKLEssSdXnci5KLM/RTUnNSay0UjDmAgChXRAylIwLYm9keV9kaWdlc3SUQxCgKivd1+gT"
-    "nF0Xo93c8l79lIwJYm9keV9zaXpllEsxaCCMBXJ1bGVzlHWMB2F3YWl0ZWSUfZQojAllcnJhbmRfaWSUjAhlcnJh"
-    "bmQtMZRoGYwdaHR0cHM6Ly9vdGhlci50ZXN0L3JvYm90cy50eHSUaAKMCm90aGVyLnRlc3SUjANob3CUSwGMCGRl"
-    "YWRsaW5llEdAksAAAAAAAHWMBGRlc2uUfZQojAd3YWl0aW5nlH2UjCNodHRwczovL3d3dy5leGFtcGxlLnRlc3Qv"
+    "nF0Xo93c8l79lIwJYm9keV9zaXpllEsxaCCMBXJ1bGVzlHWMB2F3YWl0ZWSUfZQojAhxdWVyeV9pZJSMCGVycmFu"
+    "ZC0xlGgZjB1odHRwczovL290aGVyLnRlc3Qvcm9ib3RzLnR4dJRoAowKb3RoZXIudGVzdJSMA2hvcJRLAYwIZGVh"
+    "ZGxpbmWUR0CSwAAAAAAAdYwFcmVsYXmUfZQojAd3YWl0aW5nlH2UjCNodHRwczovL3d3dy5leGFtcGxlLnRlc3Qv"
     "cm9ib3RzLnR4dJRdlIwKYXNrZXIudGVzdJSMCGVycmFuZC05lIaUYXOMB2Fuc3dlcnOUfZSMI2h0dHBzOi8vd3d3"
     "LmV4YW1wbGUudGVzdC9yb2JvdHMudHh0lH2UKGgZjCNodHRwczovL3d3dy5leGFtcGxlLnRlc3Qvcm9ib3RzLnR4"
     "dJSMCGxvY2F0aW9ulIwkaHR0cHM6Ly93d3cuZXhhbXBsZS50ZXN0L3JvYm90czIudHh0lIwGcG9saWN5lH2UKGg+"
@@ -185,7 +185,7 @@ def cell_value(sample: tuple[str, ...]) -> Any:
 def expected_state() -> HostState:
     """The crawl state in the samples, every field set."""
     robots_body = b"User-agent: *\nDisallow: /private/\nCrawl-delay: 3\n"
-    desk = RobotsDesk(
+    relay = RobotsRelay(
         waiting={f"https://{H}/robots.txt": [("asker.test", "errand-9")]},
         answers={f"https://{H}/robots.txt": RobotsFetch(
             f"https://{H}/robots.txt", RobotsPolicy.from_response(301, b"", 1001.0),
@@ -207,7 +207,7 @@ def expected_state() -> HostState:
             redirect=f"https://{H}/robots2.txt", hops=2,
             awaited=AwaitedRobots("errand-1", "https://other.test/robots.txt", "other.test",
                                   1, 1200.0),
-            desk=desk, sitemaps_read=1000.0, delay_capped_logged=True),
+            relay=relay, sitemaps_read=1000.0, delay_capped_logged=True),
         backoff=HostBackoff(consecutive_failures=3, parked_until=4600.0,
                             blocked="blocked address (10.0.0.0/8)", blocked_until=87400.0),
         limits=HostLimits(pages_issued=12, calendar_pages=4),
@@ -221,7 +221,7 @@ def expected_fleet() -> FleetHostState:
         next_allowed=1010.5, last_end=1005.25, last_served="a", wake_at=1045.0,
         busy_since=999.0, tombstones={"c": Tombstone(9000.0, b"c-seen")},
         robots=RobotsPolicy.from_response(404, b"", 900.0),
-        robots_kept=RobotsDesk(answers={f"https://{H}/robots.txt": RobotsFetch(
+        robots_kept=RobotsRelay(answers={f"https://{H}/robots.txt": RobotsFetch(
             f"https://{H}/robots.txt",
             RobotsPolicy.from_response(200, b"User-agent: *\nAllow: /\n", 950.0))}),
         asleep_noted={"a": 5000.0})
@@ -259,7 +259,7 @@ def test_a_version_this_release_does_not_know_is_refused_with_what_to_do():
 
 # ------------------------------------------------------------------- adding fields
 RECORDS = {"entry": coder.ENTRY, "robots_policy": coder.ROBOTS_POLICY,
-           "robots_fetch": coder.ROBOTS_FETCH, "awaited": coder.AWAITED, "desk": coder.DESK,
+           "robots_fetch": coder.ROBOTS_FETCH, "awaited": coder.AWAITED, "relay": coder.RELAY,
            "lease": coder.LEASE, "backlog": coder.BACKLOG, "gate": coder.GATE,
            "backoff": coder.BACKOFF, "limits": coder.LIMITS, "slowdown": coder.SLOWDOWN,
            "host": coder.HOST}
@@ -373,8 +373,8 @@ def test_any_state_reads_back_equal_from_plain_fields(events):
                       FetchReport(arg, error=None if arg else "timeout", location=redirect))
             state.complete(state.lease.lease_id, report, now, POLICY)
         elif op == "ask":
-            errand = RobotsErrand(H, f"https://{H}/robots{arg}.txt", "asker.test", f"e{arg}")
-            state.ask_robots(errand, now, POLICY)
+            query = RobotsQuery(H, f"https://{H}/robots{arg}.txt", "asker.test", f"e{arg}")
+            state.ask_robots(query, now, POLICY)
         elif op == "slow":
             state.slowdown.signal(arg, POLICY, H)
         fields, queue = coder.encode_host(state)

@@ -22,7 +22,7 @@ from pipeline.core.politeness import (
 )
 from pipeline.core.records import PageState
 from pipeline.core.robots import ROBOTS_TTL_SECONDS as ROBOTS_TTL
-from pipeline.core.robots_relay import RobotsErrand, RobotsFetch, RobotsReply
+from pipeline.core.robots_relay import RobotsFetch, RobotsQuery, RobotsReply
 from pipeline.core.scope import Scope
 from pipeline.core.urls import url_hash
 
@@ -200,13 +200,13 @@ def asking_host(location: str = f"http://{OTHER}/robots.txt", at: float = 0.0):
     return state, decision
 
 
-def serve_errand(errand, body: bytes = b"User-agent: *\nDisallow: /private/\nCrawl-delay: 3\n",
+def serve_query(query, body: bytes = b"User-agent: *\nDisallow: /private/\nCrawl-delay: 3\n",
                  at: float = 0.5, status: int = 200):
-    """b.test takes the errand, fetches under its own lease, and replies."""
+    """b.test takes the query, fetches under its own lease, and replies."""
     other = HostState(host=OTHER)
-    other.ask_robots(errand, at, POLICY)
+    other.ask_robots(query, at, POLICY)
     start = other.next_action(at, POLICY)
-    assert start.fetch is not None and start.fetch.lease.url == errand.url
+    assert start.fetch is not None and start.fetch.lease.url == query.url
     done = other.complete(start.fetch.lease.lease_id, FetchReport(status=status, body=body),
                           at + 0.1, POLICY)
     return other, done
@@ -214,10 +214,10 @@ def serve_errand(errand, body: bytes = b"User-agent: *\nDisallow: /private/\nCra
 
 def test_rules_reached_through_another_host_apply_to_the_host_that_asked():
     state, asked = asking_host()
-    (errand,) = asked.robots_messages
-    other, done = serve_errand(errand)
+    (query,) = asked.robots_messages
+    other, done = serve_query(query)
     (reply,) = done.robots_messages
-    assert reply.asker == HOST and reply.errand_id == errand.errand_id
+    assert reply.asker == HOST and reply.query_id == query.query_id
     applied = state.robots_answered(reply, 0.7, POLICY)
     assert applied.robots_messages == ()
     # b.test's Crawl-delay governs a.test, from a.test's own last exchange (ended at 0.1).
@@ -233,29 +233,29 @@ def test_rules_reached_through_another_host_apply_to_the_host_that_asked():
 
 def test_the_other_host_fetches_under_its_own_lease_and_delay_before_its_pages():
     _, asked = asking_host()
-    (errand,) = asked.robots_messages
+    (query,) = asked.robots_messages
     other = HostState(host=OTHER)
     other.offer(other_urls("x"), 0, POLICY)
     robots_lease = other.next_action(0.0, POLICY).fetch.lease  # its own robots.txt, in flight
-    other.ask_robots(errand, 0.2, POLICY)
+    other.ask_robots(query, 0.2, POLICY)
     assert other.next_action(0.3, POLICY).fetch is None  # one request in flight at most
     # Its own /robots.txt answer is the one asked for: no second request.
     done = other.complete(robots_lease.lease_id, robots(b"User-agent: *\nDisallow: /p/\n"),
                           0.4, POLICY)
     assert [r.asker for r in done.robots_messages] == [HOST]
-    assert not other.gate.desk.busy  # nothing more to fetch for others
+    assert not other.gate.relay.busy  # nothing more to fetch for others
     page = other.next_action(1.4, POLICY).fetch
     assert page is not None and page.lease.url == f"http://{OTHER}/x"
 
 
-def test_an_errand_for_another_url_waits_the_other_hosts_delay_and_goes_before_its_pages():
+def test_a_query_for_another_url_waits_the_other_hosts_delay_and_goes_before_its_pages():
     state, asked = asking_host(location=f"http://{OTHER}/shared/robots.txt")
-    (errand,) = asked.robots_messages
+    (query,) = asked.robots_messages
     other = HostState(host=OTHER)
     other.offer(other_urls("x"), 0, POLICY)
     own = other.next_action(0.0, POLICY).fetch.lease
     other.complete(own.lease_id, robots(), 0.0, POLICY)
-    assert other.ask_robots(errand, 0.2, POLICY).wake_at == 1.0
+    assert other.ask_robots(query, 0.2, POLICY).wake_at == 1.0
     assert other.next_action(0.5, POLICY).fetch is None
     fetch = other.next_action(1.0, POLICY).fetch
     assert fetch is not None and fetch.lease.url == f"http://{OTHER}/shared/robots.txt"
@@ -271,19 +271,19 @@ def test_an_errand_for_another_url_waits_the_other_hosts_delay_and_goes_before_i
 
 def test_many_hosts_asking_for_one_file_cost_one_request_while_it_is_fresh():
     other = HostState(host=OTHER)
-    errands = [RobotsErrand(OTHER, f"http://{OTHER}/robots.txt", f"asker-{n}.test", f"e{n}")
+    queries = [RobotsQuery(OTHER, f"http://{OTHER}/robots.txt", f"asker-{n}.test", f"e{n}")
                for n in range(3)]
-    for errand in errands[:2]:
-        assert other.ask_robots(errand, 0.0, POLICY).robots_messages == ()
-    other.ask_robots(errands[0], 0.0, POLICY)  # redelivered: still one reply
+    for query in queries[:2]:
+        assert other.ask_robots(query, 0.0, POLICY).robots_messages == ()
+    other.ask_robots(queries[0], 0.0, POLICY)  # redelivered: still one reply
     lease = other.next_action(0.0, POLICY).fetch.lease
     done = other.complete(lease.lease_id, robots(b"User-agent: *\nDisallow: /p\n"), 0.1,
                           POLICY)
     assert sorted(r.asker for r in done.robots_messages) == ["asker-0.test", "asker-1.test"]
-    later = other.ask_robots(errands[2], 3600.0, POLICY)
+    later = other.ask_robots(queries[2], 3600.0, POLICY)
     assert [r.asker for r in later.robots_messages] == ["asker-2.test"]
     assert other.next_action(3601.0, POLICY).fetch is None  # answered from what it keeps
-    stale = other.ask_robots(RobotsErrand(OTHER, errands[0].url, "late.test", "e9"),
+    stale = other.ask_robots(RobotsQuery(OTHER, queries[0].url, "late.test", "e9"),
                              ROBOTS_TTL + 1.0, POLICY)
     assert stale.robots_messages == ()  # older than 24 h: fetched again
     assert other.next_action(ROBOTS_TTL + 1.0, POLICY).fetch is not None
@@ -291,14 +291,14 @@ def test_many_hosts_asking_for_one_file_cost_one_request_while_it_is_fresh():
 
 def test_no_reply_in_time_means_unreachable_and_a_late_or_repeated_reply_changes_nothing():
     state, asked = asking_host()
-    (errand,) = asked.robots_messages
+    (query,) = asked.robots_messages
     deadline = 0.1 + POLICY.robots_wait
     assert state.next_action(5.0, POLICY).wake_at == deadline
     decision = state.next_action(deadline, POLICY)
     assert decision.fetch is None
     assert {o.state for o in decision.outcomes} == {PageState.DISALLOWED}
     assert "did not answer" in decision.outcomes[0].reason
-    _, done = serve_errand(errand, at=deadline + 1)
+    _, done = serve_query(query, at=deadline + 1)
     before = (state.gate.rules, state.next_allowed)
     state.robots_answered(done.robots_messages[0], deadline + 2, POLICY)
     assert (state.gate.rules, state.next_allowed) == before
@@ -307,7 +307,7 @@ def test_no_reply_in_time_means_unreachable_and_a_late_or_repeated_reply_changes
 def test_a_reply_that_redirects_again_is_followed_here_or_asked_for_again():
     # Back to a.test itself: a.test fetches it as its own next hop.
     state, asked = asking_host()
-    _, done = serve_errand(asked.robots_messages[0], body=b"", status=302)
+    _, done = serve_query(asked.robots_messages[0], body=b"", status=302)
     reply = done.robots_messages[0]
     moved = dataclasses.replace(reply, fetch=dataclasses.replace(
         reply.fetch, location=f"http://{HOST}/real-robots.txt"))
@@ -315,12 +315,12 @@ def test_a_reply_that_redirects_again_is_followed_here_or_asked_for_again():
     hop = state.next_action(1.1, POLICY).fetch
     assert hop is not None and hop.lease.url == f"http://{HOST}/real-robots.txt"
     assert hop.lease.robots_hop == 2
-    # To a third host: another errand; after five redirects, allow all.
+    # To a third host: another query; after five redirects, allow all.
     state, asked = asking_host()
     for hop in range(2, 7):
-        errand = asked.robots_messages[0]
-        reply = RobotsReply(HOST, errand.errand_id, RobotsFetch.of(
-            errand.url, 301, None, 0.5, location=f"http://c{hop}.test/robots.txt"))
+        query = asked.robots_messages[0]
+        reply = RobotsReply(HOST, query.query_id, RobotsFetch.of(
+            query.url, 301, None, 0.5, location=f"http://c{hop}.test/robots.txt"))
         asked = state.robots_answered(reply, 0.5 + hop, POLICY)
         if hop <= 5:
             assert [m.host for m in asked.robots_messages] == [f"c{hop}.test"]
@@ -330,8 +330,8 @@ def test_a_reply_that_redirects_again_is_followed_here_or_asked_for_again():
 
 def test_a_parked_host_answers_unreachable_without_a_request():
     other = HostState(host=OTHER, backoff=HostBackoff(parked_until=100.0))
-    errand = RobotsErrand(OTHER, f"http://{OTHER}/robots.txt", HOST, "e1")
-    (reply,) = other.ask_robots(errand, 50.0, POLICY).robots_messages
+    query = RobotsQuery(OTHER, f"http://{OTHER}/robots.txt", HOST, "e1")
+    (reply,) = other.ask_robots(query, 50.0, POLICY).robots_messages
     assert reply.fetch.policy.kind == "unreachable" and "parked" in reply.fetch.policy.reason
     assert other.next_action(50.0, POLICY).fetch is None
 
@@ -339,15 +339,15 @@ def test_a_parked_host_answers_unreachable_without_a_request():
 def test_a_host_whose_address_is_refused_answers_unreachable_and_is_never_asked_again():
     blocked = "blocked address (loopback 127.0.0.0/8)"
     other = HostState(host=OTHER)
-    waiting = RobotsErrand(OTHER, f"http://{OTHER}/robots.txt", HOST, "e1")
+    waiting = RobotsQuery(OTHER, f"http://{OTHER}/robots.txt", HOST, "e1")
     other.ask_robots(waiting, 0.0, POLICY)
     lease = other.next_action(0.0, POLICY).fetch.lease
     refused = other.complete(lease.lease_id, FetchReport(status=None, blocked=blocked), 0.0,
                              POLICY)
     (reply,) = refused.robots_messages
-    assert reply.errand_id == "e1" and reply.fetch.policy.kind == "unreachable"
+    assert reply.query_id == "e1" and reply.fetch.policy.kind == "unreachable"
     assert blocked in reply.fetch.policy.reason and not other.busy
-    later = RobotsErrand(OTHER, f"http://{OTHER}/robots.txt", "c.test", "e2")
+    later = RobotsQuery(OTHER, f"http://{OTHER}/robots.txt", "c.test", "e2")
     (reply,) = other.ask_robots(later, 5.0, POLICY).robots_messages
     assert reply.asker == "c.test" and blocked in reply.fetch.policy.reason
     assert other.next_action(5.0, POLICY).fetch is None and not other.busy
@@ -490,7 +490,7 @@ class _Sim:
     lost: dict[str, float] = field(default_factory=dict)  # lease_id -> started_at
     next_path: int = 0
     delays: list[float] = field(default_factory=list)  # the host's delay as each request started
-    errands: int = 0
+    queries: int = 0
     retry_due: str | None = None  # a URL that failed transiently and must be asked next
 
 
@@ -507,7 +507,7 @@ events = st.lists(
         st.tuples(st.just("finish"), st.sampled_from([200, 404, 429, 503, None])),
         st.tuples(st.just("lose"), st.just(0)),
         st.tuples(st.just("late"), st.just(0)),
-        # robots.txt across hosts: another host asks this one; this one's errand is replied to
+        # robots.txt across hosts: another host asks this one; this one's query is replied to
         st.tuples(st.just("ask"), st.sampled_from(["/robots.txt", "another"])),
         st.tuples(st.just("reply"), st.sampled_from(ROBOTS_ANSWERS)),
         st.tuples(st.just("stale_reply"), st.just(0)),
@@ -593,16 +593,16 @@ class _Interleaving(_Sim):
 
     def robots_messages(self, op: str, arg) -> None:
         if op == "ask":
-            self.errands += 1
-            path = arg if arg.startswith("/") else f"/shared/{self.errands}/robots.txt"
-            self.state.ask_robots(RobotsErrand(HOST, f"http://{HOST}{path}", "c.test",
-                                               f"e{self.errands}"), self.now, self.policy)
+            self.queries += 1
+            path = arg if arg.startswith("/") else f"/shared/{self.queries}/robots.txt"
+            self.state.ask_robots(RobotsQuery(HOST, f"http://{HOST}{path}", "c.test",
+                                               f"e{self.queries}"), self.now, self.policy)
         elif op == "reply" and self.state.gate.awaited is not None:
             awaited = self.state.gate.awaited
             report = self.robots_report(arg)
             fetch = RobotsFetch.of(awaited.url, report.status, report.body, self.now,
                                    location=report.location)
-            self.state.robots_answered(RobotsReply(HOST, awaited.errand_id, fetch), self.now,
+            self.state.robots_answered(RobotsReply(HOST, awaited.query_id, fetch), self.now,
                                        self.policy)
         elif op == "stale_reply":
             before = (self.state.lease, self.state.gate.rules, self.state.next_allowed)

@@ -185,7 +185,7 @@ def test_each_subdomain_spills_to_its_own_overflow_chunks_and_gets_them_back(dom
 
 def test_a_robots_txt_redirected_to_another_subdomain_is_fetched_there_and_governs_its_host(
         domain):
-    """a.shop.test's robots.txt redirects to b.shop.test's: the errand leaves for the
+    """a.shop.test's robots.txt redirects to b.shop.test's: the query leaves for the
     frontier, comes back to the same domain key, is fetched by b in its turn, and the reply
     gives a its rules (RFC 9309 2.3.1.2), each host's state its own."""
     d, crawl_id = domain

@@ -41,8 +41,8 @@ class HostCrawls(dict[str, HostState]):
 
     @property
     def waiting(self) -> bool:
-        """Some crawl has URLs queued or robots.txt errands waiting on its desk."""
-        return any(state.backlog.queue or state.gate.errands_waiting for state in self.values())
+        """Some crawl has URLs queued or robots.txt queries waiting on its relay."""
+        return any(state.backlog.queue or state.gate.queries_waiting for state in self.values())
 
     def turns(self, after: str | None) -> list[str]:
         """Crawl ids in round-robin order: the one after `after` (the last served) first."""
@@ -74,12 +74,12 @@ class HostCrawls(dict[str, HostState]):
 
 def end_waiting(state: HostState, terms: CrawlTerms, now: float) -> Decision | None:
     """Outcomes for the waiting URLs of a crawl that no longer waits (cancelled, done, out of
-    time), and "unreachable" replies to the robots.txt errands waiting on its desk (the hosts
+    time), and "unreachable" replies to the robots.txt queries waiting on its relay (the hosts
     that asked are the crawl's, and end their URLs the same way). A request of it in flight
     finishes normally. None: the crawl still waits, or has nothing waiting."""
     if keeps_waiting(terms.state) and not terms.time_spent:
         return None
-    if not state.backlog.queue and not state.gate.errands_waiting:
+    if not state.backlog.queue and not state.gate.queries_waiting:
         return None
     if terms.state in (CrawlState.CANCELLING, CrawlState.CANCELLED):
         page_state, reason = PageState.CANCELLED, "crawl cancelled"
@@ -89,4 +89,4 @@ def end_waiting(state: HostState, terms: CrawlTerms, now: float) -> Decision | N
         page_state, reason = PageState.OVER_BUDGET, "crawl ended"
     outcomes = tuple(Outcome(entry, page_state, reason) for entry in state.backlog.queue)
     state.backlog.queue.clear()
-    return Decision(outcomes=outcomes, robots_messages=state.gate.refuse_errands(now, reason))
+    return Decision(outcomes=outcomes, robots_messages=state.gate.refuse_queries(now, reason))

@@ -10,20 +10,20 @@ issued, retries) and adds what the crawls share, so that invariant 1 holds acros
     backoff, Retry-After, a parked circuit) holds for all crawls;
   - one robots.txt: the rules fetched for one crawl serve the others (each matches them
     against its own user agent), so a host is not asked for robots.txt once per crawl;
-  - robots.txt across hosts (pipeline.core.robots_relay): a crawl's errand for a URL of this
+  - robots.txt across hosts (pipeline.core.robots_relay): a crawl's query for a URL of this
     host is fetched under the host's one lease and spacing, before the crawl's own pages, and
-    its answer serves every crawl's errands for that URL while fresh; a reply to a crawl's own
-    errand is applied to that crawl's state (robots_message).
+    its answer serves every crawl's queries for that URL while fresh; a reply to a crawl's own
+    query is applied to that crawl's state (robots_message).
 Crawls take turns round robin, so a crawl with a long queue does not starve a new one.
 
 A crawl's state (pipeline.core.crawl_states) comes with each event, as the scheduler last read
 it: `paused` URLs wait and nothing of the crawl is requested; `cancelling`, `cancelled` and
 `done` crawls' waiting URLs end at once with a row (`cancelled`, or `over_budget` for a spent
-time budget), and the robots.txt errands waiting on its desk are answered unreachable.
+time budget), and the robots.txt queries waiting on its relay are answered unreachable.
 
 A crawl that has ended (`cancelled` or `done`) and has nothing left on the host (every URL it
 accepted here has left with its terminal decision) is evicted at the host's next firing, so
-a host many crawls pass over keeps kilobytes (invariant 6): its queue, counts, robots desk and
+a host many crawls pass over keeps kilobytes (invariant 6): its queue, counts, robots relay and
 every other field go, and only a Tombstone stays, its seen-set until the tombstone's horizon
 (TOMBSTONE_S). A late link of the crawl meanwhile is checked against that seen-set as before
 eviction: a URL the host already gave a row is dropped as seen, a new one is accepted and ends
@@ -61,7 +61,7 @@ from pipeline.core.politeness import (
 )
 from pipeline.core.records import FrontierEntry
 from pipeline.core.robots import RobotsPolicy
-from pipeline.core.robots_relay import RobotsDesk, RobotsErrand, RobotsReply
+from pipeline.core.robots_relay import RobotsQuery, RobotsRelay, RobotsReply
 
 __all__ = ["RECHECK_S", "TOMBSTONE_S", "CrawlTerms", "FleetDecision", "FleetHostState",
            "Tombstone", "forgettable"]
@@ -127,7 +127,7 @@ class FleetHostState:
     # answers kept for other hosts of evicted crawls serve the crawls still to come, rather
     # than each new crawl asking the host again while they are fresh (KeptRobots).
     robots: RobotsPolicy | None = None
-    robots_kept: RobotsDesk | None = None
+    robots_kept: RobotsRelay | None = None
     # Crawls whose URLs the host sleeps with, noted for a wake (pipeline.io.sleepers), and
     # until when the sleep they were noted for lasts: a longer sleep is noted again.
     asleep_noted: dict[str, float] = field(default_factory=dict)
@@ -218,20 +218,20 @@ class FleetHostState:
         crawl's, which sizes a seen-set made here."""
         self.crawl(crawl_id).mark_seen(urls, policy, issued=issued)
 
-    def robots_message(self, crawl_id: str, message: RobotsErrand | RobotsReply, now: float,
+    def robots_message(self, crawl_id: str, message: RobotsQuery | RobotsReply, now: float,
                        policy: HostPolicy) -> FleetDecision:
         """A robots.txt message of one crawl for this host, applied to the crawl's own state:
-        another host's errand for a URL of this one (HostState.ask_robots on the crawl's
+        another host's query for a URL of this one (HostState.ask_robots on the crawl's
         state, created with the rules the host already has if the crawl has none here yet:
         answered at once from a fresh kept answer, else fetched at the host's turn), or the
-        reply to an errand of this host (HostState.robots_answered). `policy` is the crawl's.
+        reply to a query of this host (HostState.robots_answered). `policy` is the crawl's.
 
-        An answer the host keeps for one crawl serves the errands of the others, and rules a
+        An answer the host keeps for one crawl serves the queries of the others, and rules a
         reply settles serve the host's other crawls, as rules the host fetched itself do. The
         decision's wake_at is the host's: nothing starts before the host's shared spacing
         allows it, whichever crawl asks.
         """
-        if isinstance(message, RobotsErrand):
+        if isinstance(message, RobotsQuery):
             state = self.crawl(crawl_id)
             lent = KeptRobots(self.robots, self.robots_kept).lend(self.crawls, state,
                                                                   message.url, now)
@@ -275,7 +275,7 @@ class FleetHostState:
         for crawl_id in self.crawls.turns(after=self.last_served):
             state = self.crawls[crawl_id]
             crawl_terms = terms.get(crawl_id)
-            if crawl_terms is None or not (state.backlog.queue or state.gate.errands_waiting):
+            if crawl_terms is None or not (state.backlog.queue or state.gate.queries_waiting):
                 continue
             if crawl_terms.state is not CrawlState.RUNNING:
                 recheck = recheck or crawl_terms.state is CrawlState.PAUSED

@@ -1,6 +1,6 @@
 """robots.txt shared between the crawls of one host (pipeline.core.fleet_host): the rules one
-crawl fetched serve the others, an answer fetched for one crawl's errand answers the others'
-errands for the same URL, and what the host keeps of evicted crawls' robots.txt serves the
+crawl fetched serve the others, an answer fetched for one crawl's query answers the others'
+queries for the same URL, and what the host keeps of evicted crawls' robots.txt serves the
 crawls still to come.
 
 It owns which crawl's rules and answers serve which; it does not fetch, nor decide what rules
@@ -14,16 +14,16 @@ from dataclasses import dataclass
 
 from pipeline.core.politeness import Decision, HostState
 from pipeline.core.robots import RobotsPolicy
-from pipeline.core.robots_relay import RobotsDesk, RobotsReply
+from pipeline.core.robots_relay import RobotsRelay, RobotsReply
 
 
 @dataclass(frozen=True)
 class KeptRobots:
     """A host's own robots.txt knowledge, outliving the crawls that fetched it: the freshest
-    `rules`, and the `answers` kept for errands of other hosts (None: none)."""
+    `rules`, and the `answers` kept for queries of other hosts (None: none)."""
 
     rules: RobotsPolicy | None = None
-    answers: RobotsDesk | None = None
+    answers: RobotsRelay | None = None
 
     def keeping(self, state: HostState, now: float) -> KeptRobots:
         """With what an evicted crawl's `state` knows that is still fresh."""
@@ -32,13 +32,13 @@ class KeptRobots:
         if robots is not None and now < robots.expires_at and (
                 rules is None or rules.expires_at < robots.expires_at):
             rules = robots
-        answers = state.gate.desk.answers if state.gate.desk is not None else {}
+        answers = state.gate.relay.answers if state.gate.relay is not None else {}
         for url, fetch in answers.items():
             known = kept.answers.get(url) if kept else None
             if now < fetch.expires_at and (known is None or known.expires_at < fetch.expires_at):
                 if kept is None:
-                    kept = RobotsDesk()
-                kept.answered(fetch, now)  # capped at DESK_ANSWERS, fresh only
+                    kept = RobotsRelay()
+                kept.answered(fetch, now)  # capped at RELAY_ANSWERS, fresh only
         return KeptRobots(rules, kept)
 
     def fresh(self, now: float) -> KeptRobots:
@@ -47,7 +47,7 @@ class KeptRobots:
         kept = self.answers
         if kept is not None:
             fresh = {url: fetch for url, fetch in kept.answers.items() if now < fetch.expires_at}
-            kept = RobotsDesk(answers=fresh) if fresh else None
+            kept = RobotsRelay(answers=fresh) if fresh else None
         return KeptRobots(rules, kept)
 
     def rules_with(self, crawls: Mapping[str, HostState]) -> RobotsPolicy | None:
@@ -59,22 +59,22 @@ class KeptRobots:
 
     def lend(self, crawls: Mapping[str, HostState], state: HostState, url: str,
              now: float) -> tuple[RobotsReply, ...]:
-        """Before a crawl's errand for `url` is taken: if the crawl (`state`) keeps no fresh
+        """Before a crawl's query for `url` is taken: if the crawl (`state`) keeps no fresh
         answer for it but another crawl on the host, or the host, does, the crawl keeps that
-        one too (and any errand of it already waiting for the URL is answered), so the errand
+        one too (and any query of it already waiting for the URL is answered), so the query
         costs no request."""
-        own = state.gate.desk.answers.get(url) if state.gate.desk else None
+        own = state.gate.relay.answers.get(url) if state.gate.relay else None
         if own is not None and now < own.expires_at:
             return ()
-        desks = [other.gate.desk for other in crawls.values()] + [self.answers]
-        fresh = [desk.answers[url] for desk in desks
-                 if desk is not None and url in desk.answers
-                 and now < desk.answers[url].expires_at]
+        relays = [other.gate.relay for other in crawls.values()] + [self.answers]
+        fresh = [relay.answers[url] for relay in relays
+                 if relay is not None and url in relay.answers
+                 and now < relay.answers[url].expires_at]
         if not fresh:
             return ()
-        if state.gate.desk is None:
-            state.gate.desk = RobotsDesk()
-        return tuple(state.gate.desk.answered(max(fresh, key=lambda f: f.expires_at), now))
+        if state.gate.relay is None:
+            state.gate.relay = RobotsRelay()
+        return tuple(state.gate.relay.answered(max(fresh, key=lambda f: f.expires_at), now))
 
 
 def share_rules(crawls: Mapping[str, HostState], source: HostState) -> None:
@@ -92,15 +92,15 @@ def share_rules(crawls: Mapping[str, HostState], source: HostState) -> None:
 def hand_on_answer(crawls: Mapping[str, HostState], crawl_id: str, source: HostState,
                    url: str, now: float) -> list[tuple[str, Decision]]:
     """A robots.txt URL was fetched for crawl `crawl_id` (`source`): the other crawls'
-    errands that wait for the same URL are answered with it, rather than fetched once per
+    queries that wait for the same URL are answered with it, rather than fetched once per
     crawl."""
-    fetch = source.gate.desk.answers.get(url) if source.gate.desk else None
+    fetch = source.gate.relay.answers.get(url) if source.gate.relay else None
     if fetch is None:
         return []
     handed = []
     for other_id, other in crawls.items():
-        desk = other.gate.desk
-        if other_id != crawl_id and desk is not None and url in desk.waiting:
+        relay = other.gate.relay
+        if other_id != crawl_id and relay is not None and url in relay.waiting:
             handed.append((other_id, Decision(
-                robots_messages=tuple(desk.answered(fetch, now)))))
+                robots_messages=tuple(relay.answered(fetch, now)))))
     return handed

@@ -73,8 +73,8 @@ class HostPolicy:
 
     @property
     def robots_wait(self) -> float:
-        """How long a host waits for another host to answer its robots.txt errand: that host
+        """How long a host waits for another host to answer its robots.txt query: that host
         may have a request in flight (a lease) and then its delay to wait before fetching,
-        and the errand and reply each cross the frontier once. Past it, robots.txt counts
+        and the query and reply each cross the frontier once. Past it, robots.txt counts
         as unreachable (disallow all, asked again after UNREACHABLE_RETRY_SECONDS)."""
         return 2 * self.lease_seconds + self.max_crawl_delay

@@ -36,7 +36,7 @@ from pipeline.core.politeness import HostState, Lease, LeaseKind
 from pipeline.core.records import FrontierEntry
 from pipeline.core.robots import RobotsKind, RobotsPolicy
 from pipeline.core.robots_gate import RobotsGate
-from pipeline.core.robots_relay import AwaitedRobots, RobotsDesk, RobotsFetch
+from pipeline.core.robots_relay import AwaitedRobots, RobotsFetch, RobotsRelay
 
 # A FleetHostState (pipeline.core.fleet_host, which stores itself through this module and so
 # is not imported here).
@@ -104,8 +104,8 @@ ROBOTS_POLICY = _Record(RobotsPolicy, ("fetched_at", "status", "error", "compres
                         {"kind": (str, RobotsKind)})
 ROBOTS_FETCH = _Record(RobotsFetch, ("url", "location"),
                        {"policy": (ROBOTS_POLICY.encode, ROBOTS_POLICY.decode)})
-AWAITED = _Record(AwaitedRobots, ("errand_id", "url", "host", "hop", "deadline"))
-DESK = _Record(RobotsDesk, (), {
+AWAITED = _Record(AwaitedRobots, ("query_id", "url", "host", "hop", "deadline"))
+RELAY = _Record(RobotsRelay, (), {
     "waiting": (lambda waiting: {url: [tuple(asker) for asker in askers]
                                  for url, askers in waiting.items()},
                 lambda waiting: {url: [tuple(asker) for asker in askers]
@@ -119,7 +119,7 @@ BACKLOG = _Record(HostBacklog, ("overflow_written", "overflow_read", "overflow_d
                                 "overflow_urls"))
 GATE = _Record(RobotsGate, ("redirect", "hops", "sitemaps_read", "delay_capped_logged"),
                {"rules": _optional(ROBOTS_POLICY), "awaited": _optional(AWAITED),
-                "desk": _optional(DESK)})
+                "relay": _optional(RELAY)})
 BACKOFF = _Record(HostBackoff, ("consecutive_failures", "parked_until", "blocked",
                                 "blocked_until"))
 LIMITS = _Record(HostLimits, ("pages_issued", "calendar_pages"))
@@ -172,7 +172,8 @@ _V1_PARTS: Mapping[str, Mapping[str, str]] = {
     "backlog": {"overflow_written": "overflow_written", "overflow_read": "overflow_read",
                 "overflow_deleted": "overflow_deleted", "overflow_urls": "overflow_urls"},
     "gate": {"robots": "rules", "robots_redirect": "redirect", "robots_hops": "hops",
-             "robots_awaited": "awaited", "robots_desk": "desk",
+             # (version 1's name for the relay's part, as it was stored)
+             "robots_awaited": "awaited", "robots_desk": "relay",
              "sitemaps_read": "sitemaps_read",
              "crawl_delay_capped_logged": "delay_capped_logged"},
     "backoff": {"consecutive_failures": "consecutive_failures",
@@ -218,7 +219,7 @@ def encode_fleet(state: FleetHostState) -> tuple[dict[str, Any], dict[str, bytes
     fields["tombstones"] = {crawl_id: tombstone.expires_at
                             for crawl_id, tombstone in state.tombstones.items()}
     fields["robots"] = _optional(ROBOTS_POLICY)[0](state.robots)
-    fields["robots_kept"] = _optional(DESK)[0](state.robots_kept)
+    fields["robots_kept"] = _optional(RELAY)[0](state.robots_kept)
     return fields, changed
 
 
@@ -234,7 +235,7 @@ def decode_fleet(fields: Mapping[str, Any], load_queue: Callable[[str], bytes | 
                               None if seen is None else seen.get(crawl_id, b""))
         for crawl_id, crawl in fields["crawls"].items()}
     values["tombstones"] = dict(fields.get("tombstones", {}))
-    for name, record in (("robots", ROBOTS_POLICY), ("robots_kept", DESK)):
+    for name, record in (("robots", ROBOTS_POLICY), ("robots_kept", RELAY)):
         if name in fields:
             # Version 1 kept the objects themselves.
             values[name] = fields[name] if version == 1 else _optional(record)[1](fields[name])

@@ -17,13 +17,13 @@ Event contract, which makes duplicate timer firings and replays harmless:
   ask_robots(...)   another host whose robots.txt redirects here asks for the answer at a URL
                     of this host (pipeline.core.robots_relay): replied to at once from a fresh
                     kept answer, else fetched as this host's own request, before its pages.
-  robots_answered(...) the reply to this host's own errand: applied like the answer of a
-                    robots.txt hop it fetched itself; a reply to any other errand is stale and
-                    ignored. No reply by the errand's deadline: robots.txt is unreachable.
+  robots_answered(...) the reply to this host's own query: applied like the answer of a
+                    robots.txt hop it fetched itself; a reply to any other query is stale and
+                    ignored. No reply by the query's deadline: robots.txt is unreachable.
 
 HostState is a thin facade over parts with one concern each, in modules of their own:
 host_backlog (the queue and its overflow chunks), robots_gate (robots.txt rules, redirect
-hops, errands), host_backoff (backoff, the parked circuit, a blocked address), host_limits
+hops, queries), host_backoff (backoff, the parked circuit, a blocked address), host_limits
 (admission limits and the host page budget) and duplicate_slowdown. Its stored form is
 pipeline.core.host_state_coder's.
 """
@@ -48,7 +48,7 @@ from pipeline.core.host_policy import HostPolicy
 from pipeline.core.priority import DEFAULT_PRIORITY
 from pipeline.core.records import FrontierEntry, PageState
 from pipeline.core.robots_gate import RobotsGate
-from pipeline.core.robots_relay import RobotsErrand, RobotsFetch, RobotsReply
+from pipeline.core.robots_relay import RobotsFetch, RobotsQuery, RobotsReply
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +113,8 @@ class Decision:
     links: tuple[str, ...] = ()  # URLs to send back to the frontier (redirect targets)
     wake_at: float | None = None  # when to fire the timer next (None: nothing to do)
     spill: tuple[FrontierEntry, ...] = ()  # accepted URLs the full queue hands back
-    # robots.txt errands for other hosts' keys and replies to hosts that asked this one
-    robots_messages: tuple[RobotsErrand | RobotsReply, ...] = ()
+    # robots.txt queries for other hosts' keys and replies to hosts that asked this one
+    robots_messages: tuple[RobotsQuery | RobotsReply, ...] = ()
     # The Sitemap lines of the host's robots.txt, for a crawl that reads sitemaps: to go
     # round the frontier as sitemap documents (each to its own host's key, scope and
     # seen-set), never fetched here on the side.
@@ -168,7 +168,7 @@ class HostState:
 
     The host's own fields are its request and its spacing; the rest is in parts, each with one
     concern, which callers may ask directly: `backlog` (the queue and its overflow chunks),
-    `gate` (robots.txt: rules, redirect hops, errands), `backoff` (failures, the parked
+    `gate` (robots.txt: rules, redirect hops, queries), `backoff` (failures, the parked
     circuit, a blocked address), `limits` (admission limits and the host page budget) and
     `slowdown` (the duplicate slowdown). The state is stored by
     pipeline.core.host_state_coder, field by field.
@@ -212,7 +212,7 @@ class HostState:
         """True while the host has work: queued or stored URLs, a request in flight, or
         robots.txt to fetch for other hosts."""
         return (bool(self.backlog.queue) or self.lease is not None
-                or self.backlog.has_overflow or self.gate.errands_waiting)
+                or self.backlog.has_overflow or self.gate.queries_waiting)
 
     def due_at(self, policy: HostPolicy) -> float:
         """When the host next needs its timer while it has work: its lease's end, else when
@@ -317,14 +317,14 @@ class HostState:
 
         The parts are asked in this order; the first with something to say decides:
           1. the lease: a request in flight waits for its result or deadline (invariant 1);
-          2. the backlog: nothing queued and no errand waiting, nothing to do;
+          2. the backlog: nothing queued and no query waiting, nothing to do;
           3. the backoff and the budgets: a blocked address ends every queued URL `filtered`;
              a crawl page budget known to be spent (`budget_spent`) or policy.deadline
              reached ends them `over_budget` (reason TIME_BUDGET_REASON for the deadline),
-             without even a robots.txt request, and refuses the errands waiting;
+             without even a robots.txt request, and refuses the queries waiting;
           4. the spacing: before next_allowed the host waits;
           5. the robots gate: the host's own robots.txt, needed for its queue and not in
-             force, is fetched (or its errand at another host waited on), then robots.txt
+             force, is fetched (or its query at another host waited on), then robots.txt
              fetched for other hosts, before any page;
           6. the queue: URLs robots.txt disallows end `disallowed` and ones past the host
              page budget `over_budget`; the next one starts under a new lease once
@@ -336,7 +336,7 @@ class HostState:
         own_url = f"{self.scheme}://{self.host}/robots.txt"
         if self.lease is not None:
             decision = Decision(wake_at=self.lease.expires_at)
-        elif not self.backlog.queue and not self.gate.errands_waiting:
+        elif not self.backlog.queue and not self.gate.queries_waiting:
             decision = Decision()
         elif (ended := self._queue_ended(now, policy, budget_spent)) is not None:
             decision = ended
@@ -360,7 +360,7 @@ class HostState:
         if blocked is not None:
             return Decision(outcomes=_ended(self.backlog.drain(), PageState.FILTERED, blocked,
                                             blocked=True),
-                            robots_messages=self.gate.refuse_errands(now, blocked))
+                            robots_messages=self.gate.refuse_queries(now, blocked))
         if self.backoff.unblock_lapsed(now):
             self.gate.rules = None  # its address may have changed: robots.txt first
         if budget_spent():
@@ -372,7 +372,7 @@ class HostState:
         else:
             return None
         return Decision(outcomes=_ended(self.backlog.drain(), PageState.OVER_BUDGET, reason),
-                        robots_messages=self.gate.refuse_errands(now, reason))
+                        robots_messages=self.gate.refuse_queries(now, reason))
 
     def _next_page(self, now: float, policy: HostPolicy,
                    claim_page: Callable[[], bool]) -> Decision:
@@ -456,7 +456,7 @@ class HostState:
             # Hosts whose robots.txt redirects here get no answer from this address either.
             return Decision(outcomes=_ended(refused + self.backlog.drain(), PageState.FILTERED,
                                             report.blocked, blocked=True),
-                            robots_messages=self.gate.refuse_errands(now, report.blocked))
+                            robots_messages=self.gate.refuse_queries(now, report.blocked))
         # The host's delay runs from the end of the exchange, not its start: then the next
         # request reaches the server at least `delay` after this one did, however long this
         # one's connection took to set up (the server's log is what politeness is judged by).
@@ -517,19 +517,19 @@ class HostState:
             # The robots.txt request itself counts (invariant 1): the first page waits the
             # delay robots.txt just announced.
             self.next_allowed = max(self.next_allowed, ended + self.delay(policy))
-        return Decision(robots_messages=(step.errand,) if step.errand is not None else (),
+        return Decision(robots_messages=(step.query,) if step.query is not None else (),
                         wake_at=self._wake_after_event(policy))
 
-    def ask_robots(self, errand: RobotsErrand, now: float, policy: HostPolicy) -> Decision:
-        """Another host asks for the robots.txt answer at `errand.url`, a URL of this host.
+    def ask_robots(self, query: RobotsQuery, now: float, policy: HostPolicy) -> Decision:
+        """Another host asks for the robots.txt answer at `query.url`, a URL of this host.
         No request may reach a blocked or parked host, so its answer is unreachable then, as
         this host's own robots.txt would be."""
-        reply = self.gate.take(errand, now, self.backoff.refusal(now, self.host))
+        reply = self.gate.take(query, now, self.backoff.refusal(now, self.host))
         return Decision(robots_messages=(reply,) if reply is not None else (),
                         wake_at=self._wake_after_event(policy))
 
     def robots_answered(self, reply: RobotsReply, now: float, policy: HostPolicy) -> Decision:
-        """Another host replied to an errand: applied if it is the one this host waits on."""
+        """Another host replied to a query: applied if it is the one this host waits on."""
         hop = self.gate.awaited_hop(reply)
         if hop is None:
             return Decision(wake_at=self._wake_after_event(policy))  # stale or redelivered
@@ -538,7 +538,7 @@ class HostState:
         return self._follow_robots(reply.fetch, hop, ended, now, policy)
 
     def _wake_after_event(self, policy: HostPolicy) -> float | None:
-        if self.lease is not None or self.backlog.queue or self.gate.errands_waiting:
+        if self.lease is not None or self.backlog.queue or self.gate.queries_waiting:
             return self.due_at(policy)
         return None
 

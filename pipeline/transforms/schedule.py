@@ -12,7 +12,7 @@ cancel reaches the schedulers within seconds; its page budget is claimed from th
 What the DoFn does for a crawl is counted in the crawl's record (pipeline.core.counters
 .RECORD_COUNTERS) as well as in the job's metrics.
 
-It does not parse, store or publish anything: robots.txt errands for other hosts, and replies
+It does not parse, store or publish anything: robots.txt queries for other hosts, and replies
 to hosts that asked this one, leave on the 'robots' output for the frontier to carry to the
 other host's key, and so do the Sitemap lines of a host's robots.txt for a crawl that reads
 sitemaps (a batch of sitemap documents, which each host then fetches as its own request). A
@@ -76,7 +76,7 @@ from pipeline.core.records import (
     RobotsAnswer,
     RobotsRequest,
 )
-from pipeline.core.robots_relay import RobotsErrand, RobotsReply
+from pipeline.core.robots_relay import RobotsQuery, RobotsReply
 from pipeline.core.scope import OUT_OF_SCOPE
 from pipeline.core.sitemaps import SITEMAP_DEPTH
 from pipeline.io.bigtable import BigtableConfig, CrawlNotFound
@@ -264,11 +264,11 @@ def fetch_result(crawl_id: str, host: str, entry: FrontierEntry, response: Fetch
     )
 
 
-def robots_record(crawl_id: str, message: RobotsErrand | RobotsReply
+def robots_record(crawl_id: str, message: RobotsQuery | RobotsReply
                   ) -> RobotsRequest | RobotsAnswer:
-    """The frontier record that carries a robots.txt errand or reply of crawl `crawl_id` to
+    """The frontier record that carries a robots.txt query or reply of crawl `crawl_id` to
     the key of the host it is for."""
-    if isinstance(message, RobotsErrand):
+    if isinstance(message, RobotsQuery):
         return RobotsRequest.of(crawl_id, message)
     return RobotsAnswer.of(crawl_id, message)
 
@@ -322,16 +322,17 @@ class HostCells:
     crawl, and moved between the two cells at the event that evicts or revives a crawl. An
     evicted crawl's queue data goes at once, its seen-set when its tombstone is forgotten."""
 
-    def __init__(self, fields, queues, seen, buried,
+    def __init__(self, fields, queues, seen, tombstone_seen,
                  restore: Callable[[], bool] | None = None) -> None:
-        self._fields, self._queues, self._seen, self._buried = fields, queues, seen, buried
+        self._fields, self._queues, self._seen = fields, queues, seen
+        self._tombstone_cell = tombstone_seen
         # Called when the key has no state: reads a drained job's snapshot into the cells
         # (True) or finds none (False). `created`: the key had no state at the last read.
         self._restore = restore
         self.created = False
         self._queues_read: dict[str, bytes] | None = None
         self._seen_read: dict[str, bytes] | None = None
-        self._buried_read: dict[str, bytes] | None = None
+        self._tombstones_read: dict[str, bytes] | None = None
         # Crawl ids as last stored: whose entries each cell may hold.
         self._live: frozenset[str] = frozenset()
         self._dead: frozenset[str] = frozenset()
@@ -346,10 +347,10 @@ class HostCells:
             self._seen_read = self._seen.read() or {}
         return self._seen_read
 
-    def _buried_data(self) -> dict[str, bytes]:
-        if self._buried_read is None:
-            self._buried_read = self._buried.read() or {}
-        return self._buried_read
+    def _tombstone_data(self) -> dict[str, bytes]:
+        if self._tombstones_read is None:
+            self._tombstones_read = self._tombstone_cell.read() or {}
+        return self._tombstones_read
 
     def read(self, *, with_seen: bool = False,
              crawl_id: str | None = None) -> FleetHostState | None:
@@ -366,8 +367,8 @@ class HostCells:
         seen = None
         if with_seen:
             seen = dict(self._seen_data())
-            if crawl_id in self._dead and crawl_id in self._buried_data():
-                seen[crawl_id] = self._buried_data()[crawl_id]
+            if crawl_id in self._dead and crawl_id in self._tombstone_data():
+                seen[crawl_id] = self._tombstone_data()[crawl_id]
         return FleetHostState.restored(value, lambda c: self._queue_data().get(c), seen)
 
     def write(self, state: FleetHostState) -> None:
@@ -382,18 +383,18 @@ class HostCells:
         for crawl_id, crawl in state.crawls.items():
             value = crawl.seen
             if value is None and crawl_id in revived:
-                value = self._buried_data().get(crawl_id)  # moves back with its crawl
+                value = self._tombstone_data().get(crawl_id)  # moves back with its crawl
             if value is not None and value is not before.get(crawl_id):
                 seen[crawl_id] = value
-        buried: dict[str, bytes] = {}
+        tombstone_seen: dict[str, bytes] = {}
         for crawl_id, tombstone in state.tombstones.items():
             value = tombstone.seen
             if value is None and crawl_id in evicted:
                 value = self._seen_data().get(crawl_id)  # moves over with its eviction
-            if value is not None and value is not (self._buried_read or {}).get(crawl_id):
-                buried[crawl_id] = value
-        if buried or revived or self._dead - dead:
-            self._buried.write(_changed(self._buried_data(), buried, dead))
+            if value is not None and value is not (self._tombstones_read or {}).get(crawl_id):
+                tombstone_seen[crawl_id] = value
+        if tombstone_seen or revived or self._dead - dead:
+            self._tombstone_cell.write(_changed(self._tombstone_data(), tombstone_seen, dead))
         if seen or evicted:
             self._seen.write(_changed(self._seen_data(), seen, live))
         self._fields.write(fields)
@@ -604,13 +605,13 @@ class HostSchedulerFn(beam.DoFn):
                         state: FleetHostState, now: float,
                         policy: HostPolicy) -> Iterator[object]:
         """Another host asks this one for a robots.txt answer for crawl `crawl_id`, or answers
-        this host's errand of that crawl. A crawl that has ended, or is unknown, is treated as
+        this host's query of that crawl. A crawl that has ended, or is unknown, is treated as
         for a batch of URLs: the message is taken, and the timer's next_action ends the
         crawl's waiting work or keeps it until the crawl's record is read."""
         was_busy = state.busy
         decision = state.robots_message(
             crawl_id,
-            message.errand() if isinstance(message, RobotsRequest) else message.reply(),
+            message.query() if isinstance(message, RobotsRequest) else message.reply(),
             now, policy)
         yield from self._carry_out(host, decision, None)
         if state.busy and not was_busy:

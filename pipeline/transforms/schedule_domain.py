@@ -7,7 +7,7 @@ This module owns the shell over pipeline.core.domain_hosts.DomainHostsState: its
 and the events that are the domain's (the timer: collect the fetch in flight, start the next
 one of any host). Everything that is one host's is HostSchedulerFn's own code run on that
 host's FleetHostState, with the host of the URLs it is for: offers, seen-marks, signals,
-wakes, robots.txt errands and replies, rows and fetch results (their `host` is the URL's
+wakes, robots.txt queries and replies, rows and fetch results (their `host` is the URL's
 host, as under the host key), overflow chunks and sleep notes (per host: a host's overflow
 chunks are numbered by its own state, and a wake names the host that noted itself, which the
 frontier routes to its domain's key). It does not route: the frontier keys messages by the
@@ -102,14 +102,14 @@ class DomainCells:
     seen-sets and the tombstones' seen-sets, each host's read and written by its HostCells
     as under a host key."""
 
-    def __init__(self, fields, queues, seen, buried,
+    def __init__(self, fields, queues, seen, tombstone_seen,
                  restore: Callable[[], bool] | None = None) -> None:
         self._fields = fields
         # As HostCells': a drained job's snapshot read into the cells of a key with no state.
         self._restore = restore
         self.created = False
         self._read: dict | None = None
-        self._parts = [_ByHost(cell) for cell in (queues, seen, buried)]
+        self._parts = [_ByHost(cell) for cell in (queues, seen, tombstone_seen)]
         self._host_fields: dict[str, dict] = {}
         self._hosts: dict[str, HostCells] = {}
 
