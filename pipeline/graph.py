@@ -120,7 +120,7 @@ def build_crawler(
 def _loop_back(p: beam.Pipeline, messages: tuple[beam.PCollection, ...], *, topic: str,
                config: SchedulerConfig, watch: CrawlWatch | None,
                clock: Callable[[], float]) -> None:
-    """The frontier messages the graph makes (links, robots.txt errands and answers, and at a
+    """The frontier messages the graph makes (links, robots.txt queries and answers, and at a
     drain the wakes for the relaunched job) back to `topic`, with the messages of the crawl
     watch that ends crawls when there is one."""
     if watch is not None:
