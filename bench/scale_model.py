@@ -73,8 +73,23 @@ class Assumptions:
     gb_per_vcpu_highcpu: float = 1.0  # n2-highcpu: docs/scale.md "Memory per worker"
 
 
+class _Cores:
+    """vCPUs from a sizing's CPU per page (`total_ms`) at the target rate and utilisation."""
+
+    assumptions: Assumptions
+    total_ms: float
+
+    @property
+    def busy_vcpus(self) -> float:
+        return self.assumptions.rate * self.total_ms / 1000
+
+    @property
+    def vcpus(self) -> float:
+        return self.busy_vcpus / self.assumptions.utilisation
+
+
 @dataclass(frozen=True)
-class Sizing:
+class Sizing(_Cores):
     extractor: str
     state_cache: bool
     store_ms: float  # StorePages + rows sink on the FnApiRunner (bench.worker_cost)
@@ -90,14 +105,6 @@ class Sizing:
     def total_ms(self) -> float:
         return (self.store_ms + self.firings_ms + self.offers_ms + self.frontier_ms
                 + self.fetch_ms + self.rows_ms)
-
-    @property
-    def busy_vcpus(self) -> float:
-        return self.assumptions.rate * self.total_ms / 1000
-
-    @property
-    def vcpus(self) -> float:
-        return self.busy_vcpus / self.assumptions.utilisation
 
     @property
     def workers(self) -> int:
@@ -282,7 +289,7 @@ def scale_section(worker_cost: Mapping[str, Any], inputs: Mapping[str, Any],
 
 
 @dataclass(frozen=True)
-class PagePathSizing:
+class PagePathSizing(_Cores):
     """CPU per page from the whole per-page path (`bench.page_path`: the crawl's one graph on
     the FnApiRunner, state cache off, every stage in one process), brought to the planning
     pages: the path's own figure + the content work the planning corpus costs beyond the
@@ -309,14 +316,6 @@ class PagePathSizing:
     @property
     def total_ms(self) -> float:
         return self.path_ms + self.extra_content_ms + self.extra_links_ms + self.extra_fetch_ms
-
-    @property
-    def busy_vcpus(self) -> float:
-        return self.assumptions.rate * self.total_ms / 1000
-
-    @property
-    def vcpus(self) -> float:
-        return self.busy_vcpus / self.assumptions.utilisation
 
     @property
     def workers(self) -> int:
