@@ -17,7 +17,9 @@ schedule it under the host's delay, fetch again. Figures, from the web's request
     .venv/bin/python -m bench.hops [--runs N] [--pages N] [--baseline CHECKOUT]
 
 The crawler runs as `crawler crawl`, one process, with the Pub/Sub and Bigtable emulators
-started once by the benchmark (bench.e2e.start_emulators); Scrapy as bench.scrapy_crawl.
+started once by the benchmark (bench.e2e.start_emulators); with --own-emulators it starts its
+own, as `crawler crawl` does for a user (their start is then in its start-up, and their CPU in
+its CPU). Scrapy runs as bench.scrapy_crawl.
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ def hop_gaps(log_path: Path, host: str) -> tuple[list[float], int | None]:
 
 
 def run_once(crawler: str, run: int, work: Path, *, pages: int,
-             baseline: Path | None = None) -> HopFigures:
+             baseline: Path | None = None, own_emulators: bool = False) -> HopFigures:
     case = Case(CHAIN_CASE.name, CHAIN_CASE.web, CHAIN_CASE.delay, pages + 1,
                 hosts=CHAIN_CASE.hosts, pages_per_host=CHAIN_CASE.pages_per_host)
     label = f"chain-{crawler}-{run}"
@@ -117,7 +119,11 @@ def run_once(crawler: str, run: int, work: Path, *, pages: int,
             command = crawler_command(case, description, seeds_file, out_dir, f"hops-{label}",
                                       bin_dir=repo / ".venv" / "bin" if repo != REPO else BIN)
             command += ["--scope", "same-host"]
-            usage = run_measured(command, env=bench_env(repo), log_path=run_dir / "crawler.log")
+            env = bench_env(repo)
+            if own_emulators:
+                env.pop("PUBSUB_EMULATOR_HOST", None)
+                env.pop("BIGTABLE_EMULATOR_HOST", None)
+            usage = run_measured(command, env=env, log_path=run_dir / "crawler.log")
         else:
             hosts_file = run_dir / "hosts.txt"
             hosts_file.write_text("\n")
@@ -144,18 +150,19 @@ def run_once(crawler: str, run: int, work: Path, *, pages: int,
 
 
 def run_hops(runs: int, work: Path, *, pages: int = CHAIN_PAGES,
-             baseline: Path | None = None) -> list[HopFigures]:
+             baseline: Path | None = None, own_emulators: bool = False) -> list[HopFigures]:
     if baseline is not None and not (baseline / ".venv" / "bin" / "crawler").exists():
         raise SystemExit(f"--baseline {baseline}: no .venv/bin/crawler there")
     contenders = (CRAWLER, SCRAPY) if baseline is None else (CRAWLER, BASELINE, SCRAPY)
     print(f"chain: 1 host, {pages} hops, d={DELAY_S:g}s", file=sys.stderr, flush=True)
-    started = start_emulators(work)
+    started = [] if own_emulators else start_emulators(work)
     results: list[HopFigures] = []
     try:
         for run in range(runs):
             shift = run % len(contenders)  # each run in another order
             for crawler in contenders[shift:] + contenders[:shift]:
-                results.append(run_once(crawler, run, work, pages=pages, baseline=baseline))
+                results.append(run_once(crawler, run, work, pages=pages, baseline=baseline,
+                                        own_emulators=own_emulators))
     finally:
         stop_emulators(started)
     return results
@@ -210,6 +217,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where logs and outputs go (default: a new temporary directory)")
     parser.add_argument("--baseline", type=Path, default=None, metavar="CHECKOUT",
                         help="also run the crawler of this other checkout (its .venv)")
+    parser.add_argument("--own-emulators", action="store_true",
+                        help="the crawler starts its own emulators, as for a user (default: "
+                             "emulators started once by the benchmark, shared by every run)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -221,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="crawler-hops-"))
     work.mkdir(parents=True, exist_ok=True)
-    results = run_hops(args.runs, work, pages=args.pages, baseline=args.baseline)
+    results = run_hops(args.runs, work, pages=args.pages, baseline=args.baseline,
+                       own_emulators=args.own_emulators)
     Console(width=150).print(hops_table(results, args.pages))
     print(f"runs, logs and outputs: {work}")
     return 0
