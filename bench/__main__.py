@@ -3,7 +3,7 @@ on Beam's worker code path (bench.worker_cost, with Scrapy on the same recorded 
 whole per-page path of the crawl's graph (bench.page_path, with Scrapy on the same pages), and
 the per-hop latency and start-up on a chain of pages (bench.hops, with Scrapy on the same site).
 
-    .venv/bin/python -m bench            # 3 runs per crawler and case (about 25 minutes)
+    .venv/bin/python -m bench            # 3 runs per crawler and case (about 28 minutes)
     .venv/bin/python -m bench --quick    # small webs, 1 run each (about 5 minutes)
 
 Every table is printed at the end, and saved with the runs' logs and outputs under --work.
