@@ -216,7 +216,10 @@ def main(argv: list[str] | None = None) -> None:
     if command in SYNTHETIC_WEB_COMMANDS and not has_synthetic_web():
         print(SYNTHETIC_WEB_MISSING.format(command=command), file=sys.stderr)
         raise SystemExit(2)
-    if command in LOCAL_CRAWL_COMMANDS and not any(arg in ("-h", "--help") for arg in given):
+    # Only as the `crawler` process itself (argv None): emulators spawned for a command that
+    # then fails to parse end with that process, not with a program that called main().
+    if argv is None and command in LOCAL_CRAWL_COMMANDS and not any(
+            arg in ("-h", "--help") for arg in given):
         from pipeline.local.emulators import prestart_missing_emulators
 
         prestart_missing_emulators()
