@@ -275,3 +275,30 @@ def test_no_emulator_is_spawned_early_where_a_variable_names_one(
     monkeypatch.setenv("BIGTABLE_EMULATOR_HOST", "127.0.0.1:2")
     emulators.prestart_missing_emulators()
     assert not emulators._booting
+
+
+def test_a_log_that_cannot_be_linked_is_copied_when_the_emulator_stops(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """An emulator spawned early logs into a scratch folder; where --out is on another file
+    system its log cannot be linked there, so it is copied before the folder goes."""
+    import subprocess
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    log = scratch / "pubsub-emulator.log"
+    log.write_text("started\n")
+    process = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    emulator = RunningEmulator("pubsub", "127.0.0.1:1", process, str(log), str(scratch))
+
+    def cross_device(*_: object) -> None:
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", cross_device)
+    kept = tmp_path / "out" / "pubsub-emulator.log"
+    emulator.keep_log(str(kept))
+    assert not kept.exists()
+    emulator.stop()
+    assert kept.read_text() == "started\n"
+    assert not scratch.exists()
+    _assert_group_gone(process.pid)
