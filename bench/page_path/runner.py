@@ -88,6 +88,8 @@ class StageClock:
 
 
 _TIMER_METHOD = "_on_timer_spec"
+# Processing-time timers further off than this when nothing else is left are not waited for.
+HORIZON_S = 600.0
 _DOFN_METHODS = ("process", "start_bundle", "finish_bundle")
 
 
@@ -211,13 +213,18 @@ def timers_on_time(counts: RunnerTime) -> Iterator[None]:
     do_instruction = sdk_worker.SdkWorker.do_instruction
     processing = beam_runner_api_pb2.TimeDomain.PROCESSING_TIME
 
+    held: list[tuple[Any, Any, Any, Any, Any]] = []
+
     def enqueue_on_time(self: Any, context: Any, bundle: Any, fired: Any,
                         previous: Any) -> None:
         other = {}
         for family, (timer_data, target) in fired.items():
             _, domain = bundle.stage_timer_outputs[family]
             if domain != processing:
-                other[family] = (timer_data, target)
+                # Event-time timers (the schedulers' drain timer) wait for the end of the
+                # crawl: a bounded input's watermark reaches infinity at once, which would
+                # drain the job before its first fetch.
+                held.append((self, context, bundle, {family: (timer_data, target)}, previous))
                 continue
             coder = bundle.get_timer_coder_impl(*family)
             by_time: dict[Any, ListBuffer] = {}
@@ -235,14 +242,31 @@ def timers_on_time(counts: RunnerTime) -> Iterator[None]:
     def schedule_or_wait(self: Any, context: Any) -> None:
         schedule(self, context)
         queues = context.queues
-        while len(queues.ready_inputs) == 0 and len(queues.time_pending_inputs) > 0:
-            pending = list(queues.time_pending_inputs._q)
-            due = min(Timestamp.of(at).micros for (_, at), _ in pending) / 1e6
-            wait = due - time.time()
-            if wait > 0:
-                counts.sleeps += 1
-                counts.slept_s += wait
-                time.sleep(wait)  # a timer's firing time, as the timer service keeps it
+        while len(queues.ready_inputs) == 0:
+            if len(queues.time_pending_inputs) > 0:
+                pending = list(queues.time_pending_inputs._q)
+                due = min(Timestamp.of(at).micros for (_, at), _ in pending) / 1e6
+                wait = due - time.time()
+                if wait <= HORIZON_S:
+                    if wait > 0:
+                        counts.sleeps += 1
+                        counts.slept_s += wait
+                        time.sleep(wait)  # a timer's firing time, as the timer service has it
+                    schedule(self, context)
+                    continue
+                # Only timers past the run's horizon are left (content state's expiry, days
+                # out): the crawl is over. They fire now, as a drain fires them, so that
+                # their watermark holds go and the held event-time timers can fire after.
+                while len(queues.time_pending_inputs) > 0:
+                    (stage_name, _), data_input = queues.time_pending_inputs.deque()
+                    queues.ready_inputs.enque((stage_name, data_input))
+                return
+            if not held:
+                return
+            released = list(held)
+            held.clear()
+            for args in released:
+                enqueue(*args)
             schedule(self, context)
 
     def timed_instruction(self: Any, request: Any) -> Any:
