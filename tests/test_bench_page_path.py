@@ -13,6 +13,7 @@ from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import TimerSpec, on_timer
+from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
 
 from bench.page_path.crawl import AGENT, web_pages
@@ -98,6 +99,48 @@ def test_the_runner_fires_a_processing_time_timer_at_its_time_and_once() -> None
     for key, at in fired:
         assert at >= due[key] - 0.005, f"{key} fired {due[key] - at:.3f} s early"
     assert counts.sleeps >= 1
+
+
+class _WakeThenDrain(beam.DoFn):
+    """A scheduler's timers in small: a wake soon, an expiry days out, and a drain timer at
+    the end of the window."""
+
+    WAKE = TimerSpec("wake", TimeDomain.REAL_TIME)
+    EXPIRE = TimerSpec("expire", TimeDomain.REAL_TIME)
+    DRAIN = TimerSpec("drain", TimeDomain.WATERMARK)
+
+    def process(self, element, wake=beam.DoFn.TimerParam(WAKE),
+                expire=beam.DoFn.TimerParam(EXPIRE), drain=beam.DoFn.TimerParam(DRAIN)):
+        key, delay = element
+        wake.set(Timestamp.of(time.time() + delay))
+        expire.set(Timestamp.of(time.time() + 8 * 86400))
+        drain.set(GlobalWindow().max_timestamp())
+        yield ("set", key, time.time() + delay)
+
+    @on_timer(WAKE)
+    def on_wake(self, key=beam.DoFn.KeyParam):
+        yield ("fired", key, time.time())
+
+    @on_timer(EXPIRE)
+    def on_expire(self, key=beam.DoFn.KeyParam):
+        yield ("expired", key, time.time())
+
+    @on_timer(DRAIN)
+    def on_drain(self, key=beam.DoFn.KeyParam):
+        yield ("drained", key, time.time())
+
+
+def test_a_bounded_run_drains_after_its_timers_and_does_not_wait_days_for_an_expiry() -> None:
+    """A bounded input's watermark is at infinity at once: the drain timer is held until the
+    processing-time work is done, and a timer days out fires at the end instead of being
+    slept for."""
+    _SEEN.clear()
+    started = time.time()
+    with timers_on_time(RunnerTime()), beam.Pipeline(runner=FnApiRunner()) as p:
+        (p | beam.Create([("a", 0.3)]) | beam.ParDo(_WakeThenDrain()) | beam.Map(_record))
+    kinds = [kind for kind, _, _ in _SEEN]
+    assert kinds.index("fired") < kinds.index("drained"), kinds
+    assert "expired" in kinds and time.time() - started < 60
 
 
 def test_a_user_state_key_names_its_step_and_cell() -> None:
