@@ -665,7 +665,8 @@ class HostSchedulerFn(beam.DoFn):
         state: FleetHostState | None = cells.read()
         if state is None:
             return
-        yield from self._finish_fetch(key, state)
+        yield from self._finish_fetch(state, key, state.holder,
+                                      functools.partial(self._carry_out, key))
         cells.write(state)
         raw = RawCells(host_state, host_queues, host_seen, host_tombstones)
         yield from self._write_out(key, raw, [HostWake(crawl_id, key)
@@ -690,22 +691,22 @@ class HostSchedulerFn(beam.DoFn):
             return True
         return restore
 
-    def _finish_fetch(self, host: str, state: FleetHostState) -> Iterator[object]:
-        """Wait for the fetch in flight (at most until its lease ends) and collect it. One
-        still running then stays leased in the state written out: the relaunched job fetches
-        it again when the lease expires, as after a worker's death."""
-        lease, holder = state.lease, state.holder
+    def _finish_fetch(self, state, host: str, holder: str | None,
+                      carry_out: Callable[..., Iterator[object]]) -> Iterator[object]:
+        """Wait for the fetch in flight under `state`'s lease (a host's, or a domain's whose
+        `host` holds it for crawl `holder`), at most until its lease ends, and collect it
+        through `carry_out(decision, response, agent)`. One still running then stays leased
+        in the state written out: the relaunched job fetches it again when the lease
+        expires, as after a worker's death."""
+        lease = state.lease
         if lease is None or holder is None:
             return
-        self._await(lease)
-        _wait, decision, response, policy = self._collect(state, host, holder, self._clock())
-        if decision is not None:
-            yield from self._carry_out(host, decision, response, agent_token(policy.user_agent))
-
-    def _await(self, lease: Lease) -> None:
         future = self._shared().running_fetch(lease.lease_id)
         if future is not None:
             wait_for([future], timeout=max(0.0, lease.expires_at - self._clock()))
+        _wait, decision, response, policy = self._collect(state, host, holder, self._clock())
+        if decision is not None:
+            yield from carry_out(decision, response, agent_token(policy.user_agent))
 
     def _write_out(self, key: str, raw: RawCells, wakes: list[HostWake]) -> Iterator[object]:
         """The key's state to its snapshot (durable before anything else: a failure retries

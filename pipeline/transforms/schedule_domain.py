@@ -303,17 +303,11 @@ class DomainSchedulerFn(HostSchedulerFn):
         state = cells.read()
         if state is None:
             return
-        lease = state.lease
-        if lease is not None:
+        if state.lease is not None:
             host = state.holder
             assert host is not None
-            holder = state.hosts[host].holder
-            assert holder is not None
-            self._await(lease)
-            _wait, decision, response, policy = self._collect(state, host, holder, self._clock())
-            if decision is not None:
-                yield from self._carry_out_domain(decision, response,
-                                                  agent_token(policy.user_agent))
+            yield from self._finish_fetch(state, host, state.hosts[host].holder,
+                                          self._carry_out_domain)
         cells.write(state)
         wakes = [HostWake(crawl_id, host) for host, fleet in state.hosts.items()
                  for crawl_id, crawl in fleet.crawls.items() if crawl.busy]
