@@ -1,8 +1,10 @@
-"""`make bench`: end to end against Scrapy, then stages, extraction quality, and the cost per
-page on Beam's worker code path (bench.worker_cost, with Scrapy on the same recorded pages).
+"""`make bench`: end to end against Scrapy, then stages, extraction quality, the cost per page
+on Beam's worker code path (bench.worker_cost, with Scrapy on the same recorded pages), and the
+whole per-page path of the crawl's graph (bench.page_path, with Scrapy on the same pages), and
+the per-hop latency and start-up on a chain of pages (bench.hops, with Scrapy on the same site).
 
-    .venv/bin/python -m bench            # 3 runs per crawler and case (about 20 minutes)
-    .venv/bin/python -m bench --quick    # small webs, 1 run each (a few minutes)
+    .venv/bin/python -m bench            # 3 runs per crawler and case (about 28 minutes)
+    .venv/bin/python -m bench --quick    # small webs, 1 run each (about 5 minutes)
 
 Every table is printed at the end, and saved with the runs' logs and outputs under --work.
 """
@@ -15,9 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import e2e, quality, stages, worker_cost
+from bench import e2e, hops, page_path, quality, stages, worker_cost
 
-PARTS = ("e2e", "stages", "quality", "worker-cost")
+PARTS = ("e2e", "stages", "quality", "worker-cost", "page-path", "hops")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,6 +59,16 @@ def main(argv: list[str] | None = None) -> int:
         print("worker cost ...", file=sys.stderr, flush=True)
         table, _ = worker_cost.run_worker_cost(quick=args.quick, work=work / "worker-cost")
         tables.append(table)
+    if "page-path" in parts:
+        print("page path ...", file=sys.stderr, flush=True)
+        table, _ = page_path.run_page_path(quick=args.quick, work=work / "page-path",
+                                           rounds=1 if args.quick else 3,
+                                           processes=1 if args.quick else 2)
+        tables.append(table)
+    if "hops" in parts:
+        print("per-hop latency ...", file=sys.stderr, flush=True)
+        hop_runs = hops.run_hops(args.runs or (1 if args.quick else 3), work / "hops")
+        tables.append(hops.hops_table(hop_runs))
     console = Console(width=150, record=True)
     for table in tables:
         console.print(table)

@@ -3,12 +3,12 @@
 This module owns the measurement behind docs/benchmarks.md, "A host queue in priority
 order": a host whose queue holds `--queue` URLs (the default cap, 2,000) is offered batches of
 `--batch` new URLs, its state stored and read back around every offer as the scheduler does
-(HostState.stored / restored, the queue's data in a cell of its own). Three cases: no hook
-(first in, first out, the queue's tail appended), a hook whose new URLs rank below every
-queued one (appended too, without decoding the queue), and a hook that ranks them anywhere
-(the queue's records spliced by priority and written again: the price of the order), and
-that last one with the queue full, so that each offer also hands back its lowest URLs. It
-runs no Beam pipeline and no network.
+(host_state_coder.encode_host / decode_host, the queue's data in a cell of its own). Three
+cases: no hook (first in, first out, the queue's tail appended), a hook whose new URLs rank
+below every queued one (appended too, without decoding the queue), and a hook that ranks them
+anywhere (the queue's records spliced by priority and written again: the price of the order),
+and that last one with the queue full, so that each offer also hands back its lowest URLs.
+It runs no Beam pipeline and no network.
 
     .venv/bin/python -m bench.priority_queue
     .venv/bin/python -m bench.priority_queue --queue 2000 --batch 20 --offers 200
@@ -20,6 +20,7 @@ import argparse
 import random
 import time
 
+from pipeline.core.host_state_coder import decode_host, encode_host
 from pipeline.core.politeness import HostPolicy, HostState
 from pipeline.core.priority import PriorityHook
 from pipeline.core.urls import url_hash
@@ -60,15 +61,15 @@ def measure(case: str, queue: int, batch: int, offers: int) -> tuple[float, int]
     state.offer(_urls(serial, queue), 1, policy, rank=rank if hook else None)
     serial += queue
     cell = Cell()
-    fields, stored = state.stored()
+    fields, stored = encode_host(state)
     cell.value = stored.data
     seen = state.seen
     times, written = [], 0
     for _ in range(offers):
         start = time.perf_counter()
-        state = HostState.restored(fields, cell.read, seen)
+        state = decode_host(fields, cell.read, seen)
         state.offer(_urls(serial, batch), 1, policy, rank=rank if hook else None)
-        fields, stored = state.stored()
+        fields, stored = encode_host(state)
         if stored.data is not None:
             cell.value = stored.data
             written += len(stored.data)
@@ -76,10 +77,10 @@ def measure(case: str, queue: int, batch: int, offers: int) -> tuple[float, int]
         times.append(time.perf_counter() - start)
         serial += batch
         # As many URLs taken as offered keep the queue at its length.
-        state = HostState.restored(fields, cell.read, seen)
+        state = decode_host(fields, cell.read, seen)
         for _ in range(0 if full else batch):
-            state.queue.popleft()
-        fields, stored = state.stored()
+            state.backlog.queue.popleft()
+        fields, stored = encode_host(state)
         if stored.data is not None:
             cell.value = stored.data
     times.sort()

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from bench import scale_model
 from pipeline.core.bloom import BloomFilter
+from pipeline.core.host_state_coder import decode_host, encode_host
 from pipeline.core.pages import page_links
 from pipeline.core.parse import parse_page
 from pipeline.core.politeness import FetchReport, HostPolicy, HostState
@@ -80,11 +81,11 @@ class StateFigure:
     memory_bytes: int  # Python heap of the unpickled state (tracemalloc)
     dumps_ms: float
     loads_ms: float
-    # The part every timer firing reads and writes (HostState.stored's fields, queue head
+    # The part every timer firing reads and writes (encode_host's fields, queue head
     # included; the queue data and the seen-set stay in their own cells)
     fields_bytes: int = 0
     fields_write_ms: float = 0.0  # stored() + pickle.dumps
-    fields_read_ms: float = 0.0  # pickle.loads + HostState.restored
+    fields_read_ms: float = 0.0  # pickle.loads + decode_host
 
 
 @dataclass(frozen=True)
@@ -178,7 +179,7 @@ def host_state(policy: HostPolicy, bloom: BloomFilter, queue: int) -> HostState:
     assert decision.fetch is not None
     state.complete(decision.fetch.lease.lease_id, FetchReport(status=200, body=news_robots()),
                    0.0, policy)
-    state.queue.clear()
+    state.backlog.queue.clear()
     urls = [(u, url_hash(u), None) for u in (QUEUE_ENTRY_URL.format(i=i) for i in range(queue))]
     state.offer(urls, 1, policy, already_accepted=True)
     state.seen = bloom.to_bytes()
@@ -203,18 +204,18 @@ def measure_state(capacity: int, queues: Sequence[int]) -> list[StateFigure]:
         del copy
         # As the scheduler stores it between two firings: the queue's data in its own cell,
         # its next entries (the head) taken into the small part.
-        state.stored()
-        if state.queue:
-            state.queue[0]
-        fields, stored_queue = state.stored()
-        queue_data = stored_queue.data or state.queue.to_bytes()
+        encode_host(state)
+        if state.backlog.queue:
+            state.backlog.queue[0]
+        fields, stored_queue = encode_host(state)
+        queue_data = stored_queue.data or state.backlog.queue.to_bytes()
         fields_data = pickle.dumps(fields)
         figures.append(StateFigure(
             capacity, queue, len(data), memory,
             cpu_ms(lambda s=state: pickle.dumps(s)), cpu_ms(lambda d=data: pickle.loads(d)),
             len(fields_data),
-            cpu_ms(lambda s=state: pickle.dumps(s.stored()[0])),
-            cpu_ms(lambda d=fields_data, q=queue_data: HostState.restored(
+            cpu_ms(lambda s=state: pickle.dumps(encode_host(s)[0])),
+            cpu_ms(lambda d=fields_data, q=queue_data: decode_host(
                 pickle.loads(d), lambda: q))))
     return figures
 

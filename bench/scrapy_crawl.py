@@ -149,8 +149,10 @@ class BenchSpider(scrapy.Spider):
 
     name = "bench"
 
-    def __init__(self, seeds_file: str = "", **kwargs: Any) -> None:
+    def __init__(self, seeds_file: str = "", allowed_domains: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        if allowed_domains:  # -a allowed_domains=a.test,b.test: Scrapy's offsite filter
+            self.allowed_domains = [d.strip() for d in allowed_domains.split(",") if d.strip()]
         if not seeds_file:
             raise ValueError("pass the seeds with -a seeds_file=FILE (one URL per line)")
         self.seeds = [line.strip() for line in Path(seeds_file).read_text().splitlines()

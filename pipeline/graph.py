@@ -47,7 +47,7 @@ def scheduler_config(opts: CrawlOptions, *, state_ttl_s: float = 1.0) -> Schedul
         fetch_concurrency=opts.fetch_concurrency, state_ttl_s=state_ttl_s,
         budget_block=opts.budget_block,
         request_log_root=None if is_gcs(opts.out) else opts.out,
-        politeness_key=opts.politeness_key,
+        politeness_key=opts.politeness_key, drain_scope=opts.frontier_subscription,
     )
 
 
@@ -87,7 +87,7 @@ def build_crawler(
     Beam's local runner, see ReadFrontier), schedules every crawl's URLs in host state keyed
     by host, stores each page under
     its crawl's directory of `out` and its row in Bigtable and the crawl's Parquet table, and
-    publishes links, and robots.txt errands and answers between hosts, back to `topic`.
+    publishes links, and robots.txt queries and answers between hosts, back to `topic`.
     Dead letters `crawler redrive` sent back to the frontier are parsed again from their
     stored responses by the same store, for their crawl's robots agent, each into its new
     row; pages no parse attempt (`parse_attempts`) could handle go to `dead_letter_topic`.
@@ -110,6 +110,33 @@ def build_crawler(
         page_step=page_step, counts=counts,
     )
     rows = (scheduled.rows, replayed.rows, stored.rows) | "AllRows" >> beam.Flatten()
+    _write_rows(rows, out=out, config=config, row_shards=row_shards, events_topic=events_topic,
+                bigquery_table=bigquery_table)
+    _loop_back(p, (stored.links, scheduled.robots, scheduled.relaunch), topic=topic,
+               config=config, watch=watch, clock=clock)
+    stored.dead_letters | "PublishDeadLetters" >> PublishDeadLetters(dead_letter_topic)
+
+
+def _loop_back(p: beam.Pipeline, messages: tuple[beam.PCollection, ...], *, topic: str,
+               config: SchedulerConfig, watch: CrawlWatch | None,
+               clock: Callable[[], float]) -> None:
+    """The frontier messages the graph makes (links, robots.txt queries and answers, and at a
+    drain the wakes for the relaunched job) back to `topic`, with the messages of the crawl
+    watch that ends crawls when there is one."""
+    if watch is not None:
+        messages += (p | "WatchCrawls" >> WatchCrawls(
+            config.bigtable, every_s=watch.every_s, quiet_s=watch.quiet_s, clock=clock),)
+    (
+        messages
+        | "AllFrontierMessages" >> beam.Flatten()
+        | "PublishFrontier" >> PublishFrontier(topic, counts=config.bigtable)
+    )
+
+
+def _write_rows(rows: beam.PCollection, *, out: str, config: SchedulerConfig, row_shards: int,
+                events_topic: str | None, bigquery_table: str | None) -> None:
+    """Every row to the crawl's Parquet table and to Bigtable, then (once durable) its page
+    event to `events_topic`; and to BigQuery with `bigquery_table`."""
     rows | "WritePagesTable" >> WritePagesTable(out, None, shards=row_shards)
     durable = rows | "WritePagesToBigtable" >> WritePagesToBigtable(config.bigtable)
     if events_topic is not None:
@@ -123,14 +150,3 @@ def build_crawler(
 
         rows | "WritePagesToBigQuery" >> WritePagesToBigQuery(bigquery_table,
                                                                shards=row_shards)
-    to_frontier = [stored.links, scheduled.robots]
-    if watch is not None:
-        woken = p | "WatchCrawls" >> WatchCrawls(config.bigtable, every_s=watch.every_s,
-                                                 quiet_s=watch.quiet_s, clock=clock)
-        to_frontier.append(woken)
-    (
-        tuple(to_frontier)
-        | "AllFrontierMessages" >> beam.Flatten()
-        | "PublishFrontier" >> PublishFrontier(topic, counts=counts)
-    )
-    stored.dead_letters | "PublishDeadLetters" >> PublishDeadLetters(dead_letter_topic)

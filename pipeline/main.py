@@ -15,7 +15,8 @@ than let them apply to no crawl.
 
 On Dataflow it also asks for what the crawler needs there (docs/architecture.md, "Running on
 Dataflow"): a streaming job on Streaming Engine; one SDK process per worker, so the process
-that started a host's fetch is the one whose timer collects it; workers on the image that has
+that started a host's fetch is the one whose timer collects it, on two-vCPU workers
+(WORKER_MACHINE_TYPE) unless the launch names a machine; workers on the image that has
 this package installed (`--sdk_container_image`), with nothing staged for the workers to
 install over it (no `--setup_file`, `--requirements_file` or `--extra_package`); output on
 Cloud Storage.
@@ -53,6 +54,15 @@ log = logging.getLogger(__name__)
 # the process whose timer started it, and the result waits there for the host's next timer
 # firing; with one process per worker, every firing of a key on that worker finds it.
 ONE_SDK_PROCESS_PER_WORKER = "no_use_multiple_sdk_containers"
+# The worker shape that goes with one SDK process (docs/architecture.md, "One worker shape"):
+# the process runs Python on one core at a time, so a worker has two vCPUs, the second for
+# the native work beside it (parsing, gzip, TLS, gRPC) and Dataflow's own processes; n2-standard
+# memory (8 GB) holds a process's fetches in flight at their size limit (128 x 10 MiB) with
+# room to spare, where n2-highcpu-2's 2 GB would not. Used when the launch names no machine.
+WORKER_MACHINE_TYPE = "n2-standard-2"
+# Bundles one SDK process runs at once: enough that bundles waiting on state reads and Bigtable
+# keep its one core busy, few enough that they do not queue on the GIL. Used when not given.
+WORKER_HARNESS_THREADS = 12
 # The crawl watch: how often it reads the crawl records, and how long a crawl's counters must
 # stand still, settled, before it ends. The frontier's balance already says whether work is
 # between stages; the stillness covers counts not yet written (a process writes them every
@@ -142,6 +152,10 @@ def _complete_for_dataflow(options: PipelineOptions, crawl: CrawlOptions) -> Non
         raise LaunchError("the experiment use_multiple_sdk_containers would let a host's timer "
                           "fire in another process than its fetch; drop it")
     debug.add_experiment(ONE_SDK_PROCESS_PER_WORKER)
+    if not worker.machine_type:
+        worker.machine_type = WORKER_MACHINE_TYPE
+    if not debug.number_of_worker_harness_threads:
+        debug.number_of_worker_harness_threads = WORKER_HARNESS_THREADS
 
 
 # Keys per worker the row sinks batch on (pipeline.transforms.table, .bigquery): a few per

@@ -136,13 +136,13 @@ variable "job_name" {
 }
 
 variable "machine_type" {
-  description = "Worker machine type. Text extraction is CPU-bound (docs/scale.md), so standard cores pay off more than memory."
+  description = "Worker machine type. The job runs one SDK process per worker, which runs Python on one core at a time: two vCPUs, the second for native work and Dataflow's own processes, and n2-standard memory for fetches in flight (docs/architecture.md, \"One worker shape\"; the launcher's WORKER_MACHINE_TYPE)."
   type        = string
-  default     = "n2-standard-4"
+  default     = "n2-standard-2"
 }
 
 variable "max_workers" {
-  description = "Most workers Dataflow autoscaling may start; bounds the compute bill."
+  description = "Most workers Dataflow autoscaling may start; bounds the compute bill. The autoscaler sees Pub/Sub backlog and CPU, not the URLs waiting in host queues: size it from the crawl's hosts and delay (docs/scale.md, \"Autoscaling limits\")."
   type        = number
   default     = 10
 

@@ -12,6 +12,7 @@ after each event.
 
 from __future__ import annotations
 
+import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
@@ -76,13 +77,18 @@ class FakeTimer:
     """A timer that remembers every time it was set for."""
 
     fired_for: list[float] = field(default_factory=list)
+    cleared: bool = False  # cleared since it was last set
 
     def set(self, ts) -> None:
         self.fired_for.append(float(ts))
+        self.cleared = False
+
+    def clear(self) -> None:
+        self.cleared = True
 
     @property
     def at(self) -> float | None:
-        return self.fired_for[-1] if self.fired_for else None
+        return self.fired_for[-1] if self.fired_for and not self.cleared else None
 
 
 @dataclass
@@ -127,6 +133,8 @@ class Hosts:
         policy = policy or HostPolicy(user_agent=AGENT, min_delay=1.0, fetch_timeout=5.0,
                                       lease_grace=1.0)
         knobs.setdefault("state_ttl_s", 3600.0)
+        # A job of its own: what another drained (or a test's drain) does not reach it.
+        knobs.setdefault("drain_scope", uuid.uuid4().hex)
         self.config = SchedulerConfig(policy=policy, fetch=FetchConfig(user_agent=AGENT),
                                       bigtable=config, **knobs)
         self.fn = HostSchedulerFn(self.config, clock=lambda: self.pool.clock[0],
@@ -137,6 +145,7 @@ class Hosts:
         self.decode = DecodeFrontierFn()
         self.cells: dict[str, dict[str, FakeState]] = {}
         self.timers: dict[str, FakeTimer] = {}
+        self.drains: dict[str, FakeTimer] = {}  # each host's drain timer (on_drain)
 
     def close(self) -> None:
         worker_resources().close()
@@ -146,7 +155,8 @@ class Hosts:
         if host not in self.cells:
             self.cells[host] = {name: FakeState() for name in CELLS}
             self.timers[host] = FakeTimer()
-        return {**self.cells[host], "wake": self.timers[host]}
+            self.drains[host] = FakeTimer()
+        return {**self.cells[host], "wake": self.timers[host], "drain": self.drains[host]}
 
     def process(self, host: str, crawl_id: str, message) -> list:
         return list(self.fn.process((host, (crawl_id, message)), **self._host(host)))
@@ -185,6 +195,12 @@ class Hosts:
         """The host's timer fires at `at` (whether or not it was set for then)."""
         self.pool.clock[0] = at
         return list(self.fn.on_wake(key=host, **self._host(host)))
+
+    def drain(self, host: str) -> list:
+        """A drain reaches the host: its drain timer fires."""
+        cells = self._host(host)
+        del cells["drain"]
+        return list(self.fn.on_drain(key=host, **cells))
 
     def state(self, host: str) -> FleetHostState:
         cells = self.cells[host]

@@ -45,7 +45,7 @@ from apache_beam.runners.direct import direct_runner
 from apache_beam.runners.direct.clock import TestClock
 from apache_beam.testing.test_stream import TestStream
 
-from pipeline.core import politeness
+from pipeline.core import host_backoff
 from pipeline.core.crawl_states import CrawlAction, CrawlLimits
 from pipeline.core.pages import StoredResponse, judge_response
 from pipeline.core.politeness import HostPolicy
@@ -53,6 +53,7 @@ from pipeline.core.records import (
     FetchResult,
     FrontierBatch,
     HostSignal,
+    HostWake,
     PageRow,
     RecordPointer,
     RobotsAnswer,
@@ -254,6 +255,12 @@ class RunResult:
     offered: dict[str, list[str]]  # per crawl, the URLs offered (normalised, in order)
     marked: dict[str, set[str]]  # per crawl, the URLs marked seen
     observed: dict[str, object] = field(default_factory=dict)
+    # the wakes the drain at the end of the run left for a relaunched job, one per crawl
+    # with work on a key whose state was written out
+    relaunch: list[HostWake] = field(default_factory=list)
+    # what the crawl sent to the frontier after its last tick: still in Pub/Sub for the next
+    # job when the run stands for one that was drained
+    undelivered: list[bytes] = field(default_factory=list)
 
     # --- looking things up
     def requests_to(self, host: str, *, pages: bool = False) -> list[Request]:
@@ -345,11 +352,13 @@ class SchedulerRun:
 
     config: the test's own Bigtable (a fresh instance); `policy`: HostPolicy knobs every crawl
     shares (each crawl's record sets its own limits over them, pipeline.transforms.schedule
-    .crawl_policy), over a 1 s delay and a 5 s fetch timeout."""
+    .crawl_policy), over a 1 s delay and a 5 s fetch timeout. Each run is a job of its own,
+    and its end a drain: `drain_scope` (the scheduler's) names a drained run's scope to
+    relaunch it on the same stores (None: a fresh one)."""
 
     def __init__(self, config: BigtableConfig, tables: BigtableTables, web: ScriptedWeb,
                  *, state_ttl_s: float = 1.0, budget_block: int = 16, quiet_s: float = 5.0,
-                 **policy) -> None:
+                 drain_scope: str | None = None, **policy) -> None:
         self.config = config
         self.tables = tables
         self.web = web
@@ -358,13 +367,15 @@ class SchedulerRun:
         self.scheduler = SchedulerConfig(policy=self.policy,
                                          fetch=FetchConfig(user_agent=self.policy.user_agent),
                                          bigtable=config, state_ttl_s=state_ttl_s,
-                                         budget_block=budget_block)
+                                         budget_block=budget_block,
+                                         drain_scope=drain_scope or uuid.uuid4().hex)
         self.endings = CrawlEndings(quiet_s)
         self.clock: TestClock | None = None
         self._scheduled: list[_Scheduled] = []
         self._outbox: list[bytes] = []
         self._left: list[Left] = []
         self._robots: list[tuple[float, RobotsRequest | RobotsAnswer]] = []
+        self._relaunch: list[HostWake] = []
         self._passes: list[tuple[float, WatchPass]] = []
         self._offered: dict[str, list[str]] = defaultdict(list)
         self._marked: dict[str, set[str]] = defaultdict(set)
@@ -384,6 +395,14 @@ class SchedulerRun:
 
     def _at(self, at: float, payloads: Callable[[float], Iterable[bytes]]) -> None:
         self._scheduled.append(_Scheduled(at, payloads))
+
+    def adopt(self, crawl_id: str) -> None:
+        """Take a crawl another run recorded (a relaunch on the same stores)."""
+        self._crawl_ids.append(crawl_id)
+
+    def publish(self, at: float, payloads: Sequence[bytes]) -> None:
+        """Publish frontier payloads (what an earlier run left for this one) at `at`."""
+        self._at(at, lambda _now: list(payloads))
 
     def offer(self, at: float, crawl_id: str, urls: Sequence[str], depth: int = 0,
               redirect_hops: int = 0) -> None:
@@ -449,6 +468,8 @@ class SchedulerRun:
     def keep(self, kind: str, value, now: float) -> None:
         if kind == "rows":
             self._left.append(Left(now, value))
+        elif kind == "relaunch":
+            self._relaunch.append(value)
         elif kind == "robots":
             self._robots.append((now, value))
             self._outbox.append(value.to_bytes())
@@ -487,7 +508,7 @@ class SchedulerRun:
             # Backoff is jittered: seeded, a run backs off the same every time.
             with direct_runner_speedups(), \
                     mock.patch.object(direct_runner, "TestClock", _RunClock), \
-                    mock.patch.object(politeness, "random", random.Random(7)):
+                    mock.patch.object(host_backoff, "random", random.Random(7)):
                 self._pipeline(stream)
             assert self.clock is not None and math.isclose(self.clock.time(), now_us / 1e6)
             resources.close()  # the counts thread stops, and what it holds is written
@@ -499,7 +520,7 @@ class SchedulerRun:
             records.clear()
         return RunResult(list(self.web.requests), list(self._left), list(self._robots),
                          crawls, list(self._passes), dict(self._offered), dict(self._marked),
-                         dict(self.observed))
+                         dict(self.observed), list(self._relaunch), list(self._outbox))
 
     def _pipeline(self, stream: TestStream) -> None:
         options = PipelineOptions(streaming=True)
@@ -510,6 +531,7 @@ class SchedulerRun:
             _ = scheduled.fetched | "Store" >> beam.ParDo(_KeepFn("fetched"))
             _ = scheduled.rows | "Rows" >> beam.ParDo(_KeepFn("rows"))
             _ = scheduled.robots | "BackToTheFrontier" >> beam.ParDo(_KeepFn("robots"))
+            _ = scheduled.relaunch | "ForTheNextJob" >> beam.ParDo(_KeepFn("relaunch"))
 
 
 class _Frontier(beam.PTransform):

@@ -79,3 +79,14 @@ def test_both_standalone_orders_do_the_same_content_work(tmp_path, extractor) ->
     assert all(w.warc is not None for w in by_page)
     assert len(list((tmp_path / "pages").rglob("*.warc.gz"))) == 1
     assert len(list((tmp_path / "pages").rglob("*.wet.gz"))) == 1
+
+
+def test_the_scheduler_measure_drives_the_host_scheduler_with_every_timer_it_takes() -> None:
+    """`measure_scheduler` calls the scheduler DoFn's process and on_wake as the runner does,
+    so it must hand them every timer they take (their drain timer too), and it measures the
+    events it claims to."""
+    from bench.worker_cost.scheduler import measure_scheduler
+
+    figures = measure_scheduler(firings=3, queue=20, cached=False)
+    assert figures.per_queued_url_s > 0 and figures.per_start_firing_s > 0
+    assert figures.state_bytes > 0

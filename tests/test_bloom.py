@@ -17,7 +17,7 @@ import zstandard
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from pipeline.core import bloom as bloom_module
+from pipeline.core import bloom_format, bloom_slices
 from pipeline.core.bloom import (
     FIRST_SHARE,
     MAX_BITS,
@@ -31,8 +31,8 @@ from pipeline.options import CrawlOptions
 from tests import bloom_format1
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
-HEADER = bloom_module._HEADER.size
-SLICE_HEADER = bloom_module._SLICE.size
+HEADER = bloom_format.HEADER.size
+SLICE_HEADER = bloom_format.SLICE.size
 
 
 def random_int64s(rng: random.Random, count: int) -> list[int]:
@@ -242,7 +242,7 @@ def test_add_many_fills_and_grows_the_slices_as_add_does() -> None:
 def test_the_incremental_walk_sets_the_closed_form_indexes(m: int, k: int, low: int,
                                                           high: int) -> None:
     # add walks g_i incrementally, add_many and contains_many compute it in closed form.
-    piece = bloom_module._EnhancedSlice(bytearray((m + 7) // 8), m, k, 0, 10, 0.01)
+    piece = bloom_slices.EnhancedSlice(bytearray((m + 7) // 8), m, k, 0, 10, 0.01)
     piece.put(0, high << 64 | low)
     expected = {int(index) for index in piece.indexes(np.array([low], dtype=np.uint64),
                                                       np.array([high], dtype=np.uint64))[:, 0]}
@@ -304,7 +304,7 @@ def test_add_many_stops_at_the_ceiling_as_add_does() -> None:
 
 
 def _double_indexes(item: int, m: int, k: int) -> frozenset[int]:
-    piece = bloom_module._DoubleSlice(bytearray((m + 7) // 8), m, k, 0, 10, 0.01)
+    piece = bloom_slices.DoubleSlice(bytearray((m + 7) // 8), m, k, 0, 10, 0.01)
     start, step = piece._start_and_step(item & (2**64 - 1))
     return frozenset((start + i * step) % m for i in range(k))
 
@@ -317,7 +317,7 @@ def test_plain_double_hashing_gives_a_mirrored_pair_all_its_bits_and_enhanced_do
     pair = None
     for item in range(4_000):
         indexes = _double_indexes(item, m, k)
-        piece = bloom_module._DoubleSlice(bytearray(127), m, k, 0, 10, 0.01)
+        piece = bloom_slices.DoubleSlice(bytearray(127), m, k, 0, 10, 0.01)
         if indexes in first_with and piece._start_and_step(item) != piece._start_and_step(
                 first_with[indexes]):
             pair = (first_with[indexes], item)
@@ -325,15 +325,15 @@ def test_plain_double_hashing_gives_a_mirrored_pair_all_its_bits_and_enhanced_do
         first_with.setdefault(indexes, item)
     assert pair is not None
     earlier, later = pair
-    stored = bloom_module._DoubleSlice(bytearray(127), m, k, 0, 10, 0.01)
+    stored = bloom_slices.DoubleSlice(bytearray(127), m, k, 0, 10, 0.01)
     stored.put(earlier, 0)
     assert stored.has(later, 0)  # the second URL is lost as "seen"
 
     # Enhanced double hashing over the same (h1, h2) and their mirror: different bits.
-    start, step = bloom_module._DoubleSlice(bytearray(127), m, k, 0, 10, 0.01)._start_and_step(
+    start, step = bloom_slices.DoubleSlice(bytearray(127), m, k, 0, 10, 0.01)._start_and_step(
         earlier)
     mirror = ((start + (k - 1) * step) % m, (-step) % m)
-    enhanced = bloom_module._EnhancedSlice(bytearray(127), m, k, 0, 10, 0.01)
+    enhanced = bloom_slices.EnhancedSlice(bytearray(127), m, k, 0, 10, 0.01)
     enhanced.put(0, step << 64 | start)
     assert not enhanced.has(0, mirror[1] << 64 | mirror[0])
 
@@ -350,7 +350,7 @@ def test_enhanced_double_hashing_never_gives_a_mirrored_pair_the_same_bits(
     plain = {(x + i * y) % m for i in range(k)}
     assert plain == {(mirror_x + i * mirror_y) % m for i in range(k)}  # the flaw
 
-    piece = bloom_module._EnhancedSlice(bytearray(), m, k, 0, 10, 0.01)
+    piece = bloom_slices.EnhancedSlice(bytearray(), m, k, 0, 10, 0.01)
 
     def enhanced(start: int, step: int) -> set[int]:
         indexes = piece.indexes(np.array([start], dtype=np.uint64),
@@ -366,8 +366,8 @@ def test_two_distinct_items_rarely_share_all_their_bits() -> None:
     # mirrored pairs again.
     m, k, count = 1009, 7, 20_000
     items = random_int64s(random.Random(15), count)
-    piece = bloom_module._EnhancedSlice(bytearray(127), m, k, 0, 10, 0.01)
-    low, high = bloom_module._halves(bloom_module._keys(items))
+    piece = bloom_slices.EnhancedSlice(bytearray(127), m, k, 0, 10, 0.01)
+    low, high = bloom_slices.halves(bloom_slices.keys(items))
     enhanced = Counter(frozenset(column) for column in piece.indexes(low, high).T.tolist())
     plain = Counter(_double_indexes(item, m, k) for item in items)
 
@@ -519,7 +519,7 @@ def test_a_format_1_filter_is_read_and_answers_for_every_item_it_was_given(name:
 def test_filters_stored_zlib_compressed_by_earlier_releases_still_load() -> None:
     # A running job's state, written before the format moved to zstd: same header, flag 1.
     data = bloom_format1.path("sparse").read_bytes()
-    size = bloom_module._HEADER_V1.size
+    size = bloom_format.HEADER_V1.size
     bits = zstandard.ZstdDecompressor().decompress(data[size:], max_output_size=60_000)
     stored = data[:3] + bytes([1]) + data[4:size] + zlib.compress(bits, 1)
     restored = BloomFilter.from_bytes(stored)

@@ -41,3 +41,26 @@ def test_every_command_is_in_the_full_parser() -> None:
 
     help_text = build_parser().format_help()
     assert all(name in help_text for name in COMMANDS)
+
+
+@pytest.mark.parametrize(("argv", "spawned"), [
+    (["crawl", "http://a.test/", "--max-pages", "many"], True),
+    (["demo", "--hosts", "many"], True),
+    (["crawl", "--help"], False),
+    (["url", "normalize", "http://a.test/"], False),
+], ids=["crawl", "demo", "crawl-help", "url"])
+def test_local_crawls_spawn_their_emulators_before_parsing(
+        argv: list[str], spawned: bool, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`crawler crawl` and `crawler demo` start the emulators booting first, so that the
+    Pub/Sub emulator's JVM starts while the command imports Beam to parse its arguments."""
+    from pipeline.cli import main as cli
+    from pipeline.local import emulators
+
+    calls: list[bool] = []
+    monkeypatch.setattr(emulators, "prestart_missing_emulators", lambda: calls.append(True))
+    monkeypatch.setattr(sys, "argv", ["crawler", *argv])
+    with pytest.raises(SystemExit):  # every argv here stops at parsing (bad value, --help)
+        cli.main()
+    assert calls == ([True] if spawned else [])
+    capsys.readouterr()  # what parsing printed, kept off the test's output

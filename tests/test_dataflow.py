@@ -144,20 +144,22 @@ def test_the_job_runs_one_sdk_process_per_worker_on_streaming_engine_and_the_cra
             for env in docker] == [IMAGE]
 
 
-def _only_timer_is_processing_time(transform: beam_runner_api_pb2.PTransform) -> None:
+def _wake_and_drain_timers(transform: beam_runner_api_pb2.PTransform) -> None:
+    """The scheduler's timers in the job Dataflow is sent: its wake in processing time, and
+    the drain timer in event time, which only a drain's watermark at infinity fires."""
     pardo = beam_runner_api_pb2.ParDoPayload.FromString(transform.spec.payload)
     assert len(pardo.state_specs) >= 1
-    timers = dict(pardo.timer_family_specs)
-    assert len(timers) == 1
-    (timer,) = timers.values()
-    assert timer.time_domain == beam_runner_api_pb2.TimeDomain.PROCESSING_TIME
+    domains = {name.rsplit("-", 1)[-1]: timer.time_domain
+               for name, timer in pardo.timer_family_specs.items()}
+    assert domains == {"wake": beam_runner_api_pb2.TimeDomain.PROCESSING_TIME,
+                       "drain": beam_runner_api_pb2.TimeDomain.EVENT_TIME}
 
 
 def test_the_job_schedules_every_crawl_in_host_state_with_a_processing_time_timer(job):
     pardos = _transforms(job, common_urns.primitives.PAR_DO.urn)
     schedulers = [name for name, fn in _dofns(job).items() if isinstance(fn, HostSchedulerFn)]
     assert schedulers == ["ScheduleFetches/HostScheduler/ParDo(HostSchedulerFn)"]
-    _only_timer_is_processing_time(pardos[schedulers[0]])
+    _wake_and_drain_timers(pardos[schedulers[0]])
     pardo = beam_runner_api_pb2.ParDoPayload.FromString(pardos[schedulers[0]].spec.payload)
     # A host's fields, its crawls' queues, their seen-sets and the tombstones of ended
     # crawls' seen-sets each have a cell of their own (docs/architecture.md).
@@ -179,7 +181,7 @@ def test_a_job_keyed_by_domain_routes_by_domain_and_schedules_in_domain_state_of
     assert isinstance(dofns[schedulers[0]], DomainSchedulerFn)
     assert dofns[schedulers[0]]._config.politeness_key == "domain"
     pardos = _transforms(job, common_urns.primitives.PAR_DO.urn)
-    _only_timer_is_processing_time(pardos[schedulers[0]])
+    _wake_and_drain_timers(pardos[schedulers[0]])
     pardo = beam_runner_api_pb2.ParDoPayload.FromString(pardos[schedulers[0]].spec.payload)
     assert set(pardo.state_specs) == {"domain_hosts", "domain_hosts_queues",
                                       "domain_hosts_seen", "domain_hosts_tombstones"}

@@ -15,7 +15,7 @@ from pipeline.core.fleet_host import CrawlTerms
 from pipeline.core.politeness import FetchReport, HostPolicy, LeaseKind
 from pipeline.core.politeness_keys import domain_key
 from pipeline.core.records import PageState
-from pipeline.core.robots_relay import RobotsErrand, RobotsReply
+from pipeline.core.robots_relay import RobotsQuery, RobotsReply
 from pipeline.core.urls import url_hash
 
 AGENT = "testbot"
@@ -58,7 +58,7 @@ class Run:
 
     def deliver(self, messages) -> None:
         for message in messages:
-            target = message.host if isinstance(message, RobotsErrand) else message.asker
+            target = message.host if isinstance(message, RobotsQuery) else message.asker
             assert domain_key(target) == self.domain.domain  # for this key
             self.take(self.domain.robots_message("a", message, self.now, self.pol))
 
@@ -198,7 +198,7 @@ def test_a_host_with_nothing_left_is_dropped_and_a_stale_reply_to_it_changes_not
     assert IMG in domain.hosts  # its robots.txt answer is fresh: kept for later crawls
     domain.next_action(run.now + 25 * 3600.0, done, tombstone_s=0.0)
     assert domain.hosts == {}
-    stale = RobotsReply(asker=CDN, errand_id="x", fetch=None)  # type: ignore[arg-type]
+    stale = RobotsReply(asker=CDN, query_id="x", fetch=None)  # type: ignore[arg-type]
     decision = domain.robots_message("a", stale, run.now, policy())
     assert decision.decisions == () and domain.hosts == {}
 

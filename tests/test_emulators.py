@@ -232,3 +232,73 @@ def test_emulators_a_crawler_started_die_with_it_when_it_is_killed_with_sigkill(
             for pid in emulators:  # each leads its own process group
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pid, signal.SIGKILL)
+
+
+def test_emulators_spawned_early_are_taken_over_with_their_logs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`crawler crawl` spawns the emulators before it imports Beam; the runtime's start takes
+    over those very processes (no second start) and keeps their logs in its log folder."""
+    from pipeline.local import emulators
+
+    monkeypatch.delenv("PUBSUB_EMULATOR_HOST", raising=False)
+    monkeypatch.delenv("BIGTABLE_EMULATOR_HOST", raising=False)
+    try:
+        emulators._launch(emulators.PUBSUB)
+        emulators._launch(emulators.BIGTABLE)
+    except EmulatorMissing as exc:
+        pytest.skip(str(exc))
+    emulators.prestart_missing_emulators()
+    spawned = {name: emulator.process.pid for name, (emulator, _) in emulators._booting.items()}
+    assert set(spawned) == {emulators.PUBSUB, emulators.BIGTABLE}
+    started = emulators.start_missing_emulators(tmp_path)
+    try:
+        assert {emulator.name: emulator.process.pid for _, emulator in started} == spawned
+        assert not emulators._booting
+        assert os.environ["PUBSUB_EMULATOR_HOST"] == started[0][1].host_port
+        pubsub_log = tmp_path / "pubsub-emulator.log"
+        assert (tmp_path / "bigtable-emulator.log").exists()
+        assert pubsub_log.stat().st_size > 0  # the JVM's start-up lines, linked here
+    finally:
+        emulators.stop_emulators(started)
+    assert pubsub_log.stat().st_size > 0  # kept after the scratch folder went
+    for pid in spawned.values():
+        _assert_group_gone(pid)
+
+
+def test_no_emulator_is_spawned_early_where_a_variable_names_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pipeline.local import emulators
+
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", "127.0.0.1:1")
+    monkeypatch.setenv("BIGTABLE_EMULATOR_HOST", "127.0.0.1:2")
+    emulators.prestart_missing_emulators()
+    assert not emulators._booting
+
+
+def test_a_log_that_cannot_be_linked_is_copied_when_the_emulator_stops(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """An emulator spawned early logs into a scratch folder; where --out is on another file
+    system its log cannot be linked there, so it is copied before the folder goes."""
+    import subprocess
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    log = scratch / "pubsub-emulator.log"
+    log.write_text("started\n")
+    process = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    emulator = RunningEmulator("pubsub", "127.0.0.1:1", process, str(log), str(scratch))
+
+    def cross_device(*_: object) -> None:
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", cross_device)
+    kept = tmp_path / "out" / "pubsub-emulator.log"
+    emulator.keep_log(str(kept))
+    assert not kept.exists()
+    emulator.stop()
+    assert kept.read_text() == "started\n"
+    assert not scratch.exists()
+    _assert_group_gone(process.pid)

@@ -17,10 +17,10 @@ from pipeline.core.politeness import TIME_BUDGET_REASON, FetchReport, HostPolicy
 from pipeline.core.records import PageState
 from pipeline.core.robots import UNREACHABLE_RETRY_SECONDS
 from pipeline.core.robots_relay import (
-    DESK_ANSWERS,
-    DESK_WAITING,
-    RobotsErrand,
+    RELAY_ANSWERS,
+    RELAY_WAITING,
     RobotsFetch,
+    RobotsQuery,
     RobotsReply,
 )
 from pipeline.core.urls import url_hash
@@ -100,7 +100,7 @@ def test_cancelling_a_crawl_ends_its_waiting_urls_cancelled_and_spares_the_other
     ended = [(c, o.state, o.reason) for c, d in decision.decisions for o in d.outcomes]
     assert ended == [("b", PageState.CANCELLED, "crawl cancelled")] * 3
     assert decision.fetch is not None and decision.fetch[0] == "a"  # robots for a
-    assert list(host.crawls["a"].queue) and not host.crawls["b"].queue
+    assert list(host.crawls["a"].backlog.queue) and not host.crawls["b"].backlog.queue
 
 
 def test_a_crawl_out_of_time_ends_its_waiting_urls_over_budget():
@@ -127,8 +127,8 @@ def test_a_fleet_host_survives_the_state_coder():
     host.next_action(0.0, {"a": CrawlTerms(policy(1.0)), "b": CrawlTerms(policy(2.0))})
     copy = pickle.loads(pickle.dumps(host))
     assert copy.holder == host.holder and copy.lease == host.lease
-    assert {c: list(s.queue) for c, s in copy.crawls.items()} == {
-        c: list(s.queue) for c, s in host.crawls.items()}
+    assert {c: list(s.backlog.queue) for c, s in copy.crawls.items()} == {
+        c: list(s.backlog.queue) for c, s in host.crawls.items()}
 
 
 # ------------------------------------------------------------- property: several crawls
@@ -250,7 +250,7 @@ def test_politeness_holds_across_crawls_under_any_interleaving(ops, robots_body)
     # (robots Crawl-delay included), and none starts within its delay of an exchange's end.
     def required(crawl_id: str) -> float:
         return sim.host.crawls[crawl_id].delay(policies[crawl_id]) \
-            if sim.host.crawls[crawl_id].robots is not None else DELAYS[crawl_id]
+            if sim.host.crawls[crawl_id].gate.rules is not None else DELAYS[crawl_id]
 
     for (earlier, _, _), (later, crawl_id, _) in zip(sim.starts, sim.starts[1:], strict=False):
         assert later - earlier >= required(crawl_id) - 1e-9, (sim.starts, ops)
@@ -279,8 +279,8 @@ def test_politeness_holds_across_crawls_under_any_interleaving(ops, robots_body)
 OTHER = "asker.test"
 
 
-def errand(crawl: str, path: str, n: int, asker: str = OTHER) -> RobotsErrand:
-    return RobotsErrand(HOST, f"http://{HOST}{path}", asker, f"{crawl}-e{n}")
+def query(crawl: str, path: str, n: int, asker: str = OTHER) -> RobotsQuery:
+    return RobotsQuery(HOST, f"http://{HOST}{path}", asker, f"{crawl}-e{n}")
 
 
 def replies_in(decision) -> list[tuple[str, RobotsReply]]:
@@ -288,7 +288,7 @@ def replies_in(decision) -> list[tuple[str, RobotsReply]]:
             if isinstance(m, RobotsReply)]
 
 
-def test_an_errand_of_a_crawl_new_on_the_host_waits_the_hosts_spacing_and_is_answered():
+def test_a_query_of_a_crawl_new_on_the_host_waits_the_hosts_spacing_and_is_answered():
     """The host serves crawl b; crawl a (not on the host yet) asks it for a file: the fetch
     is the host's own request, spaced after b's, and the answer goes to the host that asked."""
     policies = {"a": policy(1.0), "b": policy(1.0)}
@@ -299,8 +299,8 @@ def test_an_errand_of_a_crawl_new_on_the_host_waits_the_hosts_spacing_and_is_ans
     assert robots is not None and robots[1].lease.kind is LeaseKind.ROBOTS
     host.complete(robots[1].lease.lease_id, FetchReport(status=404, finished_at=0.1), 0.1,
                   policies["b"])
-    # The errand arrives while the host must wait: no reply yet, the crawl's state is made.
-    decision = host.robots_message("a", errand("a", "/shared.txt", 1), 0.2, policies["a"])
+    # The query arrives while the host must wait: no reply yet, the crawl's state is made.
+    decision = host.robots_message("a", query("a", "/shared.txt", 1), 0.2, policies["a"])
     assert replies_in(decision) == [] and "a" in host.crawls and host.busy
     assert decision.wake_at == 1.1  # a delay after the end of the host's last exchange
     assert host.next_action(0.5, terms_of(policies, states)).fetch is None
@@ -313,14 +313,14 @@ def test_an_errand_of_a_crawl_new_on_the_host_waits_the_hosts_spacing_and_is_ans
     done = host.complete(lease.lease_id, FetchReport(status=200, body=body, finished_at=1.2),
                          1.2, policies["a"])
     ((crawl_id, reply),) = replies_in(done)
-    assert (crawl_id, reply.asker, reply.errand_id) == ("a", OTHER, "a-e1")
+    assert (crawl_id, reply.asker, reply.query_id) == ("a", OTHER, "a-e1")
     assert not reply.fetch.policy.allowed(f"http://{OTHER}/private/x", "testbot")
     # b's next page waits a full delay after the request made for the other host.
     assert host.next_action(2.1, terms_of(policies, states)).fetch is None
     page = host.next_action(2.2, terms_of(policies, states)).fetch
     assert page is not None and page[0] == "b" and page[1].lease.kind is LeaseKind.PAGE
-    # The answer is kept: a second errand for the file is answered at once, no request.
-    again = host.robots_message("a", errand("a", "/shared.txt", 2, "third.test"), 2.3,
+    # The answer is kept: a second query for the file is answered at once, no request.
+    again = host.robots_message("a", query("a", "/shared.txt", 2, "third.test"), 2.3,
                                 policies["a"])
     assert [(c, r.asker, r.fetch) for c, r in replies_in(again)] == [
         ("a", "third.test", reply.fetch)]
@@ -337,34 +337,34 @@ def test_a_reply_settles_the_asking_crawls_rules_and_serves_the_hosts_other_craw
         policies["a"])
     ((_, one),) = moved.decisions
     (asked,) = one.robots_messages
-    assert isinstance(asked, RobotsErrand) and asked.host == "elsewhere.test"
+    assert isinstance(asked, RobotsQuery) and asked.host == "elsewhere.test"
     assert asked.asker == HOST
     host.offer("b", urls("b", "private/2", "3"), 0, policies["b"])
     # A late or foreign reply changes nothing, and makes no state for an unknown crawl.
     file = RobotsFetch.of("http://elsewhere.test/robots.txt", 200,
                           b"User-agent: *\nDisallow: /b/private/\nCrawl-delay: 3\n", 0.5)
     before = pickle.dumps(host)
-    host.robots_message("a", RobotsReply(HOST, "not-" + asked.errand_id, file), 0.6,
+    host.robots_message("a", RobotsReply(HOST, "not-" + asked.query_id, file), 0.6,
                         policies["a"])
-    host.robots_message("z", RobotsReply(HOST, asked.errand_id, file), 0.6, policies["a"])
+    host.robots_message("z", RobotsReply(HOST, asked.query_id, file), 0.6, policies["a"])
     assert pickle.dumps(host) == before
-    settled = host.robots_message("a", RobotsReply(HOST, asked.errand_id, file), 0.6,
+    settled = host.robots_message("a", RobotsReply(HOST, asked.query_id, file), 0.6,
                                   policies["a"])
-    assert host.crawls["a"].robots is not None and host.crawls["a"].robots_awaited is None
+    assert host.crawls["a"].gate.rules is not None and host.crawls["a"].gate.awaited is None
     # The file's Crawl-delay runs from the end of the host's last exchange (the redirect).
     assert settled.wake_at == 0.1 + 3.0
-    assert host.crawls["b"].robots is host.crawls["a"].robots  # b asks for no robots.txt
+    assert host.crawls["b"].gate.rules is host.crawls["a"].gate.rules  # b asks for no robots.txt
     decision = host.next_action(3.1, terms_of(policies, states))
     ended = [(c, o.entry.url, o.state) for c, d in decision.decisions for o in d.outcomes]
     assert ended == [("b", f"http://{HOST}/b/private/2", PageState.DISALLOWED)]
     assert decision.fetch is not None and decision.fetch[1].lease.kind is LeaseKind.PAGE
 
 
-def test_a_crawl_that_ends_answers_the_errands_waiting_for_it_and_leaves_the_host_idle():
+def test_a_crawl_that_ends_answers_the_queries_waiting_for_it_and_leaves_the_host_idle():
     policies = {"a": policy(1.0)}
     host = FleetHostState(HOST)
-    host.robots_message("a", errand("a", "/one.txt", 1), 0.0, policies["a"])
-    host.robots_message("a", errand("a", "/two.txt", 2, "third.test"), 0.0, policies["a"])
+    host.robots_message("a", query("a", "/one.txt", 1), 0.0, policies["a"])
+    host.robots_message("a", query("a", "/two.txt", 2, "third.test"), 0.0, policies["a"])
     assert host.busy
     decision = host.next_action(0.5, {"a": CrawlTerms(policies["a"], CrawlState.CANCELLING)})
     got = sorted((r.asker, r.fetch.url, r.fetch.policy.kind, r.fetch.policy.reason)
@@ -375,33 +375,33 @@ def test_a_crawl_that_ends_answers_the_errands_waiting_for_it_and_leaves_the_hos
     assert decision.fetch is None and decision.wake_at is None and not host.busy
 
 
-def test_one_request_answers_every_crawls_errands_for_a_file():
+def test_one_request_answers_every_crawls_queries_for_a_file():
     policies = {c: policy(1.0) for c in CRAWLS}
     terms = {c: CrawlTerms(policies[c]) for c in CRAWLS}
     host = FleetHostState(HOST)
     for n, crawl_id in enumerate(("a", "b")):
-        waiting = host.robots_message(crawl_id, errand(crawl_id, "/shared.txt", n), 0.0,
+        waiting = host.robots_message(crawl_id, query(crawl_id, "/shared.txt", n), 0.0,
                                       policies[crawl_id])
         assert replies_in(waiting) == [] and waiting.wake_at == 0.0  # an idle host wakes
     crawl_id, order = host.next_action(0.0, terms).fetch
     done = host.complete(order.lease.lease_id, FetchReport(status=404, finished_at=0.1), 0.1,
                          policies[crawl_id])
-    assert sorted((c, r.errand_id) for c, r in replies_in(done)) == [("a", "a-e0"),
+    assert sorted((c, r.query_id) for c, r in replies_in(done)) == [("a", "a-e0"),
                                                                    ("b", "b-e1")]
     assert not host.busy and host.next_action(5.0, terms).fetch is None
-    # A third crawl's errand is answered from the kept answer, without a request.
-    late = host.robots_message("c", errand("c", "/shared.txt", 2), 6.0, policies["c"])
-    assert [(c, r.errand_id, r.fetch.status) for c, r in replies_in(late)] == [
+    # A third crawl's query is answered from the kept answer, without a request.
+    late = host.robots_message("c", query("c", "/shared.txt", 2), 6.0, policies["c"])
+    assert [(c, r.query_id, r.fetch.status) for c, r in replies_in(late)] == [
         ("c", "c-e2", 404)]
     assert not host.busy
 
 
-def test_a_crawl_out_of_pages_answers_the_errands_waiting_for_it():
+def test_a_crawl_out_of_pages_answers_the_queries_waiting_for_it():
     host = FleetHostState(HOST)
-    host.robots_message("a", errand("a", "/one.txt", 1), 0.0, policy(1.0))
+    host.robots_message("a", query("a", "/one.txt", 1), 0.0, policy(1.0))
     decision = host.next_action(0.0, {"a": CrawlTerms(policy(1.0),
                                                       budget_spent=lambda: True)})
-    assert [(c, r.errand_id, r.fetch.policy.error) for c, r in replies_in(decision)] == [
+    assert [(c, r.query_id, r.fetch.policy.error) for c, r in replies_in(decision)] == [
         ("a", "a-e1", "crawl page budget spent")]
     assert decision.fetch is None and not host.busy
 
@@ -429,17 +429,17 @@ def test_rules_one_crawl_settles_end_the_wait_of_another_crawl_on_the_host():
         ((_, one),) = done.decisions
         (asked[crawl_id],) = one.robots_messages
     file = RobotsFetch.of("http://elsewhere.test/robots.txt", 404, b"", now)
-    host.robots_message("a", RobotsReply(HOST, asked["a"].errand_id, file), now, policies["a"])
-    assert host.crawls["b"].robots is host.crawls["a"].robots is not None
-    assert host.crawls["b"].robots_awaited is None
+    host.robots_message("a", RobotsReply(HOST, asked["a"].query_id, file), now, policies["a"])
+    assert host.crawls["b"].gate.rules is host.crawls["a"].gate.rules is not None
+    assert host.crawls["b"].gate.awaited is None
     before = pickle.dumps(host)
-    host.robots_message("b", RobotsReply(HOST, asked["b"].errand_id, file), now, policies["b"])
+    host.robots_message("b", RobotsReply(HOST, asked["b"].query_id, file), now, policies["b"])
     assert pickle.dumps(host) == before
 
 
-def test_a_paused_crawls_errand_waits_and_an_unknown_crawls_is_asked_again():
+def test_a_paused_crawls_query_waits_and_an_unknown_crawls_is_asked_again():
     host = FleetHostState(HOST)
-    host.robots_message("a", errand("a", "/one.txt", 1), 0.0, policy(1.0))
+    host.robots_message("a", query("a", "/one.txt", 1), 0.0, policy(1.0))
     paused = host.next_action(0.0, {"a": CrawlTerms(policy(1.0), CrawlState.PAUSED)})
     assert paused.fetch is None and paused.wake_at == RECHECK_S
     unknown = host.next_action(0.0, {})
@@ -451,7 +451,7 @@ def test_a_paused_crawls_errand_waits_and_an_unknown_crawls_is_asked_again():
 relay_events = st.lists(
     st.one_of(
         st.tuples(st.just("offer"), st.sampled_from(CRAWLS), st.integers(1, 2)),
-        st.tuples(st.just("errand"), st.sampled_from(CRAWLS),
+        st.tuples(st.just("query"), st.sampled_from(CRAWLS),
                   st.sampled_from(["/robots.txt", "/r1.txt", "/r2.txt"])),
         st.tuples(st.just("fire"), st.just(""), st.floats(0.0, 3.0)),
         st.tuples(st.just("finish"), st.just(""), st.sampled_from([200, 404, 503, None])),
@@ -466,15 +466,15 @@ relay_events = st.lists(
 
 @settings(max_examples=300, deadline=None)
 @given(relay_events)
-def test_every_errand_is_answered_once_and_the_host_stays_polite_under_any_interleaving(ops):
-    """Errands of several crawls for files on one host, among the crawls' own pages, pauses
+def test_every_query_is_answered_once_and_the_host_stays_polite_under_any_interleaving(ops):
+    """Queries of several crawls for files on one host, among the crawls' own pages, pauses
     and cancels: one request in flight, the host's spacing held, each file fetched at most
-    once for all crawls while its answer is fresh, and every errand answered exactly once."""
+    once for all crawls while its answer is fresh, and every query answered exactly once."""
     policies = {c: policy(DELAYS[c], agent=f"bot-{c}") for c in CRAWLS}
     states = dict.fromkeys(CRAWLS, CrawlState.RUNNING)
     host = FleetHostState(HOST)
     now = 0.0
-    asked: dict[str, str] = {}  # errand id -> URL
+    asked: dict[str, str] = {}  # query id -> URL
     answered: Counter = Counter()
     in_flight: list[tuple[str, str]] = []  # (lease id, crawl)
     starts: list[tuple[float, str]] = []
@@ -484,8 +484,8 @@ def test_every_errand_is_answered_once_and_the_host_stays_polite_under_any_inter
 
     def record(decision) -> None:
         for _, reply in replies_in(decision):
-            assert reply.asker == OTHER and asked[reply.errand_id] == reply.fetch.url
-            answered[reply.errand_id] += 1
+            assert reply.asker == OTHER and asked[reply.query_id] == reply.fetch.url
+            answered[reply.query_id] += 1
 
     def fire() -> None:
         decision = host.next_action(now, {c: CrawlTerms(policies[c], states[c])
@@ -512,9 +512,9 @@ def test_every_errand_is_answered_once_and_the_host_stays_polite_under_any_inter
             paths = [f"p{next_path + i}" for i in range(arg)]
             next_path += arg
             host.offer(crawl, urls(crawl, *paths), 0, policies[crawl])
-        elif op == "errand":
-            sent = errand(crawl, arg, len(asked))
-            asked[sent.errand_id] = sent.url
+        elif op == "query":
+            sent = query(crawl, arg, len(asked))
+            asked[sent.query_id] = sent.url
             record(host.robots_message(crawl, sent, now, policies[crawl]))
         elif op == "fire":
             now += arg
@@ -528,10 +528,10 @@ def test_every_errand_is_answered_once_and_the_host_stays_polite_under_any_inter
         elif op == "cancel" and states[crawl] in (CrawlState.RUNNING, CrawlState.PAUSED):
             states[crawl] = CrawlState.CANCELLING
         assert len(host.crawls) <= len(CRAWLS)
-        for state in host.crawls.values():  # the desk caps itself (invariant 6)
-            desk = state.robots_desk
-            assert desk is None or (len(desk.waiting) <= DESK_WAITING
-                                    and len(desk.answers) <= DESK_ANSWERS)
+        for state in host.crawls.values():  # the relay caps itself (invariant 6)
+            relay = state.gate.relay
+            assert relay is None or (len(relay.waiting) <= RELAY_WAITING
+                                    and len(relay.answers) <= RELAY_ANSWERS)
 
     # Within this horizon no answer goes stale (unreachable ones are kept 10 minutes).
     assert now < UNREACHABLE_RETRY_SECONDS
@@ -541,7 +541,7 @@ def test_every_errand_is_answered_once_and_the_host_stays_polite_under_any_inter
     for start, crawl_id in starts:
         for end in ends:
             assert not (end <= start < end + DELAYS[crawl_id] - 1e-9), (start, end, ops)
-    # Cancel everything and settle: every errand has had exactly one answer.
+    # Cancel everything and settle: every query has had exactly one answer.
     for crawl_id in CRAWLS:
         states[crawl_id] = CrawlState.CANCELLING
     while in_flight:
@@ -591,7 +591,7 @@ def test_seen_marks_keep_a_crawl_s_done_urls_from_being_accepted_and_spare_the_o
     accepted_b, _, _ = host.offer("b", same_urls("1", "2", "3"), 0, p)
     assert [e.url for e in accepted_a] == [f"http://{HOST}/3"]
     assert [e.url for e in accepted_b] == [f"http://{HOST}/{n}" for n in "123"]
-    assert host.crawls["a"].pages_issued == 0  # seen, but not requested: no page spent
+    assert host.crawls["a"].limits.pages_issued == 0  # seen, but not requested: no page spent
     requested, _ = run_host(host, {"a": CrawlTerms(p), "b": CrawlTerms(p)})
     assert sorted(requested) == sorted([("a", f"http://{HOST}/3")] + [
         ("b", f"http://{HOST}/{n}") for n in "123"])
@@ -624,7 +624,7 @@ def test_marks_survive_the_host_state_stored_in_parts():
     back = FleetHostState.restored(pickle.loads(pickle.dumps(fields)), queues.get, seen)
     accepted, _, _ = back.offer("a", same_urls("1", "2"), 0, p)
     assert [e.url for e in accepted] == [f"http://{HOST}/2"]
-    assert back.crawls["a"].pages_issued == 1
+    assert back.crawls["a"].limits.pages_issued == 1
 
 
 @settings(max_examples=60, deadline=None)
@@ -640,8 +640,8 @@ def test_a_marked_url_is_never_accepted_again_and_marks_touch_only_their_crawl(
     host.mark_seen("a", same_urls(*map(str, marked)), p, issued=issued)
     accepted_a, _, _ = host.offer("a", same_urls(*map(str, offered)), 0, p)
     assert {e.url for e in accepted_a}.isdisjoint(u for u, _, _ in same_urls(*map(str, marked)))
-    assert host.crawls["a"].pages_issued == (len(marked) if issued else 0)
+    assert host.crawls["a"].limits.pages_issued == (len(marked) if issued else 0)
     if first == "a":
         accepted_b, _, _ = host.offer("b", same_urls(*map(str, offered)), 0, p)
         assert len(accepted_b) == len(offered)  # b's seen-set knows nothing of a's marks
-    assert "b" not in host.crawls or host.crawls["b"].pages_issued == 0
+    assert "b" not in host.crawls or host.crawls["b"].limits.pages_issued == 0

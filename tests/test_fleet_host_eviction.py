@@ -15,7 +15,7 @@ from pipeline.core.crawl_states import FINAL_STATES, CrawlState
 from pipeline.core.fleet_host import TOMBSTONE_S, CrawlTerms, FleetHostState, Tombstone
 from pipeline.core.politeness import FetchReport, HostPolicy, LeaseKind
 from pipeline.core.records import PageState
-from pipeline.core.robots_relay import RobotsErrand, RobotsFetch, RobotsReply
+from pipeline.core.robots_relay import RobotsFetch, RobotsQuery, RobotsReply
 from tests.harness_hosts import SHARED_HOST as HOST
 from tests.harness_hosts import crawl_urls as urls
 
@@ -110,10 +110,11 @@ def test_an_ended_crawl_that_drained_leaves_only_its_seen_set_and_spares_the_oth
     sim.run(10.0)
     assert sim.drained("a") and sim.drained("b")
     seen_b = sim.host.crawls["b"].seen
-    queue_a = list(sim.host.crawls["a"].queue)
+    queue_a = list(sim.host.crawls["a"].backlog.queue)
     sim.states["b"] = CrawlState.DONE
     sim.fire()
-    assert list(sim.host.crawls) == ["a"] and list(sim.host.crawls["a"].queue) == queue_a
+    assert list(sim.host.crawls) == ["a"]
+    assert list(sim.host.crawls["a"].backlog.queue) == queue_a
     assert sim.host.tombstones == {"b": Tombstone(sim.now + TOMBSTONE_S, seen_b)}
     fields, _ = sim.host.stored()
     assert set(fields["crawls"]) == {"a"} and fields["tombstones"] == {
@@ -203,19 +204,19 @@ def test_a_crawl_after_an_evicted_one_uses_the_robots_txt_it_fetched():
 
 def test_an_answer_kept_for_other_hosts_outlives_the_crawl_that_fetched_it():
     sim = Sim()
-    errand = RobotsErrand(HOST, f"http://{HOST}/shared.txt", "asker.test", "e1")
+    query = RobotsQuery(HOST, f"http://{HOST}/shared.txt", "asker.test", "e1")
     sim.states["a"] = CrawlState.RUNNING
-    sim.host.robots_message("a", errand, 0.0, policy())
+    sim.host.robots_message("a", query, 0.0, policy())
     sim.fire()
     sim.finish()
     sim.states["a"] = CrawlState.DONE
     sim.fire()
     assert sim.host.crawls == {}
-    again = RobotsErrand(HOST, f"http://{HOST}/shared.txt", "other.test", "e2")
+    again = RobotsQuery(HOST, f"http://{HOST}/shared.txt", "other.test", "e2")
     decision = sim.host.robots_message("c", again, sim.now, policy())
     replies = [m for _, d in decision.decisions for m in d.robots_messages
                if isinstance(m, RobotsReply)]
-    assert [(r.asker, r.errand_id, r.fetch.status) for r in replies] == [
+    assert [(r.asker, r.query_id, r.fetch.status) for r in replies] == [
         ("other.test", "e2", 200)]
     assert not sim.host.busy  # answered from the kept copy, no request
 

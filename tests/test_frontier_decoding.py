@@ -184,7 +184,7 @@ def test_with_the_domain_key_two_subdomains_urls_are_offered_together_under_thei
         "img.shop.test", "img.shop.test:8080", "other.test", "www.shop.test"]
 
 
-def test_with_the_domain_key_seen_marks_signals_errands_replies_and_wakes_reach_the_domain():
+def test_with_the_domain_key_seen_marks_signals_queries_replies_and_wakes_reach_the_domain():
     decode = DecodeFrontierFn(politeness_key="domain")
     marks = SeenMarks("c1", ("http://www.shop.test/x", "http://img.shop.test/y"))
     ((key, (_, host_marks)),) = list(decode.process(marks.to_bytes()))

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from pipeline.core.fleet_host import CrawlTerms, FleetHostState
 from pipeline.core.host_queue import HEAD_BATCH, TAIL_MAX, HostQueue, encode_entries
+from pipeline.core.host_state_coder import decode_host, encode_host
 from pipeline.core.politeness import Decision, FetchReport, HostPolicy, HostState
 from pipeline.core.records import FrontierEntry
 from pipeline.core.urls import url_hash
@@ -204,7 +205,7 @@ def host_cells() -> dict[str, Cell]:
 
 
 def store(state: HostState, cells: dict[str, Cell], seen_read: bytes | None) -> None:
-    fields, queue = state.stored()
+    fields, queue = encode_host(state)
     if queue.data is not None:
         cells["queue"].write(queue.data)
     if state.seen is not None and state.seen is not seen_read:
@@ -214,7 +215,7 @@ def store(state: HostState, cells: dict[str, Cell], seen_read: bytes | None) -> 
 
 def restore(cells: dict[str, Cell], with_seen: bool) -> tuple[HostState, bytes | None]:
     seen = (cells["seen"].read() or b"") if with_seen else None
-    return HostState.restored(cells["fields"].read(), cells["queue"].read, seen), seen
+    return decode_host(cells["fields"].read(), cells["queue"].read, seen), seen
 
 
 def projection(decision: Decision) -> tuple:
@@ -286,10 +287,10 @@ def test_a_host_state_stored_and_read_back_at_any_point_decides_as_one_never_sto
             now = max(now, plain.lease.started_at + 0.2)
         if len(got) == 2:
             assert got[0] == got[1], (op, arg)
-        assert len(plain.queue) == len(twin.queue) and plain.busy == twin.busy
+        assert len(plain.backlog.queue) == len(twin.backlog.queue) and plain.busy == twin.busy
     if twin.seen is None:
         twin.seen = cells["seen"].read() or b""
-    assert list(twin.queue) == list(plain.queue)
+    assert list(twin.backlog.queue) == list(plain.backlog.queue)
     assert (twin.lease is None) == (plain.lease is None)
     if plain.lease is not None:
         twin.lease = plain.lease  # lease ids are random
@@ -318,25 +319,11 @@ def test_a_firing_reads_and_writes_only_the_small_part_of_a_busy_host():
     assert len(pickle.dumps(cells["fields"].value)) < full["queue"] / 20
 
 
-def test_a_state_pickled_whole_before_the_queue_was_encoded_still_loads():
-    """States a running job stored with the earlier form: the queue as a list of tuples."""
-    state = HostState(host=HOST)
-    state.offer(urls("a", "b"), 2, POLICY)
-    old = state.__dict__.copy()
-    old["queue"] = [(e.url, e.url_hash, e.depth, e.attempt, e.redirect_hops)
-                    for e in state.queue]
-    copy = HostState.__new__(HostState)
-    copy.__setstate__(old)
-    assert copy == state and list(copy.queue) == list(state.queue)
-    fields, queue = copy.stored()  # what the next event stores
-    assert list(HostState.restored(fields, lambda: queue.data).queue) == list(state.queue)
-
-
 def test_a_state_without_its_seen_set_refuses_offers_and_whole_pickling():
     state = HostState(host=HOST)
     state.offer(urls("a"), 0, POLICY)
-    fields, queue = state.stored()
-    restored = HostState.restored(fields, lambda: queue.data, None)
+    fields, queue = encode_host(state)
+    restored = decode_host(fields, lambda: queue.data, None)
     for attempt in (lambda: restored.offer(urls("b"), 0, POLICY),
                     lambda: pickle.dumps(restored)):
         try:
@@ -381,8 +368,8 @@ def test_a_fleet_host_stored_in_parts_reads_back_equal(offers):
     if twin is not None:
         twin = FleetHostState.restored(fields_cell.value, lambda c: queues_cell.value.get(c),
                                        seen_cell.value)
-        assert {c: list(s.queue) for c, s in twin.crawls.items()} == {
-            c: list(s.queue) for c, s in plain.crawls.items()}
+        assert {c: list(s.backlog.queue) for c, s in twin.crawls.items()} == {
+            c: list(s.backlog.queue) for c, s in plain.crawls.items()}
         assert {c: s.seen for c, s in twin.crawls.items()} == {
             c: s.seen for c, s in plain.crawls.items()}
         assert twin.holder == plain.holder and twin.next_allowed == plain.next_allowed

@@ -15,7 +15,7 @@ from pipeline.transforms.resources import worker_resources
 PAGE = (
     "<html><head><title>T</title></head><body><article>"
     + "<p>The harbour master said the tide would turn before noon on Tuesday.</p>" * 8
-    + '<a href="mailto:desk@a.test">m</a> <a href="javascript:void(0)">j</a>'
+    + '<a href="mailto:relay@a.test">m</a> <a href="javascript:void(0)">j</a>'
     + '<a href="http://1.2.3.08/">bad host</a> <a href="http://a.test:99999/">bad port</a>'
     + '<a href="/ok">ok</a></article></body></html>'
 ).encode()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import apache_beam as beam
@@ -154,6 +155,44 @@ def test_indexed_scan_sees_timers_stored_with_a_state_and_rescans_for_the_rest(
     cleared.clear_timer(window, "wake", TimeDomain.REAL_TIME)
     states[b"k7"] = cleared
     assert states.keys_with_timers == {b"k9"}
+
+
+def test_a_scan_shows_only_the_keys_due_and_one_with_a_real_time_timer_to_come(
+    speedups: bool,
+) -> None:
+    """Keys that each hold a far-off timer (content state's expiry) are not shown to Beam's
+    scan, which would find nothing due on them; one is, so Beam still reports that real-time
+    timers exist, and the idle pause learns the earliest."""
+    from apache_beam import TimeDomain
+    from apache_beam.transforms.trigger import InMemoryUnmergedState
+    from apache_beam.transforms.window import GlobalWindow
+    from apache_beam.utils.timestamp import Timestamp
+
+    from pipeline.local.direct_runner import _TimerIndexedStates
+
+    assert speedups
+    window = GlobalWindow()
+    states = _TimerIndexedStates()
+    for i in range(1000):
+        state = InMemoryUnmergedState()
+        state.set_timer(window, "expire", TimeDomain.REAL_TIME, Timestamp(10_000 + i))
+        states[f"far{i}".encode()] = state
+    due = InMemoryUnmergedState()
+    due.set_timer(window, "wake", TimeDomain.REAL_TIME, Timestamp(40))
+    states[b"due"] = due
+    drain = InMemoryUnmergedState()
+    drain.set_timer(window, "drain", TimeDomain.WATERMARK, Timestamp(5_000))
+    states[b"drain"] = drain
+    states.last_full_scan = time.monotonic()
+    with states.scanning(50.0, watermark_us=1_000 * 1e6):
+        shown = [key for key, _ in states.items()]
+    assert sorted(shown) == [b"due", b"far0"] and states.next_timer == 10_000.0
+    with states.scanning(50.0, watermark_us=6_000 * 1e6):  # the watermark passed the drain
+        shown = [key for key, _ in states.items()]
+    assert sorted(shown) == [b"drain", b"due", b"far0"]
+    with states.scanning(10_001.5, watermark_us=6_000 * 1e6):
+        shown = [key for key, _ in states.items()]
+    assert sorted(shown) == [b"drain", b"due", b"far0", b"far1", b"far2"]
 
 
 def test_an_empty_pull_pauses_only_when_idle_and_never_past_the_next_timer(

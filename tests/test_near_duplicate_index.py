@@ -20,7 +20,7 @@ from pipeline.core.near_duplicates import (
 )
 from pipeline.core.pages import StoredPage
 from pipeline.core.records import PageRow, PageState
-from pipeline.transforms.pages import HostContentFn
+from pipeline.transforms.pages import CONTENT_STATE_TTL_S, HostContentFn
 from pipeline.transforms.tags import Tag
 
 CELL = HostContentFn.CONTENT.coder
@@ -178,7 +178,7 @@ def test_the_url_log_is_read_only_for_near_duplicates_and_compactions():
     bag, cell = _Bag(), _Cell()
     fn = HostContentFn(policy)
     for i in range(distinct):
-        list(fn.process(("a.test", _page(f"http://a.test/{i}", _spread(i))), cell, bag))
+        list(fn.process(("a.test", _page(f"http://a.test/{i}", _spread(i))), cell, bag, _Timer()))
     # Compacted to the live entries whenever the log reached 2 x capacity: read 2 x capacity
     # entries every capacity pages, i.e. 2 per page, and never more than 2 x capacity held.
     compactions = (distinct - capacity) // capacity
@@ -186,9 +186,18 @@ def test_the_url_log_is_read_only_for_near_duplicates_and_compactions():
     assert capacity <= len(bag.encoded) < 2 * capacity
     before = bag.entries_read
     (out,) = list(fn.process(("a.test", _page("http://a.test/copy", _spread(distinct - 1) ^ 5)),
-                             cell, bag))
+                             cell, bag, _Timer()))
     assert out.row.near_duplicate_of == f"http://a.test/{distinct - 1}"
     assert bag.entries_read - before == len(bag.encoded)
+
+
+class _Timer:
+    """A timer cell that remembers when it was last set for."""
+
+    at: float | None = None
+
+    def set(self, ts) -> None:
+        self.at = float(ts)
 
 
 def _spread(i: int) -> int:
@@ -211,7 +220,8 @@ def test_the_store_stage_takes_over_a_host_content_pickled_by_the_earlier_versio
     reference = HostContent(list(content.prints), list(content.urls), content.recent.copy(),
                             content.throttled)
     fn = HostContentFn(policy)
-    outputs = list(fn.process(("a.test", _page("http://a.test/4", 0xFFFF_0001)), cell, bag))
+    outputs = list(fn.process(("a.test", _page("http://a.test/4", 0xFFFF_0001)), cell, bag,
+                              _Timer()))
     expected = reference.observe("http://a.test/4", 0xFFFF_0001, policy)
     assert expected.near_duplicate_of == "http://a.test/2" and expected.throttle is True
     assert outputs[0].row.near_duplicate_of == "http://a.test/2"
@@ -221,7 +231,7 @@ def test_the_store_stage_takes_over_a_host_content_pickled_by_the_earlier_versio
     assert len(bag.encoded) == 2
     for url, fingerprint in [("http://a.test/5", 0x0F0F), ("http://a.test/6", 0xF3),
                              ("http://a.test/7", 0xABCD_0000_0000)]:
-        (out, *_) = list(fn.process(("a.test", _page(url, fingerprint)), cell, bag))
+        (out, *_) = list(fn.process(("a.test", _page(url, fingerprint)), cell, bag, _Timer()))
         assert out.row.near_duplicate_of == \
             reference.observe(url, fingerprint, policy).near_duplicate_of
     assert HostIndex.restored(cell.read(), MemoryUrlLog()).throttled == reference.throttled
@@ -232,11 +242,11 @@ def test_unreadable_state_starts_the_host_afresh_with_an_error_and_keeps_the_pag
     bag.add(b"\x00" * 8 + b"http://a.test/old")
     fn = HostContentFn(DuplicatePolicy())
     with caplog.at_level(logging.ERROR):
-        (out,) = list(fn.process(("a.test", _page("http://a.test/1", 0xF0)), cell, bag))
+        (out,) = list(fn.process(("a.test", _page("http://a.test/1", 0xF0)), cell, bag, _Timer()))
     assert out.row.url == "http://a.test/1" and out.row.near_duplicate_of is None
     assert "near-duplicate state dropped" in caplog.text and "format version 7" in caplog.text
     assert [BAG.decode(e)[8:] for e in bag.encoded] == [b"http://a.test/1"]
-    (out,) = list(fn.process(("a.test", _page("http://a.test/2", 0xF1)), cell, bag))
+    (out,) = list(fn.process(("a.test", _page("http://a.test/2", 0xF1)), cell, bag, _Timer()))
     assert out.row.near_duplicate_of == "http://a.test/1"
 
 
@@ -274,3 +284,16 @@ def test_the_benchmark_counts_less_state_per_page_for_the_compact_index():
     assert after.written_bytes < before.written_bytes / 4
     assert after.near_read_bytes > after.read_bytes  # a near-duplicate reads the URL log too
     assert after.cpu_s > 0 and before.cpu_s > 0
+
+
+def test_a_host_s_index_is_forgotten_its_ttl_after_the_host_s_first_page():
+    bag, cell, expire, later = _Bag(), _Cell(), _Timer(), _Timer()
+    fn = HostContentFn(DuplicatePolicy(), clock=lambda: 1_000.0)
+    list(fn.process(("a.test", _page("http://a.test/1", 0xF0)), cell, bag, expire))
+    (out,) = list(fn.process(("a.test", _page("http://a.test/2", 0xF1)), cell, bag, later))
+    assert out.row.near_duplicate_of == "http://a.test/1"
+    assert expire.at == 1_000.0 + CONTENT_STATE_TTL_S and later.at is None  # set once
+    fn.forget(cell, bag)
+    assert cell.read() is None and bag.encoded == []
+    (out,) = list(fn.process(("a.test", _page("http://a.test/3", 0xF1)), cell, bag, _Timer()))
+    assert out.row.near_duplicate_of is None  # a fresh index

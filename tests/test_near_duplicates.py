@@ -109,9 +109,9 @@ def test_a_duplicate_heavy_host_waits_longer_between_requests():
     policy = HostPolicy(user_agent="t", min_delay=1.0, duplicate_slowdown=4.0)
     state = HostState(host="a.test")
     assert state.delay(policy) == 1.0
-    state.set_duplicate_heavy(True, policy)
+    state.slowdown.signal(True, policy, state.host)
     assert state.delay(policy) == 4.0
-    state.set_duplicate_heavy(False, policy)
+    state.slowdown.signal(False, policy, state.host)
     assert state.delay(policy) == 1.0
     with pytest.raises(ValueError):
         HostPolicy(user_agent="t", duplicate_slowdown=0.5)

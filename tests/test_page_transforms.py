@@ -9,7 +9,12 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import TestWindowedValue, assert_that, equal_to
-from apache_beam.transforms.window import FixedWindows, IntervalWindow, TimestampedValue
+from apache_beam.transforms.window import (
+    FixedWindows,
+    GlobalWindow,
+    IntervalWindow,
+    TimestampedValue,
+)
 
 from pipeline.core.near_duplicates import DuplicatePolicy
 from pipeline.core.pages import PageParseFailed, StoredPage, StoredResponse, judge_response
@@ -17,12 +22,15 @@ from pipeline.core.records import FetchResult, PageState, RecordPointer
 from pipeline.core.urls import url_hash
 from pipeline.io.segments import read_response, read_text
 from pipeline.transforms.pages import (
+    CONTENT_STATE_TTL_S,
     DedupContent,
+    DedupContentFn,
     FlagNearDuplicates,
     ParsePages,
     WriteResponses,
 )
 from pipeline.transforms.store import StorePages
+from tests.harness_hosts import FakeState, FakeTimer
 
 HTML = (
     "<html><head><title>T</title></head><body><article><h1>Harbour news</h1>"
@@ -263,3 +271,27 @@ def test_store_pages_runs_a_page_step_between_parsing_and_storing_text(tmp_path)
 def test_parse_failure_without_dead_letters_names_the_page():
     with pytest.raises(PageParseFailed, match="http://a.test/a"):
         judge_response(_stored(result()), extractor=_boom, raise_on_parse_failure=True)
+
+
+
+def test_a_text_s_first_copy_is_forgotten_its_ttl_after_it_was_stored(tmp_path):
+    """The first copy's cell gets one timer, CONTENT_STATE_TTL_S after it was stored; a copy
+    within it is a duplicate; once the timer cleared the cell, the next copy is stored again."""
+    fn = DedupContentFn(str(tmp_path), "c1", clock=lambda: 1_000.0)
+    fn.start_bundle()
+    first, expire = FakeState(), FakeTimer()
+
+    def process(url: str) -> None:
+        page = judge_response(_stored(result(url, body=HTML)))
+        fn.process((1, page), first, expire, timestamp=0, window=GlobalWindow())
+
+    process("http://a.test/1")
+    process("http://a.test/2")
+    assert expire.fired_for == [1_000.0 + CONTENT_STATE_TTL_S]  # set once, by the first copy
+    fn.forget(first)
+    assert first.value is None
+    process("http://a.test/3")
+    states = {page.value.row.url: page.value.row.state for page in fn.finish_bundle()}
+    assert states == {"http://a.test/1": PageState.FETCHED,
+                      "http://a.test/2": PageState.DUPLICATE,
+                      "http://a.test/3": PageState.FETCHED}

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from pipeline.core.host_backoff import BLOCKED_HOST_SECONDS, HostBackoff
 from pipeline.core.politeness import (
-    BLOCKED_HOST_SECONDS,
     DEADLINE_FETCH_GRACE,
     FetchReport,
     HostPolicy,
@@ -22,7 +22,7 @@ from pipeline.core.politeness import (
 )
 from pipeline.core.records import PageState
 from pipeline.core.robots import ROBOTS_TTL_SECONDS as ROBOTS_TTL
-from pipeline.core.robots_relay import RobotsErrand, RobotsFetch, RobotsReply
+from pipeline.core.robots_relay import RobotsFetch, RobotsQuery, RobotsReply
 from pipeline.core.scope import Scope
 from pipeline.core.urls import url_hash
 
@@ -96,7 +96,7 @@ def test_a_result_that_arrives_after_its_lease_expired_is_ignored_and_delay_hold
     assert state.lease is lease
     expired_at = lease.expires_at
     decision = state.expire_lease(expired_at, POLICY)
-    assert state.lease is None and state.queue[0].url == lease.url
+    assert state.lease is None and state.backlog.queue[0].url == lease.url
     assert decision.wake_at is not None and decision.wake_at >= expired_at + 1.0
     assert state.next_action(expired_at + 0.5, POLICY).fetch is None
     retry = state.next_action(expired_at + 1.0, POLICY)
@@ -200,13 +200,13 @@ def asking_host(location: str = f"http://{OTHER}/robots.txt", at: float = 0.0):
     return state, decision
 
 
-def serve_errand(errand, body: bytes = b"User-agent: *\nDisallow: /private/\nCrawl-delay: 3\n",
+def serve_query(query, body: bytes = b"User-agent: *\nDisallow: /private/\nCrawl-delay: 3\n",
                  at: float = 0.5, status: int = 200):
-    """b.test takes the errand, fetches under its own lease, and replies."""
+    """b.test takes the query, fetches under its own lease, and replies."""
     other = HostState(host=OTHER)
-    other.ask_robots(errand, at, POLICY)
+    other.ask_robots(query, at, POLICY)
     start = other.next_action(at, POLICY)
-    assert start.fetch is not None and start.fetch.lease.url == errand.url
+    assert start.fetch is not None and start.fetch.lease.url == query.url
     done = other.complete(start.fetch.lease.lease_id, FetchReport(status=status, body=body),
                           at + 0.1, POLICY)
     return other, done
@@ -214,10 +214,10 @@ def serve_errand(errand, body: bytes = b"User-agent: *\nDisallow: /private/\nCra
 
 def test_rules_reached_through_another_host_apply_to_the_host_that_asked():
     state, asked = asking_host()
-    (errand,) = asked.robots_messages
-    other, done = serve_errand(errand)
+    (query,) = asked.robots_messages
+    other, done = serve_query(query)
     (reply,) = done.robots_messages
-    assert reply.asker == HOST and reply.errand_id == errand.errand_id
+    assert reply.asker == HOST and reply.query_id == query.query_id
     applied = state.robots_answered(reply, 0.7, POLICY)
     assert applied.robots_messages == ()
     # b.test's Crawl-delay governs a.test, from a.test's own last exchange (ended at 0.1).
@@ -228,62 +228,62 @@ def test_rules_reached_through_another_host_apply_to_the_host_that_asked():
         [(PageState.DISALLOWED, f"http://{HOST}/private/b")]
     assert decision.fetch is not None and decision.fetch.lease.url == f"http://{HOST}/a"
     # The answer is as old as b.test's fetch of it: it expires 24 h after that, not later.
-    assert state.robots.fetched_at == 0.5 + 0.1
+    assert state.gate.rules.fetched_at == 0.5 + 0.1
 
 
 def test_the_other_host_fetches_under_its_own_lease_and_delay_before_its_pages():
     _, asked = asking_host()
-    (errand,) = asked.robots_messages
+    (query,) = asked.robots_messages
     other = HostState(host=OTHER)
     other.offer(other_urls("x"), 0, POLICY)
     robots_lease = other.next_action(0.0, POLICY).fetch.lease  # its own robots.txt, in flight
-    other.ask_robots(errand, 0.2, POLICY)
+    other.ask_robots(query, 0.2, POLICY)
     assert other.next_action(0.3, POLICY).fetch is None  # one request in flight at most
     # Its own /robots.txt answer is the one asked for: no second request.
     done = other.complete(robots_lease.lease_id, robots(b"User-agent: *\nDisallow: /p/\n"),
                           0.4, POLICY)
     assert [r.asker for r in done.robots_messages] == [HOST]
-    assert not other.robots_desk.busy  # nothing more to fetch for others
+    assert not other.gate.relay.busy  # nothing more to fetch for others
     page = other.next_action(1.4, POLICY).fetch
     assert page is not None and page.lease.url == f"http://{OTHER}/x"
 
 
-def test_an_errand_for_another_url_waits_the_other_hosts_delay_and_goes_before_its_pages():
+def test_a_query_for_another_url_waits_the_other_hosts_delay_and_goes_before_its_pages():
     state, asked = asking_host(location=f"http://{OTHER}/shared/robots.txt")
-    (errand,) = asked.robots_messages
+    (query,) = asked.robots_messages
     other = HostState(host=OTHER)
     other.offer(other_urls("x"), 0, POLICY)
     own = other.next_action(0.0, POLICY).fetch.lease
     other.complete(own.lease_id, robots(), 0.0, POLICY)
-    assert other.ask_robots(errand, 0.2, POLICY).wake_at == 1.0
+    assert other.ask_robots(query, 0.2, POLICY).wake_at == 1.0
     assert other.next_action(0.5, POLICY).fetch is None
     fetch = other.next_action(1.0, POLICY).fetch
     assert fetch is not None and fetch.lease.url == f"http://{OTHER}/shared/robots.txt"
     assert not fetch.lease.own
     done = other.complete(fetch.lease.lease_id, robots(b"User-agent: *\nDisallow: /a\n"),
                           1.1, POLICY)
-    assert other.robots.allowed(f"http://{OTHER}/a", "testbot")  # its own rules unchanged
+    assert other.gate.rules.allowed(f"http://{OTHER}/a", "testbot")  # its own rules unchanged
     page = other.next_action(2.1, POLICY).fetch
     assert page is not None and page.lease.url == f"http://{OTHER}/x"
     state.robots_answered(done.robots_messages[0], 1.2, POLICY)
-    assert not state.robots.allowed(f"http://{HOST}/a", "testbot")
+    assert not state.gate.rules.allowed(f"http://{HOST}/a", "testbot")
 
 
 def test_many_hosts_asking_for_one_file_cost_one_request_while_it_is_fresh():
     other = HostState(host=OTHER)
-    errands = [RobotsErrand(OTHER, f"http://{OTHER}/robots.txt", f"asker-{n}.test", f"e{n}")
+    queries = [RobotsQuery(OTHER, f"http://{OTHER}/robots.txt", f"asker-{n}.test", f"e{n}")
                for n in range(3)]
-    for errand in errands[:2]:
-        assert other.ask_robots(errand, 0.0, POLICY).robots_messages == ()
-    other.ask_robots(errands[0], 0.0, POLICY)  # redelivered: still one reply
+    for query in queries[:2]:
+        assert other.ask_robots(query, 0.0, POLICY).robots_messages == ()
+    other.ask_robots(queries[0], 0.0, POLICY)  # redelivered: still one reply
     lease = other.next_action(0.0, POLICY).fetch.lease
     done = other.complete(lease.lease_id, robots(b"User-agent: *\nDisallow: /p\n"), 0.1,
                           POLICY)
     assert sorted(r.asker for r in done.robots_messages) == ["asker-0.test", "asker-1.test"]
-    later = other.ask_robots(errands[2], 3600.0, POLICY)
+    later = other.ask_robots(queries[2], 3600.0, POLICY)
     assert [r.asker for r in later.robots_messages] == ["asker-2.test"]
     assert other.next_action(3601.0, POLICY).fetch is None  # answered from what it keeps
-    stale = other.ask_robots(RobotsErrand(OTHER, errands[0].url, "late.test", "e9"),
+    stale = other.ask_robots(RobotsQuery(OTHER, queries[0].url, "late.test", "e9"),
                              ROBOTS_TTL + 1.0, POLICY)
     assert stale.robots_messages == ()  # older than 24 h: fetched again
     assert other.next_action(ROBOTS_TTL + 1.0, POLICY).fetch is not None
@@ -291,23 +291,23 @@ def test_many_hosts_asking_for_one_file_cost_one_request_while_it_is_fresh():
 
 def test_no_reply_in_time_means_unreachable_and_a_late_or_repeated_reply_changes_nothing():
     state, asked = asking_host()
-    (errand,) = asked.robots_messages
+    (query,) = asked.robots_messages
     deadline = 0.1 + POLICY.robots_wait
     assert state.next_action(5.0, POLICY).wake_at == deadline
     decision = state.next_action(deadline, POLICY)
     assert decision.fetch is None
     assert {o.state for o in decision.outcomes} == {PageState.DISALLOWED}
     assert "did not answer" in decision.outcomes[0].reason
-    _, done = serve_errand(errand, at=deadline + 1)
-    before = (state.robots, state.next_allowed)
+    _, done = serve_query(query, at=deadline + 1)
+    before = (state.gate.rules, state.next_allowed)
     state.robots_answered(done.robots_messages[0], deadline + 2, POLICY)
-    assert (state.robots, state.next_allowed) == before
+    assert (state.gate.rules, state.next_allowed) == before
 
 
 def test_a_reply_that_redirects_again_is_followed_here_or_asked_for_again():
     # Back to a.test itself: a.test fetches it as its own next hop.
     state, asked = asking_host()
-    _, done = serve_errand(asked.robots_messages[0], body=b"", status=302)
+    _, done = serve_query(asked.robots_messages[0], body=b"", status=302)
     reply = done.robots_messages[0]
     moved = dataclasses.replace(reply, fetch=dataclasses.replace(
         reply.fetch, location=f"http://{HOST}/real-robots.txt"))
@@ -315,23 +315,23 @@ def test_a_reply_that_redirects_again_is_followed_here_or_asked_for_again():
     hop = state.next_action(1.1, POLICY).fetch
     assert hop is not None and hop.lease.url == f"http://{HOST}/real-robots.txt"
     assert hop.lease.robots_hop == 2
-    # To a third host: another errand; after five redirects, allow all.
+    # To a third host: another query; after five redirects, allow all.
     state, asked = asking_host()
     for hop in range(2, 7):
-        errand = asked.robots_messages[0]
-        reply = RobotsReply(HOST, errand.errand_id, RobotsFetch.of(
-            errand.url, 301, None, 0.5, location=f"http://c{hop}.test/robots.txt"))
+        query = asked.robots_messages[0]
+        reply = RobotsReply(HOST, query.query_id, RobotsFetch.of(
+            query.url, 301, None, 0.5, location=f"http://c{hop}.test/robots.txt"))
         asked = state.robots_answered(reply, 0.5 + hop, POLICY)
         if hop <= 5:
             assert [m.host for m in asked.robots_messages] == [f"c{hop}.test"]
-    assert state.robots is not None and "more than 5 redirects" in state.robots.reason
-    assert state.robots.allowed(f"http://{HOST}/private/b", "testbot")
+    assert state.gate.rules is not None and "more than 5 redirects" in state.gate.rules.reason
+    assert state.gate.rules.allowed(f"http://{HOST}/private/b", "testbot")
 
 
 def test_a_parked_host_answers_unreachable_without_a_request():
-    other = HostState(host=OTHER, parked_until=100.0)
-    errand = RobotsErrand(OTHER, f"http://{OTHER}/robots.txt", HOST, "e1")
-    (reply,) = other.ask_robots(errand, 50.0, POLICY).robots_messages
+    other = HostState(host=OTHER, backoff=HostBackoff(parked_until=100.0))
+    query = RobotsQuery(OTHER, f"http://{OTHER}/robots.txt", HOST, "e1")
+    (reply,) = other.ask_robots(query, 50.0, POLICY).robots_messages
     assert reply.fetch.policy.kind == "unreachable" and "parked" in reply.fetch.policy.reason
     assert other.next_action(50.0, POLICY).fetch is None
 
@@ -339,15 +339,15 @@ def test_a_parked_host_answers_unreachable_without_a_request():
 def test_a_host_whose_address_is_refused_answers_unreachable_and_is_never_asked_again():
     blocked = "blocked address (loopback 127.0.0.0/8)"
     other = HostState(host=OTHER)
-    waiting = RobotsErrand(OTHER, f"http://{OTHER}/robots.txt", HOST, "e1")
+    waiting = RobotsQuery(OTHER, f"http://{OTHER}/robots.txt", HOST, "e1")
     other.ask_robots(waiting, 0.0, POLICY)
     lease = other.next_action(0.0, POLICY).fetch.lease
     refused = other.complete(lease.lease_id, FetchReport(status=None, blocked=blocked), 0.0,
                              POLICY)
     (reply,) = refused.robots_messages
-    assert reply.errand_id == "e1" and reply.fetch.policy.kind == "unreachable"
+    assert reply.query_id == "e1" and reply.fetch.policy.kind == "unreachable"
     assert blocked in reply.fetch.policy.reason and not other.busy
-    later = RobotsErrand(OTHER, f"http://{OTHER}/robots.txt", "c.test", "e2")
+    later = RobotsQuery(OTHER, f"http://{OTHER}/robots.txt", "c.test", "e2")
     (reply,) = other.ask_robots(later, 5.0, POLICY).robots_messages
     assert reply.asker == "c.test" and blocked in reply.fetch.policy.reason
     assert other.next_action(5.0, POLICY).fetch is None and not other.busy
@@ -368,7 +368,7 @@ def test_retry_after_pushes_the_host_out_and_the_url_is_retried_then_fails():
     final = state.complete(second.lease.lease_id, FetchReport(status=503), 8.3, policy)
     # An HTTP answer past the attempt limit goes downstream to be stored and marked failed.
     assert final.page_done is not None and final.page_done.attempt == 1
-    assert not state.queue
+    assert not state.backlog.queue
 
 
 def test_network_failure_past_the_attempt_limit_ends_failed_with_reason():
@@ -411,7 +411,7 @@ def test_depth_and_rejections_end_filtered():
     ]
     _, outcomes, _ = state.offer([(f"http://{HOST}/x", 1, "URL too long")], 0, policy)
     assert [o.reason for o in outcomes] == ["URL too long"]
-    assert not state.queue
+    assert not state.backlog.queue
 
 
 def test_a_host_offered_only_out_of_scope_urls_ends_each_filtered_once_and_asks_nothing():
@@ -421,7 +421,7 @@ def test_a_host_offered_only_out_of_scope_urls_ends_each_filtered_once_and_asks_
     accepted, outcomes, spilled = state.offer(urls("a", "b", "a"), 0, policy)
     assert [(o.entry.url, o.state, o.reason) for o in outcomes] == [
         (f"http://{HOST}/{p}", PageState.FILTERED, "out of scope (same-host)") for p in "ab"]
-    assert len(accepted) == 2 and not spilled and not state.queue
+    assert len(accepted) == 2 and not spilled and not state.backlog.queue
     # Offered again (another page links there too): seen, no second row.
     assert state.offer(urls("b"), 1, policy) == ([], [], [])
     # Nothing to fetch: not even robots.txt, so no request and no address lookup.
@@ -436,7 +436,7 @@ def test_scope_is_checked_before_depth_and_an_in_scope_url_is_queued():
     _, outcomes, _ = state.offer(urls("private/x", "deep"), 1, policy)
     assert [o.reason for o in outcomes] == ["out of scope (exclude)", "depth 1 > max depth 0"]
     _, outcomes, _ = state.offer(urls("public"), 0, policy)
-    assert not outcomes and [e.url for e in state.queue] == [f"http://{HOST}/public"]
+    assert not outcomes and [e.url for e in state.backlog.queue] == [f"http://{HOST}/public"]
     assert state.next_action(0.0, policy).fetch.lease.kind is LeaseKind.ROBOTS
 
 
@@ -445,9 +445,9 @@ def test_full_queue_spills_accepted_urls_and_takes_them_back_without_seen_check(
     state = HostState(host=HOST)
     accepted, _, spilled = state.offer(urls("a", "b", "c"), 0, policy)
     assert len(accepted) == 3 and [e.url for e in spilled] == [f"http://{HOST}/c"]
-    state.queue.popleft()
+    state.backlog.queue.popleft()
     accepted, _, spilled = state.offer(urls("c"), 0, policy, already_accepted=True)
-    assert accepted == [] and spilled == [] and state.queue[-1].url == f"http://{HOST}/c"
+    assert accepted == [] and spilled == [] and state.backlog.queue[-1].url == f"http://{HOST}/c"
 
 
 def test_budgets_end_urls_over_budget_without_requests():
@@ -490,7 +490,7 @@ class _Sim:
     lost: dict[str, float] = field(default_factory=dict)  # lease_id -> started_at
     next_path: int = 0
     delays: list[float] = field(default_factory=list)  # the host's delay as each request started
-    errands: int = 0
+    queries: int = 0
     retry_due: str | None = None  # a URL that failed transiently and must be asked next
 
 
@@ -507,7 +507,7 @@ events = st.lists(
         st.tuples(st.just("finish"), st.sampled_from([200, 404, 429, 503, None])),
         st.tuples(st.just("lose"), st.just(0)),
         st.tuples(st.just("late"), st.just(0)),
-        # robots.txt across hosts: another host asks this one; this one's errand is replied to
+        # robots.txt across hosts: another host asks this one; this one's query is replied to
         st.tuples(st.just("ask"), st.sampled_from(["/robots.txt", "another"])),
         st.tuples(st.just("reply"), st.sampled_from(ROBOTS_ANSWERS)),
         st.tuples(st.just("stale_reply"), st.just(0)),
@@ -518,6 +518,147 @@ events = st.lists(
 )
 
 
+@dataclass
+class _Interleaving(_Sim):
+    """A _Sim that runs the events of test_politeness_holds_under_any_interleaving, checking
+    each event's rule as it goes, and the spacing and the time budget at the end."""
+
+    policy: HostPolicy = POLICY
+    robots_body: bytes = b""
+    ops: list = field(default_factory=list)
+
+    def fire(self) -> None:
+        policy, ops = self.policy, self.ops
+        lease = self.state.lease
+        if lease is not None and lease.lease_id in self.lost:
+            self.state.expire_lease(self.now, policy)
+        decision = self.state.next_action(self.now, policy)
+        if decision.fetch is not None:
+            # At most one request in flight: every earlier one has reported, or its lease
+            # (longer than the fetch deadline) has run out.
+            assert not self.in_flight, (self.in_flight, ops)
+            assert all(self.now >= t + policy.lease_seconds for t in self.lost.values())
+            self.starts.append(self.now)
+            self.delays.append(self.state.delay(policy))
+            self.in_flight.append((decision.fetch.lease.lease_id, self.now))
+            lease = decision.fetch.lease
+            if lease.kind is LeaseKind.PAGE and self.retry_due is not None:
+                # A URL that failed is asked again before any fresh URL of the host.
+                assert lease.url == self.retry_due, (lease.url, self.retry_due, ops)
+                self.retry_due = None
+
+    def robots_report(self, status: int | None) -> FetchReport:
+        if status == 301:
+            return FetchReport(status=301, location="http://b.test/robots.txt")
+        if status == 302:
+            return FetchReport(status=302, location=f"http://{HOST}/moved/robots.txt")
+        return FetchReport(status=200 if status is None else status,
+                           body=self.robots_body if status in (None, 200) else b"")
+
+    def robots_answer(self, status: int | None) -> None:
+        lease = self.state.lease
+        if not (self.in_flight and lease is not None and lease.kind is LeaseKind.ROBOTS
+                and lease.lease_id == self.in_flight[0][0]):
+            return
+        # The robots.txt request in flight is answered, a redirect perhaps.
+        lease_id, _ = self.in_flight.pop(0)
+        self.now += 0.01
+        self.state.complete(lease_id, self.robots_report(status), self.now, self.policy)
+        self.ends.append(self.now)
+
+    def finish(self, status: int | None) -> None:
+        lease_id, _ = self.in_flight.pop(0)
+        self.now += 0.01
+        lease = self.state.lease
+        if lease is not None and lease.lease_id == lease_id and lease.kind is LeaseKind.ROBOTS:
+            report = self.robots_report(status)
+        else:
+            report = FetchReport(status=status, error="timeout" if status is None else None,
+                                 retry_after="2" if status == 429 else None)
+        if lease is not None and lease.lease_id == lease_id and lease.entry is not None \
+                and (status is None or status in (429, 503)) \
+                and lease.entry.attempt + 1 < self.policy.max_attempts:
+            self.retry_due = lease.url
+        self.state.complete(lease_id, report, self.now, self.policy)
+        self.ends.append(self.now)
+
+    def late(self) -> None:
+        # A fetch whose lease was given up reports after all: must change nothing.
+        before = (self.state.lease, tuple(self.state.backlog.queue), self.state.next_allowed)
+        lost, _ = self.lost.popitem()
+        if self.state.lease is None or self.state.lease.lease_id != lost:
+            self.state.complete(lost, FetchReport(status=200), self.now, self.policy)
+            assert (self.state.lease, tuple(self.state.backlog.queue),
+                    self.state.next_allowed) == before
+
+    def robots_messages(self, op: str, arg) -> None:
+        if op == "ask":
+            self.queries += 1
+            path = arg if arg.startswith("/") else f"/shared/{self.queries}/robots.txt"
+            self.state.ask_robots(RobotsQuery(HOST, f"http://{HOST}{path}", "c.test",
+                                               f"e{self.queries}"), self.now, self.policy)
+        elif op == "reply" and self.state.gate.awaited is not None:
+            awaited = self.state.gate.awaited
+            report = self.robots_report(arg)
+            fetch = RobotsFetch.of(awaited.url, report.status, report.body, self.now,
+                                   location=report.location)
+            self.state.robots_answered(RobotsReply(HOST, awaited.query_id, fetch), self.now,
+                                       self.policy)
+        elif op == "stale_reply":
+            before = (self.state.lease, self.state.gate.rules, self.state.next_allowed)
+            self.state.robots_answered(RobotsReply(HOST, "never-sent", RobotsFetch.of(
+                "http://b.test/robots.txt", 200, b"", self.now)), self.now, self.policy)
+            assert (self.state.lease, self.state.gate.rules, self.state.next_allowed) == before
+
+    def step(self, op: str, arg) -> None:
+        if op == "offer":
+            paths = [f"p{self.next_path + i}" for i in range(arg)]
+            self.next_path += arg
+            self.state.offer(urls(*paths), 0, self.policy)
+        elif op == "fire":
+            self.now += arg
+            self.fire()
+        elif op == "fire_twice":
+            self.fire()
+            self.fire()
+        elif op == "robots_answer":
+            self.robots_answer(arg)
+        elif op == "finish" and self.in_flight:
+            self.finish(arg)
+        elif op == "lose" and self.in_flight:
+            lease_id, started = self.in_flight.pop(0)
+            self.lost[lease_id] = started
+        elif op == "late" and self.lost:
+            self.late()
+        else:
+            self.robots_messages(op, arg)
+
+    def check_spacing_and_deadline(self, deadline: float | None) -> None:
+        policy, ops = self.policy, self.ops
+        # The delay in force when a request starts (Crawl-delay 2 once robots.txt says so,
+        # else the 1 s minimum) separates it from the previous one, the robots.txt requests
+        # included (its own, and those it made for other hosts).
+        pairs = zip(self.starts, self.starts[1:], strict=False)
+        for (earlier, later), required in zip(pairs, self.delays[1:], strict=True):
+            assert later - earlier >= required - 1e-9, (self.starts, ops)
+        # The delay runs from the end of each exchange: no request starts within `required`
+        # of the end of an earlier one.
+        for start, required in zip(self.starts, self.delays, strict=True):
+            for end in self.ends:
+                assert not (end <= start < end + required - 1e-9), (start, end, ops)
+        # A time budget: nothing starts at or after the deadline, and the first firing after
+        # it with no request in flight ends every URL still queued.
+        if deadline is not None:
+            assert all(start < deadline for start in self.starts), (self.starts, deadline)
+            if self.state.lease is None and self.state.backlog.queue:
+                assert self.state.due_at(policy) <= max(deadline, self.now)
+                waiting = list(self.state.backlog.queue)
+                decision = self.state.next_action(max(deadline, self.now), policy)
+                assert decision.fetch is None and not self.state.backlog.queue
+                assert [(o.entry, o.state, o.reason) for o in decision.outcomes] == [
+                    (e, PageState.OVER_BUDGET, "time budget") for e in waiting]
+
+
 @settings(max_examples=600, deadline=None)
 @given(events, st.sampled_from([b"", b"User-agent: *\nCrawl-delay: 2\n"]),
        st.one_of(st.none(), st.floats(0.0, 40.0)))
@@ -525,119 +666,10 @@ def test_politeness_holds_under_any_interleaving(ops, robots_body, deadline):
     policy = HostPolicy(user_agent="testbot", min_delay=1.0, fetch_timeout=3.0,
                         lease_grace=1.0, max_attempts=3, retry_base=0.5, retry_cap=5.0,
                         deadline=deadline)
-    sim = _Sim()
-
-    def fire() -> None:
-        lease = sim.state.lease
-        if lease is not None and lease.lease_id in sim.lost:
-            sim.state.expire_lease(sim.now, policy)
-        decision = sim.state.next_action(sim.now, policy)
-        if decision.fetch is not None:
-            # At most one request in flight: every earlier one has reported, or its lease
-            # (longer than the fetch deadline) has run out.
-            assert not sim.in_flight, (sim.in_flight, ops)
-            assert all(sim.now >= t + policy.lease_seconds for t in sim.lost.values())
-            sim.starts.append(sim.now)
-            sim.delays.append(sim.state.delay(policy))
-            sim.in_flight.append((decision.fetch.lease.lease_id, sim.now))
-            lease = decision.fetch.lease
-            if lease.kind is LeaseKind.PAGE and sim.retry_due is not None:
-                # A URL that failed is asked again before any fresh URL of the host.
-                assert lease.url == sim.retry_due, (lease.url, sim.retry_due, ops)
-                sim.retry_due = None
-
-    def robots_report(status: int | None) -> FetchReport:
-        if status == 301:
-            return FetchReport(status=301, location="http://b.test/robots.txt")
-        if status == 302:
-            return FetchReport(status=302, location=f"http://{HOST}/moved/robots.txt")
-        return FetchReport(status=200 if status is None else status,
-                           body=robots_body if status in (None, 200) else b"")
-
+    sim = _Interleaving(policy=policy, robots_body=robots_body, ops=ops)
     for op, arg in ops:
-        if op == "offer":
-            paths = [f"p{sim.next_path + i}" for i in range(arg)]
-            sim.next_path += arg
-            sim.state.offer(urls(*paths), 0, policy)
-        elif op == "fire":
-            sim.now += arg
-            fire()
-        elif op == "fire_twice":
-            fire()
-            fire()
-        elif op == "robots_answer" and sim.in_flight and sim.state.lease is not None \
-                and sim.state.lease.kind is LeaseKind.ROBOTS \
-                and sim.state.lease.lease_id == sim.in_flight[0][0]:
-            # The robots.txt request in flight is answered, a redirect perhaps.
-            lease_id, _ = sim.in_flight.pop(0)
-            sim.now += 0.01
-            sim.state.complete(lease_id, robots_report(arg), sim.now, policy)
-            sim.ends.append(sim.now)
-        elif op == "finish" and sim.in_flight:
-            lease_id, _ = sim.in_flight.pop(0)
-            sim.now += 0.01
-            lease = sim.state.lease
-            if lease is not None and lease.lease_id == lease_id and lease.kind is LeaseKind.ROBOTS:
-                report = robots_report(arg)
-            else:
-                report = FetchReport(status=arg, error="timeout" if arg is None else None,
-                                     retry_after="2" if arg == 429 else None)
-            if lease is not None and lease.lease_id == lease_id and lease.entry is not None \
-                    and (arg is None or arg in (429, 503)) \
-                    and lease.entry.attempt + 1 < policy.max_attempts:
-                sim.retry_due = lease.url
-            sim.state.complete(lease_id, report, sim.now, policy)
-            sim.ends.append(sim.now)
-        elif op == "lose" and sim.in_flight:
-            lease_id, started = sim.in_flight.pop(0)
-            sim.lost[lease_id] = started
-        elif op == "late" and sim.lost:
-            # A fetch whose lease was given up reports after all: must change nothing.
-            before = (sim.state.lease, tuple(sim.state.queue), sim.state.next_allowed)
-            lost, _ = sim.lost.popitem()
-            if sim.state.lease is None or sim.state.lease.lease_id != lost:
-                sim.state.complete(lost, FetchReport(status=200), sim.now, policy)
-                assert (sim.state.lease, tuple(sim.state.queue), sim.state.next_allowed) == before
-        elif op == "ask":
-            sim.errands += 1
-            path = arg if arg.startswith("/") else f"/shared/{sim.errands}/robots.txt"
-            sim.state.ask_robots(RobotsErrand(HOST, f"http://{HOST}{path}", "c.test",
-                                              f"e{sim.errands}"), sim.now, policy)
-        elif op == "reply" and sim.state.robots_awaited is not None:
-            awaited = sim.state.robots_awaited
-            report = robots_report(arg)
-            fetch = RobotsFetch.of(awaited.url, report.status, report.body, sim.now,
-                                   location=report.location)
-            sim.state.robots_answered(RobotsReply(HOST, awaited.errand_id, fetch), sim.now,
-                                      policy)
-        elif op == "stale_reply":
-            before = (sim.state.lease, sim.state.robots, sim.state.next_allowed)
-            sim.state.robots_answered(RobotsReply(HOST, "never-sent", RobotsFetch.of(
-                "http://b.test/robots.txt", 200, b"", sim.now)), sim.now, policy)
-            assert (sim.state.lease, sim.state.robots, sim.state.next_allowed) == before
-
-    # The delay in force when a request starts (Crawl-delay 2 once robots.txt says so, else the
-    # 1 s minimum) separates it from the previous one, the robots.txt requests included (its
-    # own, and those it made for other hosts).
-    pairs = zip(sim.starts, sim.starts[1:], strict=False)
-    for (earlier, later), required in zip(pairs, sim.delays[1:], strict=True):
-        assert later - earlier >= required - 1e-9, (sim.starts, ops)
-    # The delay runs from the end of each exchange: no request starts within `required` of
-    # the end of an earlier one.
-    for start, required in zip(sim.starts, sim.delays, strict=True):
-        for end in sim.ends:
-            assert not (end <= start < end + required - 1e-9), (start, end, ops)
-    # A time budget: nothing starts at or after the deadline, and the first firing after it
-    # with no request in flight ends every URL still queued.
-    if deadline is not None:
-        assert all(start < deadline for start in sim.starts), (sim.starts, deadline)
-        if sim.state.lease is None and sim.state.queue:
-            assert sim.state.due_at(policy) <= max(deadline, sim.now)
-            waiting = list(sim.state.queue)
-            decision = sim.state.next_action(max(deadline, sim.now), policy)
-            assert decision.fetch is None and not sim.state.queue
-            assert [(o.entry, o.state, o.reason) for o in decision.outcomes] == [
-                (e, PageState.OVER_BUDGET, "time budget") for e in waiting]
+        sim.step(op, arg)
+    sim.check_spacing_and_deadline(deadline)
 
 
 first_failure_events = st.lists(
@@ -694,14 +726,14 @@ def test_a_host_failing_each_paths_first_request_is_never_parked(ops, failure):
                 report = FetchReport(status=status, retry_after=retry_after,
                                      error="connect_reset" if status is None else None)
             state.complete(lease.lease_id, report, now, policy)
-            assert state.consecutive_failures <= 1, ops
-            assert state.parked_until is None, ops
-            if state.consecutive_failures:
+            assert state.backoff.consecutive_failures <= 1, ops
+            assert state.backoff.parked_until is None, ops
+            if state.backoff.consecutive_failures:
                 # The URL that just failed is next in line.
-                assert state.queue and state.queue[0].url == lease.url
+                assert state.backlog.queue and state.backlog.queue[0].url == lease.url
         elif op == "lose" and in_flight:
             lost.append(in_flight.pop())
-    assert state.parked_until is None
+    assert state.backoff.parked_until is None
 
 
 def test_a_url_that_failed_is_asked_again_before_fresh_urls():
@@ -717,8 +749,8 @@ def test_a_url_that_failed_is_asked_again_before_fresh_urls():
     again = state.next_action(6.2, policy).fetch.lease
     assert again.url.endswith("/a") and again.entry.attempt == 1
     state.complete(again.lease_id, FetchReport(status=200), 6.3, policy)
-    assert state.consecutive_failures == 0 and state.parked_until is None
-    assert [e.url.rsplit("/", 1)[1] for e in state.queue] == ["b", "c"]
+    assert state.backoff.consecutive_failures == 0 and state.backoff.parked_until is None
+    assert [e.url.rsplit("/", 1)[1] for e in state.backlog.queue] == ["b", "c"]
 
 
 def test_at_the_deadline_no_request_starts_and_every_queued_url_ends_over_budget():
@@ -731,7 +763,7 @@ def test_at_the_deadline_no_request_starts_and_every_queued_url_ends_over_budget
     state.complete(state.lease.lease_id, FetchReport(status=200), 2.2, policy)
     assert state.due_at(policy) == 3.2
     ended = state.next_action(5.0, policy)
-    assert ended.fetch is None and not state.queue
+    assert ended.fetch is None and not state.backlog.queue
     assert [(o.entry.url, o.state, o.reason) for o in ended.outcomes] == [
         (f"http://{HOST}/c", PageState.OVER_BUDGET, "time budget")]
 
@@ -745,7 +777,7 @@ def test_a_parked_host_wakes_at_the_deadline_to_end_its_queue():
     state.offer(urls("b", "c"), 0, policy)
     lease = state.next_action(1.0, policy).fetch.lease
     after = state.complete(lease.lease_id, FetchReport(status=503), 1.1, policy)
-    assert state.parked_until is not None and state.next_allowed >= 3600.0
+    assert state.backoff.parked_until is not None and state.next_allowed >= 3600.0
     assert after.wake_at == 30.0
     assert state.parked_backlog() == 3  # a (to retry), b and c wait on the parked host
     ended = state.next_action(30.0, policy)
@@ -787,7 +819,7 @@ def test_a_dead_host_is_parked_and_then_probed_once_per_period():
     # A success closes the circuit: the host goes back to its normal delay.
     lease = state.next_action(state.next_allowed, policy).fetch.lease
     state.complete(lease.lease_id, FetchReport(status=200), state.next_allowed, policy)
-    assert state.parked_until is None and state.consecutive_failures == 0
+    assert state.backoff.parked_until is None and state.backoff.consecutive_failures == 0
 
 
 def test_slow_answers_lengthen_the_spacing():
@@ -807,7 +839,7 @@ def test_host_state_stays_kilobytes():
     state = ready_host(b"User-agent: *\nDisallow: /private/\n" * 20)
     for batch in range(10):
         state.offer(urls(*[f"articles/{batch}-{i}.html" for i in range(100)]), 1, policy)
-    assert len(state.queue) == policy.queue_cap
+    assert len(state.backlog.queue) == policy.queue_cap
     size = len(pickle.dumps(state))
     assert size < 64 * 1024, size
 
@@ -820,11 +852,11 @@ def test_a_host_state_survives_the_state_coder_unchanged(entries):
     policy = HostPolicy(user_agent="t")
     state = HostState(host=HOST)
     state.offer([(f"http://{HOST}/{n}", n, None) for n, _, _, _ in entries], 1, policy)
-    state.queue = deque(dataclasses.replace(e, depth=d, attempt=a, redirect_hops=h)
-                        for e, (_, d, a, h) in zip(state.queue, entries, strict=False))
-    state.next_allowed, state.consecutive_failures = 12.5, 2
+    state.backlog.queue = deque(dataclasses.replace(e, depth=d, attempt=a, redirect_hops=h)
+                        for e, (_, d, a, h) in zip(state.backlog.queue, entries, strict=False))
+    state.next_allowed, state.backoff.consecutive_failures = 12.5, 2
     copy = pickle.loads(pickle.dumps(state))
-    assert copy == state and isinstance(copy.queue, deque)
+    assert copy == state and isinstance(copy.backlog.queue, deque)
     assert pickle.loads(pickle.dumps(copy)) == state  # and again, as each event does
 
 
@@ -833,36 +865,36 @@ def test_a_full_queue_overflows_in_order_and_refills_as_it_empties():
     policy = HostPolicy(user_agent="t", min_delay=1.0, queue_cap=8)  # chunks of 2
     state = ready_host()  # /a queued
     accepted, _, spilled = state.offer(urls(*"bcdefghijkl"), 1, policy)
-    assert len(accepted) == 11 and [e.url[-1] for e in state.queue] == list("abcdefgh")
-    chunks = state.overflow(spilled, policy)
-    assert [n for n, _ in chunks] == [0, 1] and state.overflow_urls == 4
+    assert len(accepted) == 11 and [e.url[-1] for e in state.backlog.queue] == list("abcdefgh")
+    chunks = state.backlog.overflow(spilled, policy)
+    assert [n for n, _ in chunks] == [0, 1] and state.backlog.overflow_urls == 4
     # Later URLs go behind the stored ones even though the queue has room again.
-    state.queue.popleft()
+    state.backlog.queue.popleft()
     _, _, later = state.offer(urls("m"), 1, policy)
-    assert [e.url[-1] for e in later] == ["m"] and len(state.queue) == 7
-    chunks += state.overflow(later, policy)
-    assert state.refill_wanted(policy) == range(0, 0)  # no room for a whole chunk yet
+    assert [e.url[-1] for e in later] == ["m"] and len(state.backlog.queue) == 7
+    chunks += state.backlog.overflow(later, policy)
+    assert state.backlog.refill_wanted(policy) == range(0, 0)  # no room for a whole chunk yet
     for _ in range(5):
-        state.queue.popleft()
-    wanted = state.refill_wanted(policy)
+        state.backlog.queue.popleft()
+    wanted = state.backlog.refill_wanted(policy)
     assert wanted == range(0, 3)
-    assert state.refilled(wanted, dict(chunks)) == 0
-    assert [e.url[-1] for e in state.queue] == list("ghijklm")
-    assert not state.has_overflow and state.overflow_urls == 0
-    assert state.deletable() == range(0, 3)
+    assert state.backlog.refilled(wanted, dict(chunks)) == 0
+    assert [e.url[-1] for e in state.backlog.queue] == list("ghijklm")
+    assert not state.backlog.has_overflow and state.backlog.overflow_urls == 0
+    assert state.backlog.deletable() == range(0, 3)
 
 
 def test_a_host_with_stored_overflow_stays_busy_and_a_missing_chunk_is_reported():
     policy = HostPolicy(user_agent="t", queue_cap=4)  # chunks of 1
     state = HostState(host=HOST)
     _, _, spilled = state.offer(urls(*"abcdef"), 0, policy)
-    chunks = dict(state.overflow(spilled, policy))
-    state.queue.clear()
-    assert state.busy and state.has_overflow
-    wanted = state.refill_wanted(policy)
+    chunks = dict(state.backlog.overflow(spilled, policy))
+    state.backlog.queue.clear()
+    assert state.busy and state.backlog.has_overflow
+    wanted = state.backlog.refill_wanted(policy)
     del chunks[wanted.start]
-    assert state.refilled(wanted, chunks) == 1
-    assert [e.url[-1] for e in state.queue] == ["f"] and not state.has_overflow
+    assert state.backlog.refilled(wanted, chunks) == 1
+    assert [e.url[-1] for e in state.backlog.queue] == ["f"] and not state.backlog.has_overflow
 
 
 BLOCKED = "blocked address (loopback 127.0.0.0/8)"
@@ -877,7 +909,7 @@ def test_a_host_refused_at_its_robots_txt_ends_every_url_filtered_and_is_not_ret
                                                           blocked=BLOCKED), 0.0, POLICY)
     assert [(o.entry.url, o.state, o.reason, o.blocked) for o in decision.outcomes] == [
         (f"http://{HOST}/{p}", PageState.FILTERED, BLOCKED, True) for p in ("a", "b")]
-    assert state.consecutive_failures == 0 and not state.queue and not state.busy
+    assert state.backoff.consecutive_failures == 0 and not state.backlog.queue and not state.busy
     # URLs offered later end the same way without another attempt, whatever the time.
     for now in (0.0, 60.0, 3600.0):
         state.offer(urls(f"c{now}"), 1, POLICY)
@@ -895,7 +927,7 @@ def test_a_page_refused_after_its_host_answered_robots_is_filtered_not_retried()
                                                           blocked=BLOCKED), 1.0, POLICY)
     assert [(o.entry.url, o.reason) for o in decision.outcomes] == [
         (f"http://{HOST}/a", BLOCKED), (f"http://{HOST}/b", BLOCKED)]
-    assert decision.page_done is None and not state.queue
+    assert decision.page_done is None and not state.backlog.queue
     assert all(o.entry.attempt == 0 for o in decision.outcomes)
 
 
@@ -907,7 +939,7 @@ def test_a_refused_host_is_tried_again_robots_first_after_a_day():
     state.offer(urls("b"), 0, POLICY)
     retry = state.next_action(BLOCKED_HOST_SECONDS, POLICY)
     assert retry.fetch is not None and retry.fetch.lease.kind is LeaseKind.ROBOTS
-    assert state.blocked is None and not retry.outcomes
+    assert state.backoff.blocked is None and not retry.outcomes
 
 
 def test_a_blocked_host_state_survives_the_state_coder():
@@ -916,4 +948,5 @@ def test_a_blocked_host_state_survives_the_state_coder():
     lease = state.next_action(0.0, POLICY).fetch.lease
     state.complete(lease.lease_id, FetchReport(status=None, blocked=BLOCKED), 5.0, POLICY)
     copy = pickle.loads(pickle.dumps(state))
-    assert (copy.blocked, copy.blocked_until) == (BLOCKED, 5.0 + BLOCKED_HOST_SECONDS)
+    assert (copy.backoff.blocked, copy.backoff.blocked_until) == (
+        BLOCKED, 5.0 + BLOCKED_HOST_SECONDS)

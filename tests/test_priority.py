@@ -170,9 +170,9 @@ def test_a_host_offered_urls_takes_them_by_the_hooks_priority():
     state = HostState(host=HOST)
     rank = HOOK.ranker(HOST, PrioritySource.LINK)
     state.offer(urls("a/b/c", "a", "a/bb", "zz"), 1, policy, rank=rank)
-    assert [e.url.split("/", 3)[3] for e in state.queue] == ["a", "zz", "a/bb", "a/b/c"]
-    assert [e.priority for e in state.queue] == sorted((e.priority for e in state.queue),
-                                                       reverse=True)
+    assert [e.url.split("/", 3)[3] for e in state.backlog.queue] == ["a", "zz", "a/bb", "a/b/c"]
+    priorities = [e.priority for e in state.backlog.queue]
+    assert priorities == sorted(priorities, reverse=True)
     assert rank.errors == 0
 
 
@@ -180,8 +180,8 @@ def test_without_a_hook_a_host_queue_is_stored_byte_for_byte_as_before():
     policy = HostPolicy(user_agent="t")
     state = HostState(host=HOST)
     state.offer(urls("a/b/c", "a", "zz"), 1, policy)
-    assert all(e.priority == DEFAULT_PRIORITY for e in state.queue)
-    assert state.queue.to_bytes() == b"".join(
+    assert all(e.priority == DEFAULT_PRIORITY for e in state.backlog.queue)
+    assert state.backlog.queue.to_bytes() == b"".join(
         struct.pack("<qIIII", h, 1, 0, 0, len(u)) + u.encode() for u, h, _ in
         urls("a/b/c", "a", "zz"))
 
@@ -199,29 +199,29 @@ def test_a_full_queue_spills_its_lowest_entries_and_refills_merge_back_in_order(
         serial += len(batch)
         _, _, spilled = state.offer(urls(*(u.rsplit("/", 1)[1] for u in scores)), 1, policy,
                                     rank=lambda url, depth, s=scores: s[url])
-        assert len(state.queue) <= cap
+        assert len(state.backlog.queue) <= cap
         if spilled:
-            assert max(e.priority for e in spilled) <= min(e.priority for e in state.queue)
+            assert max(e.priority for e in spilled) <= min(e.priority for e in state.backlog.queue)
             assert [e.priority for e in spilled] == sorted((e.priority for e in spilled),
                                                           reverse=True)
-        chunks.update(state.overflow(spilled, policy))
+        chunks.update(state.backlog.overflow(spilled, policy))
     # Half the queue is fetched, then what fits comes back: the queue is in order again.
-    for _ in range(len(state.queue) // 2 + 1):
-        state.queue.popleft()
+    for _ in range(len(state.backlog.queue) // 2 + 1):
+        state.backlog.queue.popleft()
     # A URL ranked below everything arrives meanwhile: the refilled ones go before it.
     state.offer(urls("late"), 1, policy, rank=lambda url, depth: -100.0)
-    wanted = state.refill_wanted(policy)
+    wanted = state.backlog.refill_wanted(policy)
     back = [e for n in wanted for e in chunks[n]]
-    before = list(state.queue)
-    assert state.refilled(wanted, chunks, by_priority=True) == 0
-    assert list(state.queue) == by_priority(before + back)
+    before = list(state.backlog.queue)
+    assert state.backlog.refilled(wanted, chunks, by_priority=True) == 0
+    assert list(state.backlog.queue) == by_priority(before + back)
 
 
 def test_a_spill_batch_offered_again_is_not_ranked_again():
     policy = HostPolicy(user_agent="t", priority=HOOK)
     state = HostState(host=HOST)
     state.offer(urls("a/b", "c"), 2, policy, already_accepted=True)
-    assert [(e.url, e.priority) for e in state.queue] == [
+    assert [(e.url, e.priority) for e in state.backlog.queue] == [
         (f"http://{HOST}/a/b", DEFAULT_PRIORITY), (f"http://{HOST}/c", DEFAULT_PRIORITY)]
 
 

@@ -63,7 +63,7 @@ def test_the_request_is_the_url_as_found_and_robots_judge_that_request() -> None
     assert decision.fetch is not None
     lease = decision.fetch.lease
     assert lease.url == f"http://{HOST}/search?a=1&q=x"  # its own order, fragment dropped
-    assert state.robots is not None and state.robots.allowed(lease.url, POLICY.user_agent)
+    assert state.gate.rules is not None and state.gate.rules.allowed(lease.url, POLICY.user_agent)
     assert lease.entry is not None
     assert lease.entry.url_hash == url_hash(dedup_key(lease.url))
 

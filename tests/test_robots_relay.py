@@ -1,5 +1,5 @@
-"""robots.txt across hosts (pipeline.core.robots_relay): the desk that fetches for others and
-the messages that carry errands and answers through the frontier."""
+"""robots.txt across hosts (pipeline.core.robots_relay): the relay that fetches for others and
+the messages that carry queries and answers through the frontier."""
 
 from __future__ import annotations
 
@@ -11,22 +11,22 @@ from hypothesis import strategies as st
 from pipeline.core.records import RobotsAnswer, RobotsRequest, frontier_message
 from pipeline.core.robots import ROBOTS_MAX_BYTES, ROBOTS_TTL_SECONDS, UNREACHABLE_RETRY_SECONDS
 from pipeline.core.robots_relay import (
-    DESK_ANSWERS,
-    DESK_WAITING,
-    RobotsDesk,
-    RobotsErrand,
+    RELAY_ANSWERS,
+    RELAY_WAITING,
     RobotsFetch,
+    RobotsQuery,
+    RobotsRelay,
     RobotsReply,
 )
 
 HOST = "b.test"
 
 
-def errand(path: str, asker: str, errand_id: str) -> RobotsErrand:
-    return RobotsErrand(HOST, f"http://{HOST}{path}", asker, errand_id)
+def query(path: str, asker: str, query_id: str) -> RobotsQuery:
+    return RobotsQuery(HOST, f"http://{HOST}{path}", asker, query_id)
 
 
-desk_events = st.lists(
+relay_events = st.lists(
     st.one_of(
         st.tuples(st.just("ask"), st.sampled_from(["/robots.txt", "/a.txt", "/b.txt"]),
                   st.integers(0, 5)),
@@ -39,66 +39,66 @@ desk_events = st.lists(
 
 
 @settings(max_examples=300, deadline=None)
-@given(desk_events)
-def test_every_errand_gets_one_reply_and_a_fresh_answer_is_never_fetched_again(events):
-    desk, now, asked = RobotsDesk(), 0.0, 0
+@given(relay_events)
+def test_every_query_gets_one_reply_and_a_fresh_answer_is_never_fetched_again(events):
+    relay, now, asked = RobotsRelay(), 0.0, 0
     replied: list[str] = []
     fetched_at: dict[str, list[float]] = {}
     for op, arg, who in events:
         if op == "ask":
             asked += 1
-            reply = desk.take(errand(arg, f"h{who}.test", f"e{asked}"), now)
+            reply = relay.take(query(arg, f"h{who}.test", f"e{asked}"), now)
             if reply is not None:
                 assert reply.fetch.url == f"http://{HOST}{arg}"
-                replied.append(reply.errand_id)
-        elif op == "fetch" and desk.busy:
-            url = desk.next_url()
+                replied.append(reply.query_id)
+        elif op == "fetch" and relay.busy:
+            url = relay.next_url()
             assert url is not None
             # Fetched only while no fresh answer is kept for it.
-            kept = desk.answers.get(url)
+            kept = relay.answers.get(url)
             assert kept is None or now >= kept.expires_at
             fetched_at.setdefault(url, []).append(now)
             fetch = RobotsFetch.of(url, arg, b"User-agent: *\nDisallow: /x\n", now,
                                    location="http://c.test/robots.txt")
-            replies = desk.answered(fetch, now)
+            replies = relay.answered(fetch, now)
             assert {r.fetch for r in replies} <= {fetch}
-            replied.extend(r.errand_id for r in replies)
+            replied.extend(r.query_id for r in replies)
         elif op == "wait":
             now += arg
-        assert len(desk.answers) <= DESK_ANSWERS and len(desk.waiting) <= DESK_WAITING
-        assert pickle.loads(pickle.dumps(desk)) == desk
-    waiting = [errand_id for askers in desk.waiting.values() for _, errand_id in askers]
-    # Each errand is replied to exactly once, or is still waiting for its URL's fetch.
+        assert len(relay.answers) <= RELAY_ANSWERS and len(relay.waiting) <= RELAY_WAITING
+        assert pickle.loads(pickle.dumps(relay)) == relay
+    waiting = [query_id for askers in relay.waiting.values() for _, query_id in askers]
+    # Each query is replied to exactly once, or is still waiting for its URL's fetch.
     assert sorted(replied + waiting) == sorted(f"e{n}" for n in range(1, asked + 1))
     assert len(set(replied)) == len(replied)
 
 
-def test_an_errand_asked_twice_is_answered_once() -> None:
-    desk = RobotsDesk()
-    assert desk.take(errand("/robots.txt", "a.test", "e1"), 0.0) is None
-    assert desk.take(errand("/robots.txt", "a.test", "e1"), 0.0) is None
-    replies = desk.answered(RobotsFetch.of(f"http://{HOST}/robots.txt", 200, b"", 0.0), 0.1)
-    assert [r.errand_id for r in replies] == ["e1"]
+def test_a_query_asked_twice_is_answered_once() -> None:
+    relay = RobotsRelay()
+    assert relay.take(query("/robots.txt", "a.test", "e1"), 0.0) is None
+    assert relay.take(query("/robots.txt", "a.test", "e1"), 0.0) is None
+    replies = relay.answered(RobotsFetch.of(f"http://{HOST}/robots.txt", 200, b"", 0.0), 0.1)
+    assert [r.query_id for r in replies] == ["e1"]
 
 
 def test_answers_are_kept_as_long_as_their_kind_holds() -> None:
-    desk = RobotsDesk()
+    relay = RobotsRelay()
     url = f"http://{HOST}/robots.txt"
-    desk.answered(RobotsFetch.of(url, 503, None, 0.0), 0.0)
-    assert desk.take(errand("/robots.txt", "a.test", "e1"), UNREACHABLE_RETRY_SECONDS - 1)
-    assert desk.take(errand("/robots.txt", "a.test", "e2"), UNREACHABLE_RETRY_SECONDS) is None
-    desk.answered(RobotsFetch.of(url, 200, b"", 1000.0), 1000.0)
-    assert desk.take(errand("/robots.txt", "a.test", "e3"), 1000.0 + ROBOTS_TTL_SECONDS - 1)
+    relay.answered(RobotsFetch.of(url, 503, None, 0.0), 0.0)
+    assert relay.take(query("/robots.txt", "a.test", "e1"), UNREACHABLE_RETRY_SECONDS - 1)
+    assert relay.take(query("/robots.txt", "a.test", "e2"), UNREACHABLE_RETRY_SECONDS) is None
+    relay.answered(RobotsFetch.of(url, 200, b"", 1000.0), 1000.0)
+    assert relay.take(query("/robots.txt", "a.test", "e3"), 1000.0 + ROBOTS_TTL_SECONDS - 1)
 
 
 def test_too_many_urls_waiting_are_answered_unreachable_at_once() -> None:
-    desk = RobotsDesk()
-    for n in range(DESK_WAITING):
-        assert desk.take(errand(f"/r{n}.txt", "a.test", f"e{n}"), 0.0) is None
-    reply = desk.take(errand("/one-more.txt", "a.test", "late"), 0.0)
+    relay = RobotsRelay()
+    for n in range(RELAY_WAITING):
+        assert relay.take(query(f"/r{n}.txt", "a.test", f"e{n}"), 0.0) is None
+    reply = relay.take(query("/one-more.txt", "a.test", "late"), 0.0)
     assert reply is not None and reply.fetch.policy.kind == "unreachable"
     assert "wait on b.test" in reply.fetch.policy.reason
-    assert len(desk.waiting) == DESK_WAITING
+    assert len(relay.waiting) == RELAY_WAITING
 
 
 @settings(max_examples=100, deadline=None)
@@ -112,7 +112,7 @@ def test_requests_and_answers_survive_the_frontier_unchanged(status, body, error
     decoded = frontier_message(answer.to_bytes())
     assert isinstance(decoded, RobotsAnswer) and decoded.reply() == reply
     assert decoded.host == "a.test:8080"  # routed back to the host that asked
-    request = RobotsRequest.of("crawl-1", errand("/robots.txt", "a.test:8080", "e1"))
+    request = RobotsRequest.of("crawl-1", query("/robots.txt", "a.test:8080", "e1"))
     assert frontier_message(request.to_bytes()) == request
 
 
@@ -125,3 +125,17 @@ def test_a_large_robots_txt_crosses_the_frontier_compressed() -> None:
     policy = frontier_message(wire).reply().fetch.policy
     assert not policy.allowed("http://a.test/section-7/x", "bot")
     assert policy.body_size == len(body)
+
+
+def test_queries_and_answers_published_by_earlier_releases_name_their_id_errand_id():
+    """Messages an earlier release left on the frontier (read by the job relaunched after a
+    drain) spell the query's id `errand_id`."""
+    request = frontier_message(b'{"kind":"robots_request","crawl_id":"c","host":"b.test",'
+                               b'"url":"http://b.test/robots.txt","asker":"a.test",'
+                               b'"errand_id":"e-1","version":1}')
+    assert isinstance(request, RobotsRequest) and request.query_id == "e-1"
+    answer = RobotsAnswer.of("c", RobotsReply("a.test", "e-2", RobotsFetch.of(
+        "http://b.test/robots.txt", 404, b"", 10.0)))
+    old = answer.to_bytes().replace(b'"query_id"', b'"errand_id"')
+    again = frontier_message(old)
+    assert isinstance(again, RobotsAnswer) and again.query_id == "e-2" and again == answer

@@ -360,7 +360,7 @@ def test_2_3_1_2_more_than_five_redirects_may_mean_unavailable() -> None:
     state = host_with("/private/x")
     for hop in range(MAX_REDIRECTS + 1):
         answer_robots(state, float(hop), FetchReport(status=302, location=f"/r{hop}.txt"))
-    assert state.robots is not None and state.robots.kind is RobotsKind.ALLOW_ALL
+    assert state.gate.rules is not None and state.gate.rules.kind is RobotsKind.ALLOW_ALL
     decision = state.next_action(10.0, POLICY)
     assert decision.fetch is not None and decision.fetch.lease.kind is LeaseKind.PAGE
 
@@ -371,11 +371,11 @@ def test_2_3_1_2_redirects_across_authorities_are_followed_for_the_initial_autho
     state = host_with("/private/x", "/public")
     _, asked = answer_robots(state, 0.0, FetchReport(
         status=301, location="https://example.com/robots.txt"))
-    (errand,) = asked.robots_messages
-    assert (errand.host, errand.url, errand.asker) == \
+    (query,) = asked.robots_messages
+    assert (query.host, query.url, query.asker) == \
         ("example.com", "https://example.com/robots.txt", HOST)
-    fetch = RobotsFetch.of(errand.url, 200, b"User-agent: *\nDisallow: /private/\n", 0.5)
-    state.robots_answered(RobotsReply(HOST, errand.errand_id, fetch), 0.6, POLICY)
+    fetch = RobotsFetch.of(query.url, 200, b"User-agent: *\nDisallow: /private/\n", 0.5)
+    state.robots_answered(RobotsReply(HOST, query.query_id, fetch), 0.6, POLICY)
     decision = state.next_action(1.0, POLICY)
     assert [(o.state, o.entry.url) for o in decision.outcomes] == \
         [(PageState.DISALLOWED, f"https://{HOST}/private/x")]
@@ -388,13 +388,13 @@ def test_2_3_1_2_the_five_redirects_count_across_hosts_too() -> None:
     _, asked = answer_robots(state, 0.0, FetchReport(status=301,
                                                      location="https://h1.example/robots.txt"))
     for hop in range(2, MAX_REDIRECTS + 2):
-        (errand,) = asked.robots_messages
-        fetch = RobotsFetch.of(errand.url, 301, None, float(hop),
+        (query,) = asked.robots_messages
+        fetch = RobotsFetch.of(query.url, 301, None, float(hop),
                                location=f"https://h{hop}.example/robots.txt")
-        asked = state.robots_answered(RobotsReply(HOST, errand.errand_id, fetch), float(hop),
+        asked = state.robots_answered(RobotsReply(HOST, query.query_id, fetch), float(hop),
                                       POLICY)
     assert asked.robots_messages == ()
-    assert state.robots is not None and state.robots.kind is RobotsKind.ALLOW_ALL
+    assert state.gate.rules is not None and state.gate.rules.kind is RobotsKind.ALLOW_ALL
 
 
 # --- 2.4: caching ---------------------------------------------------------------------------
@@ -419,10 +419,11 @@ def test_2_4_a_file_fetched_by_another_host_expires_24_hours_after_that_fetch() 
     state = host_with("/a")
     _, asked = answer_robots(state, 1000.0, FetchReport(
         status=301, location="https://example.com/robots.txt"))
-    (errand,) = asked.robots_messages
-    fetch = RobotsFetch.of(errand.url, 200, b"User-agent: *\nAllow: /\n", 900.0)
-    state.robots_answered(RobotsReply(HOST, errand.errand_id, fetch), 1001.0, POLICY)
-    assert state.robots is not None and state.robots.expires_at == 900.0 + ROBOTS_TTL_SECONDS
+    (query,) = asked.robots_messages
+    fetch = RobotsFetch.of(query.url, 200, b"User-agent: *\nAllow: /\n", 900.0)
+    state.robots_answered(RobotsReply(HOST, query.query_id, fetch), 1001.0, POLICY)
+    rules = state.gate.rules
+    assert rules is not None and rules.expires_at == 900.0 + ROBOTS_TTL_SECONDS
 
 
 # --- 2.5: limits ----------------------------------------------------------------------------

@@ -66,10 +66,10 @@ def test_cpu_per_page_adds_the_store_stage_scheduler_frontier_fetch_and_rows() -
     assert s.total_ms == pytest.approx(27.0)
     assert s.busy_vcpus == pytest.approx(270.0)
     assert s.vcpus == pytest.approx(540.0)
-    assert s.workers == math.ceil(540 / 16)
+    assert s.workers == math.ceil(540 / a.vcpus_per_worker)
     assert s.shuffle_bytes == pytest.approx(1000 + 4000)
     hours = a.pages / a.rate / 3600
-    assert s.vcpu_hours == pytest.approx(s.workers * 16 * hours)
+    assert s.vcpu_hours == pytest.approx(s.workers * a.vcpus_per_worker * hours)
     assert s.worker_usd(4.0) == pytest.approx(s.vcpu_hours * (0.069 + 4 * 0.0036))
     assert s.streaming_engine_usd == pytest.approx(5000 * 1e10 / 1e9 * 0.018)
 

@@ -259,12 +259,12 @@ def test_a_host_whose_circuit_opens_is_counted_parked_once_per_parking(one_host)
     fire_until_requests(2)
     pool.finish(1, status=503)  # first failure: backoff, not parked
     fire_until_requests(3)
-    assert parked() == before and host.hosts.state(HOST).crawls[host.crawl_id].parked_until \
-        is None
+    assert parked() == before
+    assert host.hosts.state(HOST).crawls[host.crawl_id].backoff.parked_until is None
     pool.finish(2, status=503)  # second failure in a row: the circuit opens
     host.fire_when_due()
     assert parked() == before + 1
-    assert host.hosts.state(HOST).crawls[host.crawl_id].parked_until is not None
+    assert host.hosts.state(HOST).crawls[host.crawl_id].backoff.parked_until is not None
     # Counted in the crawl's record too, with the gauges of what waits on parked hosts.
     counters = host.counters()
     assert (counters["hosts_parked"], counters["hosts_parked_now"],
@@ -286,7 +286,7 @@ def test_a_parked_host_is_woken_at_the_deadline_and_its_urls_end_over_budget(one
     fire(1.0)
     pool.finish(1, status=503)  # the circuit opens after one failure: parked an hour
     fire(1.5)
-    assert host.hosts.state(HOST).crawls[host.crawl_id].parked_until is not None
+    assert host.hosts.state(HOST).crawls[host.crawl_id].backoff.parked_until is not None
     assert host.timer.at == 20.0
     out = fire(20.0)
     rows = tagged(out, Tag.ROWS)

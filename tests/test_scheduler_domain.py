@@ -53,17 +53,23 @@ class Domain:
         self.decode = DecodeFrontierFn(politeness_key="domain")
         self.cells = {name: FakeState() for name in CELLS}
         self.timer = FakeTimer()
+        self.drain_timer = FakeTimer()
 
     def publish(self, record) -> list:
         out: list = []
         for key, (crawl_id, message) in decode_bundle(self.decode, [record.to_bytes()]):
             assert key == DOMAIN
-            out += self.fn.process((key, (crawl_id, message)), **self.cells, wake=self.timer)
+            out += self.fn.process((key, (crawl_id, message)), **self.cells, wake=self.timer,
+                                  drain=self.drain_timer)
         return out
 
     def fire(self, at: float) -> list:
         self.pool.clock[0] = at
-        return list(self.fn.on_wake(key=DOMAIN, **self.cells, wake=self.timer))
+        return list(self.fn.on_wake(key=DOMAIN, **self.cells, wake=self.timer,
+                                    drain=self.drain_timer))
+
+    def drain(self) -> list:
+        return list(self.fn.on_drain(key=DOMAIN, **self.cells, wake=self.timer))
 
     def started(self) -> list[tuple[str, float]]:
         return [(url, at) for url, at, _ in self.pool.submitted]
@@ -179,7 +185,7 @@ def test_each_subdomain_spills_to_its_own_overflow_chunks_and_gets_them_back(dom
 
 def test_a_robots_txt_redirected_to_another_subdomain_is_fetched_there_and_governs_its_host(
         domain):
-    """a.shop.test's robots.txt redirects to b.shop.test's: the errand leaves for the
+    """a.shop.test's robots.txt redirects to b.shop.test's: the query leaves for the
     frontier, comes back to the same domain key, is fetched by b in its turn, and the reply
     gives a its rules (RFC 9309 2.3.1.2), each host's state its own."""
     d, crawl_id = domain
@@ -207,3 +213,37 @@ def test_a_robots_txt_redirected_to_another_subdomain_is_fetched_there_and_gover
     (row,) = [r for r in tagged(out, Tag.ROWS) if isinstance(r, PageRow)]
     assert (row.url, row.host, row.state) == ("http://a.shop.test/private/x", "a.shop.test",
                                               "disallowed")
+
+
+def test_a_drain_writes_the_domain_out_and_the_relaunched_job_goes_on_from_it(
+        domain, bigtable_config, bigtable_tables):
+    """Every host of the domain goes out with the domain key's state at a drain (a wake per
+    host with work), and the relaunched job's first event of the key reads it all back: what
+    the drained job fetched is not fetched again, what waited is."""
+    d, crawl_id = domain
+    d.publish(FrontierBatch(crawl_id, 0, ("http://a.shop.test/x", "http://b.shop.test/y",
+                                          "http://a.shop.test/z")))
+    assert d.drain_timer.at is not None
+    for t in (0.0, 0.5, 1.0, 1.5, 2.0):  # both robots.txt, then /x
+        d.fire(t)
+        for index, (url, _, future) in enumerate(d.pool.submitted):
+            if not future.done():
+                d.pool.finish(index, status=404 if url.endswith("/robots.txt") else 200)
+    assert [url for url, _ in d.started()][-1] == "http://a.shop.test/x"
+
+    out = d.drain()
+
+    assert sorted(tagged(out, Tag.RELAUNCH), key=lambda w: w.host) == [
+        HostWake(crawl_id, "a.shop.test"), HostWake(crawl_id, "b.shop.test")]
+    assert all(cell.value is None for cell in d.cells.values()) and d.timer.at is None
+
+    again = Domain(bigtable_config)
+    again.pool.clock[0] = 10.0
+    again.publish(HostWake(crawl_id, "b.shop.test"))
+    for t in (10.0, 11.5, 13.0, 14.5):
+        again.fire(t)
+        for index, (_url, _, future) in enumerate(again.pool.submitted):
+            if not future.done():
+                again.pool.finish(index, status=200)
+    assert sorted(url for url, _ in again.started()) == ["http://a.shop.test/z",
+                                                         "http://b.shop.test/y"]

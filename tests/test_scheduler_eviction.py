@@ -15,7 +15,7 @@ import pytest
 from pipeline.core.crawl_states import CrawlAction, CrawlLimits, CrawlState
 from pipeline.core.fleet_host import CrawlTerms, FleetHostState
 from pipeline.core.politeness import HostPolicy
-from pipeline.core.robots_relay import RobotsErrand
+from pipeline.core.robots_relay import RobotsQuery
 from pipeline.core.urls import url_hash
 from pipeline.io.crawls import apply_action, create_crawl
 from pipeline.transforms.schedule import HostCells, crawl_records
@@ -82,7 +82,7 @@ def test_a_crawl_that_ends_leaves_the_host_state_and_its_seen_set_goes_after_the
     fetched = {url for url, _, _ in hosts.pool.submitted}
     assert {f"http://{HOST}/end/1", f"http://{HOST}/end/2"} <= fetched
     state = hosts.state(HOST)
-    assert set(state.crawls) == {keep, end} and state.crawls[keep].queue
+    assert set(state.crawls) == {keep, end} and state.crawls[keep].backlog.queue
     beside = fields_beside(hosts, keep)
     before = cell_bytes(hosts)
     assert set(hosts.cells[HOST]["host_seen"].value) == {keep, end}
@@ -109,7 +109,7 @@ def test_a_crawl_that_ends_leaves_the_host_state_and_its_seen_set_goes_after_the
     # row, and the next firing evicts the crawl again.
     out = hosts.offer(end, f"http://{HOST}/end/1", f"http://{HOST}/end/3")
     assert tagged(out, Tag.ROWS) == []
-    assert [e.url for e in hosts.state(HOST).crawls[end].queue] == [f"http://{HOST}/end/3"]
+    assert [e.url for e in hosts.state(HOST).crawls[end].backlog.queue] == [f"http://{HOST}/end/3"]
     assert set(cells["host_seen"].value) == {keep, end} and not cells["host_tombstones"].value
     answer(hosts)
     rows.extend(tagged(hosts.fire(HOST, now + 0.1), Tag.ROWS))
@@ -135,7 +135,7 @@ def test_a_crawl_that_ends_leaves_the_host_state_and_its_seen_set_goes_after_the
 
 
 def test_a_crawl_s_seen_set_moves_between_cells_as_it_is_evicted_revived_and_forgotten():
-    """HostCells alone: an errand revives an evicted crawl without reading any seen-set,
+    """HostCells alone: a query revives an evicted crawl without reading any seen-set,
     and its seen-set still moves back with it, so its next offer finds what it saw."""
     cells = {name: FakeState() for name in ("fields", "queues", "seen", "tombstones")}
 
@@ -159,8 +159,8 @@ def test_a_crawl_s_seen_set_moves_between_cells_as_it_is_evicted_revived_and_for
     store.write(state)
     assert set(cells["seen"].value) == {"a"} and cells["tombstones"].value == {"b": b_seen}
     store, state = event()
-    errand = RobotsErrand(HOST, f"http://{HOST}/robots.txt", "asker.test", "e1")
-    state.robots_message("b", errand, 11.0, policy)
+    query = RobotsQuery(HOST, f"http://{HOST}/robots.txt", "asker.test", "e1")
+    state.robots_message("b", query, 11.0, policy)
     store.write(state)
     assert cells["seen"].value["b"] == b_seen and cells["tombstones"].value == {}
     store, state = event("b")

@@ -94,7 +94,7 @@ def test_a_robots_txt_redirect_on_the_host_is_a_scheduled_request_of_its_own(sch
 
 def test_a_robots_txt_moved_to_another_host_is_fetched_there_through_the_robots_output(
         scheduler_run):
-    """a.test's robots.txt redirects to a file on b.test: the errand leaves on the 'robots'
+    """a.test's robots.txt redirects to a file on b.test: the query leaves on the 'robots'
     output, crosses the frontier to b.test's key, b.test fetches the file under its own
     spacing (after its own robots.txt and before its own page), and the answer comes back
     the same way and governs a.test's pages."""

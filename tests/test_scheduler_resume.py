@@ -75,7 +75,7 @@ def test_seen_marks_of_a_resumed_crawl_stop_its_done_urls_being_fetched_again(cr
     pages = [url for url in requested if not url.endswith("/robots.txt")]
     # Each crawl's page is requested once; the resumed crawl's done ones not at all.
     assert sorted(pages) == sorted(["http://a.test/4", "http://a.test/5", *urls])
-    assert state.crawls[resumed].pages_issued == 4
+    assert state.crawls[resumed].limits.pages_issued == 4
     assert [(row.crawl_id, row.url, str(row.state), row.reason) for row in rows] == [
         (resumed, "http://a.test/6", "over_budget", "host page budget 4 spent")]
     assert not state.busy

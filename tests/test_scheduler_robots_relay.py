@@ -47,7 +47,7 @@ def test_a_robots_txt_moved_to_another_host_is_fetched_there_and_governs_the_hos
     hosts.fire("b.test", 0.0)
     hosts.pool.finish(0, status=404, body=b"", headers=TEXT)
     assert hosts.fire("b.test", 0.1) == [] and hosts.timers["b.test"].at == 1.0
-    # a.test's robots.txt answers with a redirect to b.test: an errand for b.test's key.
+    # a.test's robots.txt answers with a redirect to b.test: a query for b.test's key.
     hosts.offer(asker, "http://a.test/private/x", "http://a.test/open")
     hosts.fire("a.test", 0.1)
     hosts.pool.finish(1, status=301, body=b"", headers=(("Location", SHARED),))
@@ -72,7 +72,7 @@ def test_a_robots_txt_moved_to_another_host_is_fetched_there_and_governs_the_hos
     assert hosts.timers["a.test"].at == pytest.approx(2.1)
     hosts.fire("b.test", 2.0)
     assert hosts.started("b.test")[-1] == ("http://b.test/page", 2.0)  # a delay after it
-    assert hosts.state("a.test").crawls[asker].robots.crawl_delay("testbot") == 2.0
+    assert hosts.state("a.test").crawls[asker].gate.rules.crawl_delay("testbot") == 2.0
     assert hosts.fire("a.test", 2.0) == [] and len(hosts.started("a.test")) == 1
     out = hosts.fire("a.test", 2.1)
     (row,) = tagged(out, Tag.ROWS)
@@ -83,22 +83,22 @@ def test_a_robots_txt_moved_to_another_host_is_fetched_there_and_governs_the_hos
     # Another host whose robots.txt leads to the same file is answered from b.test's copy.
     again = RobotsRequest(asker, "b.test", SHARED, "c.test", "e-again")
     (reply,) = tagged(hosts.deliver(again), Tag.ROBOTS)
-    assert (reply.host, reply.errand_id, reply.status) == ("c.test", "e-again", 200)
+    assert (reply.host, reply.query_id, reply.status) == ("c.test", "e-again", 200)
     assert [url for url, _ in hosts.started("b.test")].count(SHARED) == 1
 
 
-def test_an_errand_of_a_cancelled_crawl_is_answered_unreachable_without_a_request(
+def test_a_query_of_a_cancelled_crawl_is_answered_unreachable_without_a_request(
         bigtable_config, bigtable_tables):
     gone = fresh_name("gone")
     create_crawl(bigtable_tables, gone, seeds=(), limits=CrawlLimits(max_pages=10), at=0.0)
     apply_action(bigtable_tables, gone, CrawlAction.CANCEL, at=0.5)
     hosts = Hosts(bigtable_config)
     try:
-        errand = RobotsRequest(gone, "b.test", SHARED, "a.test", "e1")
-        assert hosts.deliver(errand) == []  # taken, as a batch of an ended crawl is
+        query = RobotsRequest(gone, "b.test", SHARED, "a.test", "e1")
+        assert hosts.deliver(query) == []  # taken, as a batch of an ended crawl is
         (reply,) = tagged(hosts.fire("b.test", hosts.timers["b.test"].at), Tag.ROBOTS)
         assert isinstance(reply, RobotsAnswer)
-        assert (reply.crawl_id, reply.host, reply.errand_id, reply.robots_kind) == (
+        assert (reply.crawl_id, reply.host, reply.query_id, reply.robots_kind) == (
             gone, "a.test", "e1", "unreachable")
         assert "crawl cancelled" in reply.error
         assert hosts.pool.submitted == [] and not hosts.state("b.test").busy

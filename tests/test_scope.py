@@ -4,7 +4,7 @@ edge cases."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from pipeline.core.scope import (
@@ -141,6 +141,8 @@ _SUFFIX = st.sampled_from(["com", "co.uk", "github.io", "test", "xn--fiqs8s", "a
 def test_every_subdomain_of_a_seed_s_domain_is_in_its_same_domain_scope(
         seed_label, other, subdomains, suffix, port, trailing_dot):
     seed = f"http://{seed_label}.{suffix}/"
+    # A seed that is itself a public suffix (it.com, say) is the next test's case.
+    assume(registered_domain(f"{seed_label}.{suffix}") == f"{seed_label}.{suffix}")
     scope = _scope("same-domain", [seed])
     host = ".".join([*subdomains, seed_label, suffix]) + ("." if trailing_dot else "")
     url = normalize_url(f"http://{host}{port}/p")
@@ -148,6 +150,14 @@ def test_every_subdomain_of_a_seed_s_domain_is_in_its_same_domain_scope(
     if other != seed_label:
         assert scope.rejection(normalize_url(f"http://{other}.{suffix}/")) == (
             "out of scope (same-domain)")
+
+
+def test_a_seed_that_is_a_public_suffix_keeps_its_own_host_not_the_sites_under_it():
+    """it.com is on the Public Suffix List: a.it.com and b.it.com are registered domains of
+    their own (different owners), so a crawl seeded at it.com does not take them in."""
+    scope = _scope("same-domain", ["http://it.com/"])
+    assert scope.rejection(normalize_url("http://it.com/p")) is None
+    assert scope.rejection(normalize_url("http://a.it.com/p")) == "out of scope (same-domain)"
 
 
 @given(st.lists(_LABEL, min_size=1, max_size=3), _SUFFIX)

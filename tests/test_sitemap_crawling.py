@@ -60,7 +60,7 @@ def test_a_crawl_with_sitemaps_hands_on_the_sitemap_lines_of_each_answer_once():
     assert second.fetch is not None and second.sitemaps == ()
     state.complete(second.fetch.lease.lease_id, FetchReport(status=200), 2.0, POLICY)
     # A new answer (the old one expired) is read again; the seen-set drops what is queued.
-    later = state.robots.expires_at + 1
+    later = state.gate.rules.expires_at + 1
     state.offer(urls("c"), 0, POLICY)
     renewed = state.next_action(later, POLICY)
     assert renewed.fetch is not None and renewed.fetch.lease.kind is LeaseKind.ROBOTS
@@ -127,7 +127,7 @@ def test_a_sitemap_document_is_queued_marked_and_fetched_as_a_page_under_robots_
     fetched = []
     at = 1.0
     disallowed = []
-    while state.queue:
+    while state.backlog.queue:
         decision = state.next_action(at, POLICY, claim_page=lambda: claims.append(1) or True)
         disallowed += [o.entry.url for o in decision.outcomes
                        if o.state is PageState.DISALLOWED]
@@ -314,7 +314,7 @@ def test_the_scheduler_sends_robots_sitemaps_round_the_frontier_and_fetches_them
         hosts.fire("a.test", 1.1)
         hosts.publish(batch)
         assert [url for url, _ in hosts.started("b.test")] == []  # b.test's own key: queued
-        assert hosts.state("b.test").crawls[crawl_id].queue[0].sitemap
+        assert hosts.state("b.test").crawls[crawl_id].backlog.queue[0].sitemap
         hosts.fire("a.test", 1.5)
         assert len(hosts.started("a.test")) == 2  # a delay after the page's exchange
         hosts.fire("a.test", 2.0)

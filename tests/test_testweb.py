@@ -235,6 +235,19 @@ def test_depths_and_states_do_not_depend_on_fetch_order(
             assert _simulate_crawl(web, seeds, max_depth, budget, order) == want
 
 
+def test_no_two_parts_of_the_synthetic_web_define_the_same_step() -> None:
+    """SyntheticWeb is built from one part per thing it simulates (testweb/web/): a step two
+    parts both defined would quietly be the first one's, whatever the second one serves."""
+    parts = [cls for cls in SyntheticWeb.__mro__ if cls.__module__.startswith("testweb.web.")]
+    owners: dict[str, list[str]] = {}
+    for part in parts:
+        for name in vars(part):
+            if not name.startswith("__"):
+                owners.setdefault(name, []).append(part.__name__)
+    assert len(parts) >= 9, parts
+    assert {name: where for name, where in owners.items() if len(where) > 1} == {}
+
+
 # --- markup ----------------------------------------------------------------------------------
 
 

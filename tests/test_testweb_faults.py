@@ -287,7 +287,7 @@ def test_calendar_hosts_stop_at_the_calendar_limit(web: SyntheticWeb,
 
 def test_trap_rules_agree_with_the_crawlers(truth: dict[str, Expected]) -> None:
     traps = pytest.importorskip("pipeline.core.traps")
-    from testweb.web import _calendar_like, _repeated_segment
+    from testweb.web.traps import _calendar_like, _repeated_segment
 
     for url in truth:
         path = SyntheticWeb.split_url(url)[1]

@@ -54,4 +54,4 @@ def test_host_filters_calendar_pages_past_its_limit_and_long_redirect_chains():
     _, outcomes, _ = state.offer(_entries("http://a.test/chain/7"), 1, policy, redirect_hops=6)
     assert [o.reason for o in outcomes] == ["redirect chain longer than 5 hops (6)"]
     _, outcomes, _ = state.offer(_entries("http://a.test/chain/6"), 1, policy, redirect_hops=5)
-    assert outcomes == [] and state.queue[-1].redirect_hops == 5
+    assert outcomes == [] and state.backlog.queue[-1].redirect_hops == 5

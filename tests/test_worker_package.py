@@ -81,7 +81,11 @@ def test_the_synthetic_web_is_a_distribution_of_its_own_with_only_its_package(
         files = wheel.namelist()
     (info,) = [name for name in _top_level(files) if name.endswith(".dist-info")]
     assert info.startswith("beam_crawler_testweb-")
-    modules = {f"testweb/{path.name}" for path in (ROOT / "testweb").glob("*.py")}
+    # Every module, those of its subpackages too (the web itself is one: testweb/web/).
+    modules = {f"testweb/{path.relative_to(ROOT / 'testweb').as_posix()}"
+               for path in (ROOT / "testweb").rglob("*.py")
+               if not {"__pycache__", "build"} & set(path.relative_to(ROOT / "testweb").parts)}
+    assert "testweb/web/synthetic.py" in modules
     assert {name for name in files if not name.startswith(info)} == modules
 
 

@@ -297,21 +297,7 @@ def _check_exactly_once(web: SyntheticWeb, by_host: Mapping[str, list[LoggedRequ
 def _check_rows(web: SyntheticWeb, expected: Mapping[str, Expected],
                 rows: list[dict[str, Any]], report: AuditReport) -> dict[str, dict[str, Any]]:
     """Invariants 3 and 4: one row per accepted URL, in its expected terminal state."""
-    by_url: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in rows:
-        # A row carries the URL as requested; the truth files it under its canonical spelling.
-        by_url[web.canonical_url(str(row.get("url")))].append(row)
-    first: dict[str, dict[str, Any]] = {}
-    for url, url_rows in by_url.items():
-        first[url] = url_rows[0]
-        if url not in expected:
-            report.violations.append(
-                f"table: {url}: {len(url_rows)} row(s) for a URL no correct crawl accepts "
-                f"(state {url_rows[0].get('state')})")
-        elif len(url_rows) > 1:
-            report.violations.append(
-                f"table: {url}: {len(url_rows)} rows, expected exactly one "
-                f"(states {sorted(str(r.get('state')) for r in url_rows)})")
+    first = _one_row_per_url(web, expected, rows, report)
     groups = _copy_groups(expected)
     content_groups: dict[frozenset[str], list[str]] = {}
     for url, entry in expected.items():
@@ -360,6 +346,28 @@ def _check_rows(web: SyntheticWeb, expected: Mapping[str, Expected],
         report.violations.append(
             f"table: state counts add up to {sum(counted.values())} rows "
             f"({dict(sorted(counted.items()))}), but {len(expected)} URLs are accepted")
+    return first
+
+
+def _one_row_per_url(web: SyntheticWeb, expected: Mapping[str, Expected],
+                     rows: list[dict[str, Any]], report: AuditReport) -> dict[str, dict[str, Any]]:
+    """Invariant 3: each accepted URL's first row, and a violation for every URL with a row
+    it should not have or with more than one."""
+    by_url: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        # A row carries the URL as requested; the truth files it under its canonical spelling.
+        by_url[web.canonical_url(str(row.get("url")))].append(row)
+    first: dict[str, dict[str, Any]] = {}
+    for url, url_rows in by_url.items():
+        first[url] = url_rows[0]
+        if url not in expected:
+            report.violations.append(
+                f"table: {url}: {len(url_rows)} row(s) for a URL no correct crawl accepts "
+                f"(state {url_rows[0].get('state')})")
+        elif len(url_rows) > 1:
+            report.violations.append(
+                f"table: {url}: {len(url_rows)} rows, expected exactly one "
+                f"(states {sorted(str(r.get('state')) for r in url_rows)})")
     return first
 
 

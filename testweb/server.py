@@ -7,7 +7,7 @@ arrival (before any deliberate delay), so a request whose answer never completes
 recorded. Arrival times are the kernel's receive stamps where the platform gives them (Linux),
 so Python's thread scheduling does not blur politeness gaps. This module owns sockets and the
 log, and carries out the ways a fault host breaks an answer (reset, garbage status line, a body
-that stalls); what each answer contains, and when it breaks, is web.py's business.
+that stalls); what each answer contains, and when it breaks, is testweb.web's business.
 """
 
 from __future__ import annotations

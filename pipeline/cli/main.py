@@ -19,6 +19,9 @@ import time
 # The commands that serve the synthetic web. It is a distribution of its own
 # (testweb/pyproject.toml) that a checkout installs and the crawler's wheel and image do not.
 SYNTHETIC_WEB_COMMANDS = ("testweb", "demo")
+# The commands that run a crawl on this machine: the emulators they need are spawned before
+# anything else, so that they boot while the command imports Beam (pipeline.local.emulators).
+LOCAL_CRAWL_COMMANDS = ("crawl", "demo")
 SYNTHETIC_WEB_MISSING = (
     "crawler {command}: the synthetic web (the `testweb` package) is not installed; it is not "
     "part of the crawler's wheel or image. From a checkout of the crawler's repository: "
@@ -213,6 +216,13 @@ def main(argv: list[str] | None = None) -> None:
     if command in SYNTHETIC_WEB_COMMANDS and not has_synthetic_web():
         print(SYNTHETIC_WEB_MISSING.format(command=command), file=sys.stderr)
         raise SystemExit(2)
+    # Only as the `crawler` process itself (argv None): emulators spawned for a command that
+    # then fails to parse end with that process, not with a program that called main().
+    if argv is None and command in LOCAL_CRAWL_COMMANDS and not any(
+            arg in ("-h", "--help") for arg in given):
+        from pipeline.local.emulators import prestart_missing_emulators
+
+        prestart_missing_emulators()
     parser = build_parser([command] if command in COMMANDS else None)
     args = parser.parse_args(given)
     args.started_at = started

@@ -4,8 +4,8 @@ spacing for all of them, each host still under its own robots.txt.
 This module owns what `--politeness-key domain` adds to the host state machines
 (docs/design.md, "Politeness keys"). It holds a fleet_host.FleetHostState per host of the
 domain, untouched, so that everything a host's server or robots.txt decides stays per host
-and works as it does under a host key: its robots.txt rules and redirect chain, errands across
-hosts (pipeline.core.robots_relay: an errand between two hosts of one domain goes round the
+and works as it does under a host key: its robots.txt rules and redirect chain, queries across
+hosts (pipeline.core.robots_relay: a query between two hosts of one domain goes round the
 frontier to the same key and is routed here by its host), the address check, the circuit
 breaker, backoff and Retry-After, the per-host page budget, the seen-sets. What it adds, over
 all the hosts, is what makes the key polite as one:
@@ -43,7 +43,7 @@ from pipeline.core.politeness import (
     Outcome,
 )
 from pipeline.core.records import FrontierEntry
-from pipeline.core.robots_relay import RobotsErrand, RobotsReply
+from pipeline.core.robots_relay import RobotsQuery, RobotsReply
 
 
 def _earliest(*times: float | None) -> float | None:
@@ -130,11 +130,11 @@ class DomainHostsState:
         """A resumed crawl's done URLs of one host of the domain (FleetHostState.mark_seen)."""
         self.host(host).mark_seen(crawl_id, urls, policy, issued=issued)
 
-    def robots_message(self, crawl_id: str, message: RobotsErrand | RobotsReply, now: float,
+    def robots_message(self, crawl_id: str, message: RobotsQuery | RobotsReply, now: float,
                        policy: HostPolicy) -> DomainDecision:
-        """A robots.txt message for a host of the domain: an errand goes to the host it asks
+        """A robots.txt message for a host of the domain: a query goes to the host it asks
         (`message.host`), a reply to the host that asked (`message.asker`)."""
-        host = message.host if isinstance(message, RobotsErrand) else message.asker
+        host = message.host if isinstance(message, RobotsQuery) else message.asker
         if isinstance(message, RobotsReply) and host not in self.hosts:
             return DomainDecision(wake_at=self._wake())  # nobody here asked: stale
         decision = self.host(host).robots_message(crawl_id, message, now, policy)
@@ -224,5 +224,11 @@ class DomainHostsState:
             return lease.expires_at
         floor = self._floor()
         due = [max(fleet.next_allowed, floor) for fleet in self.hosts.values()
-               if any(s.queue or s.errands_waiting for s in fleet.crawls.values())]
+               if any(s.backlog.queue or s.gate.queries_waiting for s in fleet.crawls.values())]
         return min(due, default=None)
+
+
+def forgettable(state: DomainHostsState, now: float) -> bool:
+    """The domain has nothing left to remember: every host dropped (each as
+    DomainHostsState._drop_idle drops an idle one), none in flight, its spacing passed."""
+    return not state.hosts and state.holder is None and now >= state._floor()

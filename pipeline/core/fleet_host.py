@@ -10,20 +10,20 @@ issued, retries) and adds what the crawls share, so that invariant 1 holds acros
     backoff, Retry-After, a parked circuit) holds for all crawls;
   - one robots.txt: the rules fetched for one crawl serve the others (each matches them
     against its own user agent), so a host is not asked for robots.txt once per crawl;
-  - robots.txt across hosts (pipeline.core.robots_relay): a crawl's errand for a URL of this
+  - robots.txt across hosts (pipeline.core.robots_relay): a crawl's query for a URL of this
     host is fetched under the host's one lease and spacing, before the crawl's own pages, and
-    its answer serves every crawl's errands for that URL while fresh; a reply to a crawl's own
-    errand is applied to that crawl's state (robots_message).
+    its answer serves every crawl's queries for that URL while fresh; a reply to a crawl's own
+    query is applied to that crawl's state (robots_message).
 Crawls take turns round robin, so a crawl with a long queue does not starve a new one.
 
 A crawl's state (pipeline.core.crawl_states) comes with each event, as the scheduler last read
 it: `paused` URLs wait and nothing of the crawl is requested; `cancelling`, `cancelled` and
 `done` crawls' waiting URLs end at once with a row (`cancelled`, or `over_budget` for a spent
-time budget), and the robots.txt errands waiting on its desk are answered unreachable.
+time budget), and the robots.txt queries waiting on its relay are answered unreachable.
 
 A crawl that has ended (`cancelled` or `done`) and has nothing left on the host (every URL it
 accepted here has left with its terminal decision) is evicted at the host's next firing, so
-a host many crawls pass over keeps kilobytes (invariant 6): its queue, counts, robots desk and
+a host many crawls pass over keeps kilobytes (invariant 6): its queue, counts, robots relay and
 every other field go, and only a Tombstone stays, its seen-set until the tombstone's horizon
 (TOMBSTONE_S). A late link of the crawl meanwhile is checked against that seen-set as before
 eviction: a URL the host already gave a row is dropped as seen, a new one is accepted and ends
@@ -33,7 +33,9 @@ crawl", gives the reasoning and what a message later than the horizon gets.
 
 It is plain Python, no I/O, no clock, like politeness.py, with the same event contract (offer,
 next_action, complete, expire_lease, robots_message for ask_robots and robots_answered, and
-mark_seen).
+mark_seen). It holds the host's one lease and spacing itself; the crawls' own states and their
+turns are pipeline.core.fleet_crawls', the robots.txt they share pipeline.core.fleet_robots',
+and the tombstones pipeline.core.fleet_tombstones'.
 """
 
 from __future__ import annotations
@@ -42,9 +44,12 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from pipeline.core.crawl_states import FINAL_STATES, CrawlState, keeps_waiting
+from pipeline.core import host_state_coder
+from pipeline.core.crawl_states import FINAL_STATES, CrawlState
+from pipeline.core.fleet_crawls import CrawlTerms, HostCrawls
+from pipeline.core.fleet_robots import KeptRobots, hand_on_answer, share_rules
+from pipeline.core.fleet_tombstones import Tombstone, Tombstones
 from pipeline.core.politeness import (
-    TIME_BUDGET_REASON,
     Decision,
     FetchOrder,
     FetchReport,
@@ -54,9 +59,12 @@ from pipeline.core.politeness import (
     LeaseKind,
     Outcome,
 )
-from pipeline.core.records import FrontierEntry, PageState
+from pipeline.core.records import FrontierEntry
 from pipeline.core.robots import RobotsPolicy
-from pipeline.core.robots_relay import RobotsDesk, RobotsErrand, RobotsReply
+from pipeline.core.robots_relay import RobotsQuery, RobotsRelay, RobotsReply
+
+__all__ = ["RECHECK_S", "TOMBSTONE_S", "CrawlTerms", "FleetDecision", "FleetHostState",
+           "Tombstone", "forgettable"]
 
 # How soon a host with only paused work looks at its crawls' states again: the schedulers
 # learn of a resume within this many seconds.
@@ -68,18 +76,6 @@ RECHECK_S = 2.0
 # (terraform/pubsub.tf, and Pub/Sub's default), so none arrives later than that. The eighth
 # day covers the links of requests still running at the end and their parse retries.
 TOMBSTONE_S = 8 * 24 * 3600.0
-
-
-@dataclass(frozen=True)
-class CrawlTerms:
-    """What the scheduler knows about one crawl at an event: its politeness knobs, its state
-    (as last read) and its page budget."""
-
-    policy: HostPolicy
-    state: CrawlState = CrawlState.RUNNING
-    claim_page: Callable[[], bool] = lambda: True
-    budget_spent: Callable[[], bool] = lambda: False
-    time_spent: bool = False  # the crawl's time budget has run out
 
 
 @dataclass(frozen=True)
@@ -96,18 +92,6 @@ class FleetDecision:
             if decision.fetch is not None:
                 return crawl_id, decision.fetch
         return None
-
-
-@dataclass
-class Tombstone:
-    """What a host keeps of a crawl that ended and drained there, until `expires_at`: its
-    seen-set, so that a late link of the crawl for a URL the host already gave a row is
-    recognised as seen rather than given a second row (invariants 3 and 4)."""
-
-    expires_at: float
-    # BloomFilter bytes, stored apart by crawl id (the fleet's scheduler keeps tombstones'
-    # seen-sets in a cell of their own). None: not read from storage for this event.
-    seen: bytes | None = None
 
 
 # Fields added after FleetHostState was first stored: a state stored without them reads back
@@ -130,7 +114,7 @@ class FleetHostState:
     """Everything the fleet remembers about one host, for all crawls. Kilobytes per crawl."""
 
     host: str
-    crawls: dict[str, HostState] = field(default_factory=dict)
+    crawls: HostCrawls = field(default_factory=HostCrawls)
     holder: str | None = None  # the crawl whose request is in flight
     next_allowed: float = 0.0  # no request of any crawl before this
     last_end: float | None = None  # when the host's last exchange ended, whoever made it
@@ -138,70 +122,49 @@ class FleetHostState:
     wake_at: float | None = None  # when the host's timer is set to fire (the scheduler's)
     busy_since: float | None = None  # when the host last got work after having none
     # Crawls evicted from the host (ended and drained), by id.
-    tombstones: dict[str, Tombstone] = field(default_factory=dict)
+    tombstones: Tombstones = field(default_factory=Tombstones)
     # The host's robots.txt outlives the crawls that fetched it: the freshest rules and the
     # answers kept for other hosts of evicted crawls serve the crawls still to come, rather
-    # than each new crawl asking the host again while they are fresh.
+    # than each new crawl asking the host again while they are fresh (KeptRobots).
     robots: RobotsPolicy | None = None
-    robots_kept: RobotsDesk | None = None
+    robots_kept: RobotsRelay | None = None
     # Crawls whose URLs the host sleeps with, noted for a wake (pipeline.io.sleepers), and
     # until when the sleep they were noted for lasts: a longer sleep is noted again.
     asleep_noted: dict[str, float] = field(default_factory=dict)
 
     # ------------------------------------------------------------------------- storage
     def stored(self) -> tuple[dict, dict[str, bytes]]:
-        """The state as the scheduler stores it, in parts (HostState.stored for each crawl):
-        the fields, every crawl's and each tombstone's horizon included, and the queue data
-        of the crawls whose queue data changed. The seen-sets of the crawls and of the
-        tombstones are the caller's to store apart, by crawl id; the caller deletes the
-        queue data of a crawl no longer in `crawls` and the seen-set of one in neither
-        `crawls` nor `tombstones`. A tombstone's seen-set None, or a revived crawl's, is the
-        one stored for the crawl id."""
-        fields = self.__dict__.copy()
-        crawls: dict[str, dict] = {}
-        changed: dict[str, bytes] = {}
-        for crawl_id, state in self.crawls.items():
-            crawls[crawl_id], queue = state.stored()
-            if queue.data is not None:
-                changed[crawl_id] = queue.data
-        fields["crawls"] = crawls
-        fields["tombstones"] = {crawl_id: tombstone.expires_at
-                                for crawl_id, tombstone in self.tombstones.items()}
-        return fields, changed
+        """The state as the scheduler stores it, in parts (pipeline.core.host_state_coder:
+        fields by name with a layout version): the fields, every crawl's and each
+        tombstone's horizon included, and the queue data of the crawls whose queue data
+        changed. The seen-sets of the crawls and of the tombstones are the caller's to store
+        apart, by crawl id; the caller deletes the queue data of a crawl no longer in
+        `crawls` and the seen-set of one in neither `crawls` nor `tombstones`. A tombstone's
+        seen-set None, or a revived crawl's, is the one stored for the crawl id."""
+        return host_state_coder.encode_fleet(self)
 
     @classmethod
     def restored(cls, fields: dict, load_queue: Callable[[str], bytes | None],
                  seen: Mapping[str, bytes] | None = None) -> FleetHostState:
         """The state `stored` gave `fields` for: each crawl's queue data is read with
         `load_queue(crawl_id)` when an entry of it is needed; `seen` None: the seen-sets were
-        not read (HostState.restored); a tombstone whose crawl id is not in `seen` keeps its
-        seen-set unread (None). Fields stored before tombstones existed read back without
-        any."""
-        state = cls.__new__(cls)
-        values = dict(fields)
-        crawls = values.pop("crawls")
-        horizons = values.pop("tombstones", {})
-        state.__dict__.update(_newer_fields())
-        state.__dict__.update(values)
-        state.crawls = {
-            crawl_id: HostState.restored(
-                crawl_fields, lambda c=crawl_id: load_queue(c),
-                None if seen is None else seen.get(crawl_id, b""))
-            for crawl_id, crawl_fields in crawls.items()}
+        not read (host_state_coder.decode_host); a tombstone whose crawl id is not in `seen`
+        keeps its seen-set unread (None). Every layout version the coder reads is read;
+        fields stored before tombstones existed read back without any."""
+        values = host_state_coder.decode_fleet(fields, load_queue, seen)
         # A tombstone's seen-set is read only for an offer of its crawl (the caller passes
         # it in `seen` then): others stay unread.
-        state.tombstones = {
-            crawl_id: Tombstone(expires_at, None if seen is None else seen.get(crawl_id))
-            for crawl_id, expires_at in horizons.items()}
-        return state
+        horizons = values.pop("tombstones")
+        return cls(**values | {"crawls": HostCrawls(values["crawls"])},
+                   tombstones=Tombstones.restored(horizons, seen))
 
     def __setstate__(self, values: dict) -> None:
         # A state pickled whole before tombstones existed (a streaming job updated to this
         # code finds it in its cell) lacks the newer fields.
         self.__dict__.update(_newer_fields())
         self.__dict__.update(values)
-        if "tombstones" not in values:
-            self.tombstones = {}
+        self.crawls = HostCrawls(self.crawls)
+        self.tombstones = Tombstones(values.get("tombstones", {}))
 
     # ------------------------------------------------------------------------- queries
     def crawl(self, crawl_id: str) -> HostState:
@@ -214,7 +177,7 @@ class FleetHostState:
             tombstone = self.tombstones.pop(crawl_id, None)
             if tombstone is not None:
                 state.seen = tombstone.seen
-            state.robots = self._shared_robots()
+            state.gate.rules = KeptRobots(self.robots, self.robots_kept).rules_with(self.crawls)
             state.next_allowed = self.next_allowed
         return state
 
@@ -227,19 +190,13 @@ class FleetHostState:
 
     @property
     def busy(self) -> bool:
-        return any(state.busy for state in self.crawls.values())
+        return self.crawls.busy
 
     @property
     def tidy_at(self) -> float | None:
         """When the oldest tombstone's horizon passes: an idle host needs a firing then to
         forget it (None: no tombstone)."""
-        return min((t.expires_at for t in self.tombstones.values()), default=None)
-
-    def _shared_robots(self):
-        fetched = [s.robots for s in self.crawls.values() if s.robots is not None]
-        if self.robots is not None:
-            fetched.append(self.robots)
-        return max(fetched, key=lambda r: r.expires_at) if fetched else None
+        return self.tombstones.tidy_at
 
     # -------------------------------------------------------------------------- events
     def offer(
@@ -261,22 +218,23 @@ class FleetHostState:
         crawl's, which sizes a seen-set made here."""
         self.crawl(crawl_id).mark_seen(urls, policy, issued=issued)
 
-    def robots_message(self, crawl_id: str, message: RobotsErrand | RobotsReply, now: float,
+    def robots_message(self, crawl_id: str, message: RobotsQuery | RobotsReply, now: float,
                        policy: HostPolicy) -> FleetDecision:
         """A robots.txt message of one crawl for this host, applied to the crawl's own state:
-        another host's errand for a URL of this one (HostState.ask_robots on the crawl's
+        another host's query for a URL of this one (HostState.ask_robots on the crawl's
         state, created with the rules the host already has if the crawl has none here yet:
         answered at once from a fresh kept answer, else fetched at the host's turn), or the
-        reply to an errand of this host (HostState.robots_answered). `policy` is the crawl's.
+        reply to a query of this host (HostState.robots_answered). `policy` is the crawl's.
 
-        An answer the host keeps for one crawl serves the errands of the others, and rules a
+        An answer the host keeps for one crawl serves the queries of the others, and rules a
         reply settles serve the host's other crawls, as rules the host fetched itself do. The
         decision's wake_at is the host's: nothing starts before the host's shared spacing
         allows it, whichever crawl asks.
         """
-        if isinstance(message, RobotsErrand):
+        if isinstance(message, RobotsQuery):
             state = self.crawl(crawl_id)
-            lent = self._lend_answer(state, message.url, now)
+            lent = KeptRobots(self.robots, self.robots_kept).lend(self.crawls, state,
+                                                                  message.url, now)
             decision = state.ask_robots(message, now, policy)
             if lent:
                 decision = dataclasses.replace(
@@ -286,11 +244,11 @@ class FleetHostState:
             return FleetDecision(wake_at=self._wake())
         else:
             state = self.crawls[crawl_id]
-            before = state.robots
+            before = state.gate.rules
             decision = state.robots_answered(message, now, policy)
             self.next_allowed = max(self.next_allowed, state.next_allowed)
-            if state.robots is not None and state.robots is not before:
-                self._share_robots(state)
+            if state.gate.rules is not None and state.gate.rules is not before:
+                share_rules(self.crawls, state)
         return FleetDecision(((crawl_id, decision),), self._wake())
 
     def next_action(self, now: float, terms: Mapping[str, CrawlTerms], *,
@@ -307,31 +265,26 @@ class FleetHostState:
         if lease is not None:
             return FleetDecision(wake_at=lease.expires_at)
         self.holder = None
-        decisions: list[tuple[str, Decision]] = []
-        recheck = False
-        for crawl_id, state in self.crawls.items():
-            crawl_terms = terms.get(crawl_id)
-            if crawl_terms is None:
-                recheck = recheck or state.busy
-                continue
-            ended = self._end_waiting(state, crawl_terms, now)
-            if ended is not None:
-                decisions.append((crawl_id, ended))
-            if state.has_overflow:
-                recheck = True  # its stored URLs come back and end at the next firing
+        decisions, recheck = self.crawls.settle(terms, now)
         if self._evict(now, terms, tombstone_s):
             recheck = True  # an ended crawl's overflow rows go at a later firing, then it
-        self._forget(now)
+        self.tombstones.forget(now)
+        kept = KeptRobots(self.robots, self.robots_kept).fresh(now)
+        self.robots, self.robots_kept = kept.rules, kept.answers
         wake_at: float | None = None
-        for crawl_id in self._turns():
+        for crawl_id in self.crawls.turns(after=self.last_served):
             state = self.crawls[crawl_id]
             crawl_terms = terms.get(crawl_id)
-            if crawl_terms is None or not (state.queue or state.errands_waiting):
+            if crawl_terms is None or not (state.backlog.queue or state.gate.queries_waiting):
                 continue
             if crawl_terms.state is not CrawlState.RUNNING:
                 recheck = recheck or crawl_terms.state is CrawlState.PAUSED
                 continue
-            self._hold_to_shared_spacing(state, crawl_terms.policy)
+            # The crawl waits what the host's last exchange, by any crawl, requires.
+            floor = self.next_allowed
+            if self.last_end is not None:
+                floor = max(floor, self.last_end + state.delay(crawl_terms.policy))
+            state.next_allowed = max(state.next_allowed, floor)
             decision = state.next_action(now, crawl_terms.policy,
                                          claim_page=crawl_terms.claim_page,
                                          budget_spent=crawl_terms.budget_spent)
@@ -364,9 +317,9 @@ class FleetHostState:
         self.next_allowed = max(self.next_allowed, state.next_allowed)
         decisions = [(crawl_id, decision)]
         if lease.kind is LeaseKind.ROBOTS:
-            if state.robots is not None:
-                self._share_robots(state)
-            decisions.extend(self._hand_on_answer(crawl_id, state, lease.url, now))
+            if state.gate.rules is not None:
+                share_rules(self.crawls, state)
+            decisions.extend(hand_on_answer(self.crawls, crawl_id, state, lease.url, now))
         return FleetDecision(tuple(decisions), self._wake())
 
     def expire_lease(self, now: float, policy: HostPolicy) -> FleetDecision:
@@ -388,9 +341,10 @@ class FleetHostState:
 
     # ------------------------------------------------------------------------- eviction
     def _evict(self, now: float, terms: Mapping[str, CrawlTerms], tombstone_s: float) -> bool:
-        """Replace each ended crawl that has nothing left on the host by a tombstone. Returns
-        whether an ended crawl stays only until its overflow rows read back are deleted (the
-        scheduler deletes them in a later bundle than the one that read them)."""
+        """Replace each ended crawl that has nothing left on the host by a tombstone, keeping
+        what it knows of the host's robots.txt that is still fresh. Returns whether an ended
+        crawl stays only until its overflow rows read back are deleted (the scheduler deletes
+        them in a later bundle than the one that read them)."""
         waiting = False
         for crawl_id, state in list(self.crawls.items()):
             crawl_terms = terms.get(crawl_id)
@@ -398,123 +352,28 @@ class FleetHostState:
             # cannot be read may be anything.
             if crawl_terms is None or crawl_terms.state not in FINAL_STATES or state.busy:
                 continue
-            if state.overflow_deleted < state.overflow_read:
+            if state.backlog.overflow_deleted < state.backlog.overflow_read:
                 waiting = True
                 continue
             del self.crawls[crawl_id]
             self.asleep_noted.pop(crawl_id, None)
-            self._keep_robots(state, now)
+            kept = KeptRobots(self.robots, self.robots_kept).keeping(state, now)
+            self.robots, self.robots_kept = kept.rules, kept.answers
             self.tombstones[crawl_id] = Tombstone(now + tombstone_s, state.seen)
         return waiting
-
-    def _keep_robots(self, state: HostState, now: float) -> None:
-        """An evicted crawl's robots.txt knowledge that is still fresh stays with the host."""
-        robots = state.robots
-        if robots is not None and now < robots.expires_at and (
-                self.robots is None or self.robots.expires_at < robots.expires_at):
-            self.robots = robots
-        answers = state.robots_desk.answers if state.robots_desk is not None else {}
-        for url, fetch in answers.items():
-            kept = self.robots_kept.answers.get(url) if self.robots_kept else None
-            if now < fetch.expires_at and (kept is None or kept.expires_at < fetch.expires_at):
-                if self.robots_kept is None:
-                    self.robots_kept = RobotsDesk()
-                self.robots_kept.answered(fetch, now)  # capped at DESK_ANSWERS, fresh only
-
-    def _forget(self, now: float) -> None:
-        """Tombstones past their horizon, and robots.txt knowledge gone stale, go."""
-        for crawl_id in [c for c, t in self.tombstones.items() if now >= t.expires_at]:
-            del self.tombstones[crawl_id]
-        if self.robots is not None and now >= self.robots.expires_at:
-            self.robots = None
-        if self.robots_kept is not None:
-            fresh = {url: fetch for url, fetch in self.robots_kept.answers.items()
-                     if now < fetch.expires_at}
-            self.robots_kept = RobotsDesk(answers=fresh) if fresh else None
-
-    # ------------------------------------------------------------------------- helpers
-    def _turns(self) -> list[str]:
-        """Crawl ids in round-robin order: the one after the last served first."""
-        order = list(self.crawls)
-        if self.last_served in self.crawls:
-            at = order.index(self.last_served) + 1
-            order = order[at:] + order[:at]
-        return order
-
-    def _hold_to_shared_spacing(self, state: HostState, policy: HostPolicy) -> None:
-        """Make the crawl wait what the host's last exchange, by any crawl, requires."""
-        floor = self.next_allowed
-        if self.last_end is not None:
-            floor = max(floor, self.last_end + state.delay(policy))
-        state.next_allowed = max(state.next_allowed, floor)
-
-    def _end_waiting(self, state: HostState, terms: CrawlTerms,
-                     now: float) -> Decision | None:
-        """Outcomes for the waiting URLs of a crawl that no longer waits (cancelled, done,
-        out of time), and "unreachable" replies to the robots.txt errands waiting on its desk
-        (the hosts that asked are the crawl's, and end their URLs the same way). A request of
-        it in flight finishes normally."""
-        if keeps_waiting(terms.state) and not terms.time_spent:
-            return None
-        if not state.queue and not state.errands_waiting:
-            return None
-        if terms.state in (CrawlState.CANCELLING, CrawlState.CANCELLED):
-            page_state, reason = PageState.CANCELLED, "crawl cancelled"
-        elif terms.time_spent:
-            page_state, reason = PageState.OVER_BUDGET, TIME_BUDGET_REASON
-        else:
-            page_state, reason = PageState.OVER_BUDGET, "crawl ended"
-        outcomes = tuple(Outcome(entry, page_state, reason) for entry in state.queue)
-        state.queue.clear()
-        return Decision(outcomes=outcomes, robots_messages=state.refuse_errands(now, reason))
-
-    def _share_robots(self, source: HostState) -> None:
-        for state in self.crawls.values():
-            if state is source or state.lease is not None:
-                continue
-            if state.robots is None or state.robots.expires_at < source.robots.expires_at:
-                state.robots = source.robots
-                state.robots_redirect = None
-                state.robots_hops = 0
-                # The rules are known: a reply to the crawl's own errand would bring the same.
-                state.robots_awaited = None
-
-    def _hand_on_answer(self, crawl_id: str, source: HostState, url: str,
-                        now: float) -> list[tuple[str, Decision]]:
-        """A robots.txt URL was fetched for crawl `crawl_id`: the other crawls' errands that
-        wait for the same URL are answered with it, rather than fetched once per crawl."""
-        fetch = source.robots_desk.answers.get(url) if source.robots_desk else None
-        if fetch is None:
-            return []
-        handed = []
-        for other_id, other in self.crawls.items():
-            desk = other.robots_desk
-            if other_id != crawl_id and desk is not None and url in desk.waiting:
-                handed.append((other_id, Decision(
-                    robots_messages=tuple(desk.answered(fetch, now)))))
-        return handed
-
-    def _lend_answer(self, state: HostState, url: str, now: float) -> tuple[RobotsReply, ...]:
-        """Before a crawl's errand for `url` is taken: if the crawl keeps no fresh answer for
-        it but another crawl on the host does, the crawl keeps that one too (and any errand
-        of it already waiting for the URL is answered), so the errand costs no request."""
-        own = state.robots_desk.answers.get(url) if state.robots_desk else None
-        if own is not None and now < own.expires_at:
-            return ()
-        desks = [other.robots_desk for other in self.crawls.values()] + [self.robots_kept]
-        fresh = [desk.answers[url] for desk in desks
-                 if desk is not None and url in desk.answers
-                 and now < desk.answers[url].expires_at]
-        if not fresh:
-            return ()
-        if state.robots_desk is None:
-            state.robots_desk = RobotsDesk()
-        return tuple(state.robots_desk.answered(max(fresh, key=lambda f: f.expires_at), now))
 
     def _wake(self) -> float | None:
         lease = self.lease
         if lease is not None:
             return lease.expires_at
-        if any(state.queue or state.errands_waiting for state in self.crawls.values()):
+        if self.crawls.waiting:
             return self.next_allowed
         return None
+
+
+def forgettable(state: FleetHostState, now: float) -> bool:
+    """The host has nothing left to remember: no crawl, no tombstone, no request in flight
+    or due to be spaced from. Its state can go, robots.txt answers with it (a crawl that comes
+    later fetches robots.txt again, once); an offer later starts afresh."""
+    return (not state.crawls and not state.tombstones and state.holder is None
+            and now >= state.next_allowed)

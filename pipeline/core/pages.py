@@ -199,41 +199,21 @@ def judge_response(
     """
     if stored.result.sitemap:
         return judge_sitemap(stored)[0]
-    result, warc_ptr = stored.result, stored.warc
-    content_type = result.header("Content-Type")
+    result = stored.result
+    row = _row_fields(stored)
     status = result.http_status
-    row = dict(
-        crawl_id=result.crawl_id, url=result.url, url_hash=result.url_hash, host=result.host,
-        depth=result.depth, http_status=status, fetched_at=result.fetched_at,
-        attempts=result.attempt + 1, content_type=content_type, warc=warc_ptr,
-        elapsed_ms=round(result.elapsed * 1000), body_bytes=len(result.body),
-    )
     retried = f" after {result.attempt + 1} attempts" if result.attempt else ""
-    truncated = (
-        f"body truncated at {len(result.body):,} bytes" if result.truncated else ""
-    )
     if 300 <= status < 400:
-        location = result.header("Location")
-        found = page_links(result.url, (location,)) if location else PageLinks(())
-        targets = found.urls
-        if not targets:
-            return StoredPage(PageRow(
-                **row, state=PageState.FAILED, reason=f"HTTP {status} without a usable Location"
-            ), None, rejected_links=found.rejected)
-        batch = FrontierBatch(result.crawl_id, result.depth, targets, source_url=result.url,
-                              redirect_hops=result.redirect_hops + 1)
-        return StoredPage(PageRow(
-            **row, state=PageState.REDIRECTED, reason=f"HTTP {status} to {targets[0]}", links=1
-        ), batch)
+        return _judge_redirect(result, row)
     if not 200 <= status < 300:
         return StoredPage(PageRow(**row, state=PageState.FAILED, reason=f"HTTP {status}{retried}"),
                           None)
-    if not is_html(content_type, result.body):
-        kind = (content_type or "no content type").split(";")[0].strip()
-        reason = "; ".join(filter(None, (f"not HTML ({kind}): not parsed", truncated)))
+    if not is_html(row["content_type"], result.body):
+        kind = (row["content_type"] or "no content type").split(";")[0].strip()
+        reason = "; ".join(filter(None, (f"not HTML ({kind}): not parsed", _truncated(result))))
         return StoredPage(PageRow(**row, state=PageState.FETCHED, reason=reason), None)
     parsed, error, attempts = _parse_with_retries(
-        result, content_type, agent, extractor or Trafilatura(), parse_attempts
+        result, row["content_type"], agent, extractor or Trafilatura(), parse_attempts
     )
     if parsed is None:
         if raise_on_parse_failure:
@@ -242,10 +222,50 @@ def judge_response(
         # stored response, and the crawl goes on.
         reason = f"parse failed after {attempts} attempts: {error}"
         letter = DeadLetter(result.crawl_id, "parse", result.url, result.url_hash, error,
-                            attempts, warc=warc_ptr, depth=result.depth,
+                            attempts, warc=stored.warc, depth=result.depth,
                             fetched_at=result.fetched_at)
         return StoredPage(PageRow(**row, state=PageState.DEAD_LETTERED, reason=reason), None,
                           letter)
+    return _judge_parsed(result, row, parsed)
+
+
+def _row_fields(stored: StoredResponse) -> dict:
+    """The fields of a response's row that do not depend on what is made of it."""
+    result = stored.result
+    return dict(
+        crawl_id=result.crawl_id, url=result.url, url_hash=result.url_hash, host=result.host,
+        depth=result.depth, http_status=result.http_status, fetched_at=result.fetched_at,
+        attempts=result.attempt + 1, content_type=result.header("Content-Type"),
+        warc=stored.warc, elapsed_ms=round(result.elapsed * 1000), body_bytes=len(result.body),
+    )
+
+
+def _truncated(result: FetchResult) -> str:
+    return f"body truncated at {len(result.body):,} bytes" if result.truncated else ""
+
+
+def _judge_redirect(result: FetchResult, row: dict) -> StoredPage:
+    """A 3xx: redirected, its Location to the frontier at the same depth (not a link hop),
+    or failed without a usable Location."""
+    status = result.http_status
+    location = result.header("Location")
+    found = page_links(result.url, (location,)) if location else PageLinks(())
+    targets = found.urls
+    if not targets:
+        return StoredPage(PageRow(
+            **row, state=PageState.FAILED, reason=f"HTTP {status} without a usable Location"
+        ), None, rejected_links=found.rejected)
+    batch = FrontierBatch(result.crawl_id, result.depth, targets, source_url=result.url,
+                          redirect_hops=result.redirect_hops + 1)
+    return StoredPage(PageRow(
+        **row, state=PageState.REDIRECTED, reason=f"HTTP {status} to {targets[0]}", links=1
+    ), batch)
+
+
+def _judge_parsed(result: FetchResult, row: dict, parsed: ParsedPage) -> StoredPage:
+    """A parsed 2xx HTML page: fetched, its links at depth + 1, its text (unless noindex or
+    none was found) for content dedup."""
+    truncated = _truncated(result)
     found = page_links(result.url, parsed.links, parsed.rejected_links, resolved=True)
     links = found.urls
     batch = (

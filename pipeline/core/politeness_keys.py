@@ -61,7 +61,7 @@ def _same_host(host: str) -> str:
 
 def host_key_function(mode: PolitenessKey | str) -> Callable[[str], str]:
     """The function from a host key to the politeness key it belongs to in `mode`: what a
-    message naming a host (a robots.txt errand or reply, a wake) is routed by. `host` gives
+    message naming a host (a robots.txt query or reply, a wake) is routed by. `host` gives
     the host key back unchanged; a domain key is its own key."""
     if mode not in PolitenessKey._value2member_map_:
         raise ValueError(f"politeness key {mode!r}: use one of {', '.join(PolitenessKey)}")

@@ -16,7 +16,7 @@ from enum import StrEnum
 from typing import ClassVar
 
 from pipeline.core.robots import RobotsPolicy
-from pipeline.core.robots_relay import RobotsErrand, RobotsFetch, RobotsReply
+from pipeline.core.robots_relay import RobotsFetch, RobotsQuery, RobotsReply
 
 WIRE_VERSION = 1
 
@@ -275,25 +275,25 @@ class HostSeenMarks:
 
 @dataclass(frozen=True, slots=True)
 class RobotsRequest:
-    """A robots.txt errand on the frontier: host `asker` asks host `host` (the key it is
+    """A robots.txt query on the frontier: host `asker` asks host `host` (the key it is
     routed to) for the answer at `url`, a robots.txt redirect target on `host`."""
 
     crawl_id: str
     host: str
     url: str
     asker: str
-    errand_id: str
+    query_id: str
     kind: str = "robots_request"
     version: int = WIRE_VERSION
 
     KIND: ClassVar[str] = "robots_request"
 
     @classmethod
-    def of(cls, crawl_id: str, errand: RobotsErrand) -> RobotsRequest:
-        return cls(crawl_id, errand.host, errand.url, errand.asker, errand.errand_id)
+    def of(cls, crawl_id: str, query: RobotsQuery) -> RobotsRequest:
+        return cls(crawl_id, query.host, query.url, query.asker, query.query_id)
 
-    def errand(self) -> RobotsErrand:
-        return RobotsErrand(self.host, self.url, self.asker, self.errand_id)
+    def query(self) -> RobotsQuery:
+        return RobotsQuery(self.host, self.url, self.asker, self.query_id)
 
     def to_bytes(self) -> bytes:
         return json.dumps(asdict(self), separators=(",", ":")).encode()
@@ -303,7 +303,7 @@ class RobotsRequest:
         try:
             return cls(crawl_id=str(payload["crawl_id"]), host=str(payload["host"]),
                        url=str(payload["url"]), asker=str(payload["asker"]),
-                       errand_id=str(payload["errand_id"]))
+                       query_id=str(_query_id(payload)))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"robots request lacks a field: {exc}") from exc
 
@@ -319,7 +319,7 @@ class RobotsAnswer:
 
     crawl_id: str
     host: str
-    errand_id: str
+    query_id: str
     url: str
     fetched_at: float
     status: int | None
@@ -337,14 +337,14 @@ class RobotsAnswer:
     @classmethod
     def of(cls, crawl_id: str, reply: RobotsReply) -> RobotsAnswer:
         policy = reply.fetch.policy
-        return cls(crawl_id, reply.asker, reply.errand_id, reply.fetch.url, policy.fetched_at,
+        return cls(crawl_id, reply.asker, reply.query_id, reply.fetch.url, policy.fetched_at,
                    policy.status, str(policy.kind), reply.fetch.location, policy.error,
                    policy.compressed_body, policy.body_digest, policy.body_size)
 
     def reply(self) -> RobotsReply:
         policy = RobotsPolicy(self.robots_kind, self.fetched_at, self.status, self.error,
                               self.compressed_body, self.body_digest, self.body_size)
-        return RobotsReply(self.host, self.errand_id, RobotsFetch(self.url, policy,
+        return RobotsReply(self.host, self.query_id, RobotsFetch(self.url, policy,
                                                                   self.location))
 
     def to_bytes(self) -> bytes:
@@ -359,7 +359,7 @@ class RobotsAnswer:
             status = payload["status"]
             return cls(
                 crawl_id=str(payload["crawl_id"]), host=str(payload["host"]),
-                errand_id=str(payload["errand_id"]), url=str(payload["url"]),
+                query_id=str(_query_id(payload)), url=str(payload["url"]),
                 fetched_at=float(payload["fetched_at"]),
                 status=None if status is None else int(status),
                 robots_kind=str(payload["robots_kind"]), location=payload.get("location"),
@@ -532,3 +532,9 @@ class PageRow:
     def __post_init__(self) -> None:
         if type(self.state) is not PageState:
             object.__setattr__(self, "state", PageState(self.state))  # ValueError if unknown
+
+
+def _query_id(payload: dict) -> object:
+    """A robots.txt query's id in a frontier message: `query_id`, or `errand_id` as messages
+    published by earlier releases name it."""
+    return payload["query_id"] if "query_id" in payload else payload["errand_id"]

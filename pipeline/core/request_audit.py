@@ -21,7 +21,7 @@ disallow all.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urljoin, urlsplit
 
@@ -168,63 +168,95 @@ def audit_requests(requests: Iterable[Request], *, user_agent: str, min_delay: f
     for index, request in enumerate(ordered):
         by_key[key(request.url)].append((request, index in robots))
     report = AuditReport()
-    unknown_rules: set[str] = set()
+    rules = _Rules(chain_ends, user_agent=user_agent, min_delay=min_delay,
+                   max_crawl_delay=max_crawl_delay)
     for politeness_key, key_requests in sorted(by_key.items()):
         audit = report.hosts[politeness_key] = HostAudit(
             host=politeness_key, requests=len(key_requests), delay_s=min_delay)
-
-        def policy_at(host: str, when: float) -> RobotsPolicy | None:
-            finished = [end for end in chain_ends.get(host, []) if end.end <= when]
-            return _robots_policy(finished[-1]) if finished else None
-
-        def delay_at(hosts: Iterable[str], when: float) -> float:
-            return max(_delay_at(chain_ends.get(host, []), when, user_agent=user_agent,
-                                 min_delay=min_delay, max_crawl_delay=max_crawl_delay)
-                       for host in hosts)
-
-        previous: Request | None = None
-        in_flight: list[float] = []
-        asked: set[str] = set()  # the key's hosts asked so far
-        paged: set[str] = set()  # the key's hosts whose first page was judged
-        for request, is_robots in key_requests:
-            host = _key(request.url)
-            asked.add(host)
-            in_flight = [end for end in in_flight if end > request.start] + [request.end]
-            audit.max_in_flight = max(audit.max_in_flight, len(in_flight))
-            if is_robots:
-                audit.robots_requests += 1
-            if previous is not None:
-                gap = request.start - previous.start
-                delay = delay_at(asked, request.start)
-                if audit.smallest_gap_s is None or gap < audit.smallest_gap_s:
-                    audit.smallest_gap_s, audit.delay_s = gap, delay
-                if gap < delay - tolerance_s:
-                    report.violations.append(
-                        f"politeness: {politeness_key}: {where(request.url)} started "
-                        f"{gap:.4f} s after {where(previous.url)}, delay is "
-                        f"{delay:.3f} s")
-            previous = request
-            if is_robots:
-                continue
-            policy = policy_at(host, request.start)
-            if host not in paged:
-                paged.add(host)
-                audit.robots_first = (policy is not None) and audit.robots_first is not False
-                if policy is None:
-                    report.violations.append(
-                        f"robots: {host}: {request.url} requested before robots.txt was read")
-            if policy is not None and not policy.allowed(request.url, user_agent):
-                audit.disallowed += 1
-                report.violations.append(
-                    f"robots: {host}: requested {request.url}, which robots.txt disallows "
-                    f"({policy.verdict(request.url, user_agent).rule})")
-            if policy is not None and policy.error == "body not recorded":
-                unknown_rules.add(host)
-        if audit.max_in_flight > 1:
-            report.violations.append(
-                f"in flight: {politeness_key}: {audit.max_in_flight} requests at once")
-    if unknown_rules:
+        _KeyAudit(politeness_key, audit, report, rules, where, tolerance_s).run(key_requests)
+    if rules.unknown:
         report.notes.append("robots.txt bodies not recorded (their last hop is not named "
                             "robots.txt), rules taken as allow all for: "
-                            + ", ".join(sorted(unknown_rules)))
+                            + ", ".join(sorted(rules.unknown)))
     return report
+
+
+class _Rules:
+    """What the crawl's own robots.txt requests said, per host, at any moment."""
+
+    def __init__(self, chain_ends: dict[str, list[Request]], *, user_agent: str,
+                 min_delay: float, max_crawl_delay: float) -> None:
+        self.chain_ends = chain_ends
+        self.user_agent = user_agent
+        self.min_delay = min_delay
+        self.max_crawl_delay = max_crawl_delay
+        self.unknown: set[str] = set()  # hosts whose robots.txt body was not recorded
+
+    def policy_at(self, host: str, when: float) -> RobotsPolicy | None:
+        finished = [end for end in self.chain_ends.get(host, []) if end.end <= when]
+        return _robots_policy(finished[-1]) if finished else None
+
+    def delay_at(self, hosts: Iterable[str], when: float) -> float:
+        return max(_delay_at(self.chain_ends.get(host, []), when, user_agent=self.user_agent,
+                             min_delay=self.min_delay, max_crawl_delay=self.max_crawl_delay)
+                   for host in hosts)
+
+
+class _KeyAudit:
+    """One politeness key's requests judged in order: the gaps between them, how many were
+    in flight at once, and each page against its own host's robots.txt."""
+
+    def __init__(self, key: str, audit: HostAudit, report: AuditReport, rules: _Rules,
+                 where: Callable[[str], str], tolerance_s: float) -> None:
+        self.key, self.audit, self.report, self.rules = key, audit, report, rules
+        self.where, self.tolerance_s = where, tolerance_s
+        self.asked: set[str] = set()  # the key's hosts asked so far
+        self.paged: set[str] = set()  # the key's hosts whose first page was judged
+
+    def run(self, requests: list[tuple[Request, bool]]) -> None:
+        previous: Request | None = None
+        in_flight: list[float] = []
+        for request, is_robots in requests:
+            self.asked.add(_key(request.url))
+            in_flight = [end for end in in_flight if end > request.start] + [request.end]
+            self.audit.max_in_flight = max(self.audit.max_in_flight, len(in_flight))
+            if is_robots:
+                self.audit.robots_requests += 1
+            if previous is not None:
+                self._gap(previous, request)
+            previous = request
+            if not is_robots:
+                self._page(request)
+        if self.audit.max_in_flight > 1:
+            self.report.violations.append(
+                f"in flight: {self.key}: {self.audit.max_in_flight} requests at once")
+
+    def _gap(self, previous: Request, request: Request) -> None:
+        gap = request.start - previous.start
+        delay = self.rules.delay_at(self.asked, request.start)
+        if self.audit.smallest_gap_s is None or gap < self.audit.smallest_gap_s:
+            self.audit.smallest_gap_s, self.audit.delay_s = gap, delay
+        if gap < delay - self.tolerance_s:
+            self.report.violations.append(
+                f"politeness: {self.key}: {self.where(request.url)} started {gap:.4f} s "
+                f"after {self.where(previous.url)}, delay is {delay:.3f} s")
+
+    def _page(self, request: Request) -> None:
+        host = _key(request.url)
+        policy = self.rules.policy_at(host, request.start)
+        if host not in self.paged:
+            self.paged.add(host)
+            self.audit.robots_first = (policy is not None) and self.audit.robots_first is not False
+            if policy is None:
+                self.report.violations.append(
+                    f"robots: {host}: {request.url} requested before robots.txt was read")
+        if policy is None:
+            return
+        user_agent = self.rules.user_agent
+        if not policy.allowed(request.url, user_agent):
+            self.audit.disallowed += 1
+            self.report.violations.append(
+                f"robots: {host}: requested {request.url}, which robots.txt disallows "
+                f"({policy.verdict(request.url, user_agent).rule})")
+        if policy.error == "body not recorded":
+            self.rules.unknown.add(host)

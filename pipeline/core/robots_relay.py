@@ -4,16 +4,16 @@ that host to fetch the target, and the answer comes back to the host that asked.
 RFC 9309 section 2.3.1.2: crawlers SHOULD follow at least five consecutive redirects, even
 across authorities, and the file reached that way governs the authority that was asked about.
 A request to another host is that host's request: only its key sees all of its requests, so
-only it may start one (docs/design.md, invariant 1). So the asking host sends an errand
-(`RobotsErrand`) through the frontier to the other host's key; that host fetches the URL under
-its own lease and delay, keeps the answer (`RobotsFetch`) on its desk while it is fresh, and
+only it may start one (docs/design.md, invariant 1). So the asking host sends a query
+(`RobotsQuery`) through the frontier to the other host's key; that host fetches the URL under
+its own lease and delay, keeps the answer (`RobotsFetch`) on its relay while it is fresh, and
 sends a `RobotsReply` back to every host that asked for it. Many hosts redirecting to one file
 therefore cost one request per freshness period; the asking host follows any further
-redirect itself (same host) or with another errand (other host).
+redirect itself (same host) or with another query (other host).
 
-This module owns those shapes and the desk's bookkeeping; when a host may fetch and what an
+This module owns those shapes and the relay's bookkeeping; when a host may fetch and what an
 answer means for the host that asked are decided in `pipeline.core.politeness`. Plain data
-only: the desk lives in the host's Beam state.
+only: the relay lives in the host's Beam state.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from pipeline.core.robots import RobotsKind, RobotsPolicy
 
 # Answers a host keeps for others: a few files (its own robots.txt and the hops of a redirect
 # chain), so its state stays kilobytes whoever asks (invariant 6).
-DESK_ANSWERS = 8
+RELAY_ANSWERS = 8
 # Distinct URLs a host fetches for others at once; more are answered "unreachable" at once
 # (the asker retries after UNREACHABLE_RETRY_SECONDS) rather than growing the state.
-DESK_WAITING = 16
+RELAY_WAITING = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,30 +70,30 @@ class RobotsFetch:
 
 
 @dataclass(frozen=True, slots=True)
-class RobotsErrand:
+class RobotsQuery:
     """Host `asker` asks host `host` for the robots.txt answer at `url` (a URL on `host`)."""
 
     host: str
     url: str
     asker: str
-    errand_id: str
+    query_id: str
 
 
 @dataclass(frozen=True, slots=True)
 class RobotsReply:
-    """The answer to errand `errand_id` of host `asker`."""
+    """The answer to query `query_id` of host `asker`."""
 
     asker: str
-    errand_id: str
+    query_id: str
     fetch: RobotsFetch
 
 
 @dataclass(frozen=True, slots=True)
 class AwaitedRobots:
-    """The errand a host waits on for its own robots.txt: `hop` redirects from its own
+    """The query a host waits on for its own robots.txt: `hop` redirects from its own
     /robots.txt. With no reply by `deadline`, robots.txt counts as unreachable."""
 
-    errand_id: str
+    query_id: str
     url: str
     host: str
     hop: int
@@ -101,9 +101,9 @@ class AwaitedRobots:
 
 
 @dataclass
-class RobotsDesk:
-    """What a host fetches and keeps for other hosts: errands waiting per URL, and the recent
-    answers (its own robots.txt hops included, so an errand for them costs no request)."""
+class RobotsRelay:
+    """What a host fetches and keeps for other hosts: queries waiting per URL, and the recent
+    answers (its own robots.txt hops included, so a query for them costs no request)."""
 
     waiting: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # url -> askers
     answers: dict[str, RobotsFetch] = field(default_factory=dict)
@@ -116,21 +116,21 @@ class RobotsDesk:
         """The URL to fetch for others next: the one asked for first."""
         return next(iter(self.waiting), None)
 
-    def take(self, errand: RobotsErrand, now: float) -> RobotsReply | None:
-        """An errand arrives: the reply at once if a fresh answer is kept (or no room is
-        left to wait), else None and the errand waits for the URL's fetch."""
-        kept = self.answers.get(errand.url)
+    def take(self, query: RobotsQuery, now: float) -> RobotsReply | None:
+        """A query arrives: the reply at once if a fresh answer is kept (or no room is
+        left to wait), else None and the query waits for the URL's fetch."""
+        kept = self.answers.get(query.url)
         if kept is not None and now < kept.expires_at:
-            return RobotsReply(errand.asker, errand.errand_id, kept)
-        askers = self.waiting.get(errand.url)
+            return RobotsReply(query.asker, query.query_id, kept)
+        askers = self.waiting.get(query.url)
         if askers is None:
-            if len(self.waiting) >= DESK_WAITING:
-                return RobotsReply(errand.asker, errand.errand_id, RobotsFetch.unreachable(
-                    errand.url, now, f"{DESK_WAITING} robots.txt requests already wait on "
-                    f"{errand.host}"))
-            askers = self.waiting[errand.url] = []
-        if (errand.asker, errand.errand_id) not in askers:  # a redelivered errand
-            askers.append((errand.asker, errand.errand_id))
+            if len(self.waiting) >= RELAY_WAITING:
+                return RobotsReply(query.asker, query.query_id, RobotsFetch.unreachable(
+                    query.url, now, f"{RELAY_WAITING} robots.txt requests already wait on "
+                    f"{query.host}"))
+            askers = self.waiting[query.url] = []
+        if (query.asker, query.query_id) not in askers:  # a redelivered query
+            askers.append((query.asker, query.query_id))
         return None
 
     def answered(self, fetch: RobotsFetch, now: float) -> list[RobotsReply]:
@@ -138,15 +138,20 @@ class RobotsDesk:
         self.answers.pop(fetch.url, None)
         self.answers[fetch.url] = fetch
         fresh = {url: kept for url, kept in self.answers.items() if now < kept.expires_at}
-        while len(fresh) > DESK_ANSWERS:  # the oldest go first (insertion order)
+        while len(fresh) > RELAY_ANSWERS:  # the oldest go first (insertion order)
             del fresh[next(iter(fresh))]
         self.answers = fresh
-        return [RobotsReply(asker, errand_id, fetch)
-                for asker, errand_id in self.waiting.pop(fetch.url, [])]
+        return [RobotsReply(asker, query_id, fetch)
+                for asker, query_id in self.waiting.pop(fetch.url, [])]
 
     def refuse_all(self, fetch_of: dict[str, RobotsFetch]) -> list[RobotsReply]:
-        """Reply to every waiting errand with the given answer per URL, and stop waiting."""
-        replies = [RobotsReply(asker, errand_id, fetch_of[url])
-                   for url, askers in self.waiting.items() for asker, errand_id in askers]
+        """Reply to every waiting query with the given answer per URL, and stop waiting."""
+        replies = [RobotsReply(asker, query_id, fetch_of[url])
+                   for url, askers in self.waiting.items() for asker, query_id in askers]
         self.waiting.clear()
         return replies
+
+
+# The name RobotsRelay had when host states were stored pickled (version 1 of
+# pipeline.core.host_state_coder): such a state names the class by it.
+RobotsDesk = RobotsRelay

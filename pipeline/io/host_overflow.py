@@ -2,8 +2,8 @@
 table, so a host's state stays kilobytes however many URLs it is offered (invariant 6).
 
 A host queue holds at most `queue_cap` URLs. Later URLs of the host are written here in
-chunks, numbered per host (HostState.overflow), and read back in order as the queue empties
-(HostState.refill_wanted). Before this, they went back to the frontier topic and came round
+chunks, numbered per host (HostBacklog.overflow), and read back in order as the queue empties
+(HostBacklog.refill_wanted). Before this, they went back to the frontier topic and came round
 again every Pub/Sub round trip while the queue stayed full: a loop whose traffic grew with
 every URL a link-dense host was offered.
 

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import heapq
+import itertools
 import logging
 import threading
 import time
@@ -230,37 +232,77 @@ def _install_cached_option_views(transform_evaluator: Any) -> bool:
 FULL_TIMER_SCAN_EVERY_S = 1.0
 
 
+_INF = float("inf")
+
+
 class _TimerIndexedStates(dict):
-    """One step's keyed states (key -> state) that remember which keys hold timers.
+    """One step's keyed states (key -> state), indexed by when each key's timers fall due.
 
     The local runner changes a key's timers on a copy of its state and stores the copy back
-    into this dict when the bundle commits, so watching stores is enough to know which keys
-    have timers. While the runner scans for due timers (`scanning()`), `items()` yields only
-    those keys, and notes the earliest real-time timer still to come for the idle pause.
+    into this dict when the bundle commits, so watching stores is enough to know each key's
+    earliest timers. While the runner scans for due timers (`scanning()`), `items()` yields
+    only the keys with a timer due (from two heaps, real time and event time), plus one key
+    with a real-time timer still to come (Beam's scan reports from the keys it is shown
+    whether any exist), and notes the earliest real-time timer to come for the idle pause.
+    Keys that each hold a far-off timer (content state's expiry) then cost nothing per scan.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.keys_with_timers: set[Any] = {k for k, v in super().items() if _has_timers(v)}
+        # Per key: its earliest (real-time s, event-time us) timers as last indexed, and the
+        # version of its heap entries (older entries are skipped when they surface).
+        self._earliest: dict[Any, tuple[float, float]] = {}
+        self._version: dict[Any, int] = {}
+        self._real: list[tuple[float, int, int, Any]] = []
+        self._event: list[tuple[float, int, int, Any]] = []
+        self._due: set[Any] = set()  # found due; shown at every scan until stored anew
+        self._order = itertools.count()
         self.last_full_scan = float("-inf")
         self.next_timer = float("inf")
         self._scan_now_s: float | None = None
+        self._scan_watermark_us = float("-inf")
+        for key, state in super().items():
+            self._index(key, state)
+
+    def _index(self, key: Any, state: Any) -> None:
+        earliest = _earliest_timers(state) if _has_timers(state) else (_INF, _INF)
+        if self._earliest.get(key) == earliest and key not in self._due:
+            return
+        version = self._version[key] = self._version.get(key, 0) + 1
+        self._earliest[key] = earliest
+        self._due.discard(key)
+        real_time, event_time = earliest
+        if real_time == -_INF or event_time == -_INF:  # unreadable: scanned every time
+            self._due.add(key)
+            return
+        if real_time != _INF:
+            heapq.heappush(self._real, (real_time, next(self._order), version, key))
+        if event_time != _INF:
+            heapq.heappush(self._event, (event_time, next(self._order), version, key))
+
+    @property
+    def keys_with_timers(self) -> set[Any]:
+        return {key for key, earliest in self._earliest.items()
+                if earliest != (_INF, _INF) and key in self}
+
+    def _forget(self, key: Any) -> None:
+        self._version[key] = self._version.get(key, 0) + 1
+        self._earliest.pop(key, None)
+        self._due.discard(key)
 
     def __setitem__(self, key: Any, state: Any) -> None:
         super().__setitem__(key, state)
-        if _has_timers(state):
-            self.keys_with_timers.add(key)
-        else:
-            self.keys_with_timers.discard(key)
+        self._index(key, state)
 
     def __delitem__(self, key: Any) -> None:
         super().__delitem__(key)
-        self.keys_with_timers.discard(key)
+        self._forget(key)
 
     @contextlib.contextmanager
-    def scanning(self, now_s: float) -> Iterator[None]:
+    def scanning(self, now_s: float, watermark_us: float = _INF) -> Iterator[None]:
         self._scan_now_s = now_s
-        self.next_timer = float("inf")
+        self._scan_watermark_us = watermark_us
+        self.next_timer = _INF
         try:
             yield
         finally:
@@ -271,25 +313,63 @@ class _TimerIndexedStates(dict):
             return super().items()
         return self._items_with_timers(self._scan_now_s)
 
+    def _surface(self, heap: list[tuple[float, int, int, Any]], until: float) -> None:
+        """Move the keys whose entry on `heap` is due by `until` to the due set."""
+        while heap and heap[0][0] <= until:
+            _, _, version, key = heapq.heappop(heap)
+            if self._version.get(key) == version:
+                self._due.add(key)
+
+    def _next_real_time(self) -> tuple[float, Any] | None:
+        while self._real and self._version.get(self._real[0][3]) != self._real[0][2]:
+            heapq.heappop(self._real)
+        return (self._real[0][0], self._real[0][3]) if self._real else None
+
     def _items_with_timers(self, now_s: float) -> Iterator[tuple[Any, Any]]:
         now = time.monotonic()
         if now - self.last_full_scan >= FULL_TIMER_SCAN_EVERY_S:
             self.last_full_scan = now
-            keys: Any = list(self.keys())
-        else:
-            keys = list(self.keys_with_timers)
-        for key in keys:
+            for key, state in list(super().items()):
+                self._index(key, state)
+        self._surface(self._real, now_s)
+        self._surface(self._event, self._scan_watermark_us)
+        shown = [key for key in self._due if key in self]
+        upcoming = self._next_real_time()
+        if upcoming is not None:
+            self.next_timer = upcoming[0]
+            if upcoming[1] not in self._due:
+                shown.append(upcoming[1])
+        for key in shown:
             state = self.get(key)
-            if state is None or not _has_timers(state):
-                self.keys_with_timers.discard(key)
+            if state is None:
                 continue
-            self.keys_with_timers.add(key)
             self.next_timer = min(self.next_timer, _next_real_time_timer(state, now_s))
             yield key, state
 
 
 def _has_timers(state: Any) -> bool:
     return bool(getattr(state, "timers", True))
+
+
+def _earliest_timers(state: Any) -> tuple[float, float]:
+    """The state's earliest real-time timer (epoch seconds) and earliest event-time timer
+    (micros); inf where it has none. A timer it cannot read counts as due (-inf)."""
+    from apache_beam import TimeDomain
+
+    real_time = event_time = float("inf")
+    try:
+        for timers in state.timers.values():
+            for (_, time_domain, _), timestamp in timers.items():
+                micros = getattr(timestamp, "micros", None)
+                if time_domain == TimeDomain.REAL_TIME:
+                    at = micros / 1e6 if micros is not None else float(timestamp)
+                    real_time = min(real_time, at)
+                else:
+                    at = float(micros) if micros is not None else float(timestamp) * 1e6
+                    event_time = min(event_time, at)
+    except Exception:  # noqa: BLE001 - never stall the runner's monitor: scan the key
+        return float("-inf"), float("-inf")
+    return real_time, event_time
 
 
 def _next_real_time_timer(state: Any, now_s: float) -> float:
@@ -344,7 +424,9 @@ def _install_cheaper_timer_scan(evaluation_context: Any, watermark_manager: Any)
             return extract(self)
         clock_now = self._clock.time()  # epoch seconds; a Timestamp under a test clock
         now_s = float(getattr(clock_now, "micros", clock_now * 1e6)) / 1e6
-        with states.scanning(now_s):
+        watermark = getattr(self, "_input_watermark", None)
+        watermark_us = float(getattr(watermark, "micros", float("inf")))
+        with states.scanning(now_s, watermark_us):
             result = extract(self)
         _Idleness.next_timer[self] = states.next_timer
         return result

@@ -78,6 +78,7 @@ class RunningEmulator:
     log_path: str = ""
     scratch_dir: str | None = field(default=None, repr=False)  # ours to delete on stop
     _stopped: bool = field(default=False, repr=False)
+    _kept_log: str | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -107,7 +108,21 @@ class RunningEmulator:
             while _group_exists(group) and time.monotonic() < deadline:
                 time.sleep(0.02)
         if self.scratch_dir:
+            if self._kept_log:  # a log that could not be linked there: copied at the end
+                with contextlib.suppress(OSError):
+                    shutil.copyfile(self.log_path, self._kept_log)
             shutil.rmtree(self.scratch_dir, ignore_errors=True)
+
+    def keep_log(self, path: str) -> None:
+        """Keep the log of an emulator started with a scratch folder at `path` too (linked
+        now, or copied when it stops), as if it had been started with log_path=path."""
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        try:
+            os.link(self.log_path, path)
+        except OSError:  # another file system
+            self._kept_log = path
 
     def __enter__(self) -> RunningEmulator:
         return self
@@ -145,23 +160,8 @@ def start_pubsub_emulator(
 ) -> RunningEmulator:
     """Start the Pub/Sub emulator on 127.0.0.1 (a free port unless given) and wait until it
     answers. Raises EmulatorMissing if it (or Java) is not installed."""
-    binary = _binary(PUBSUB, _PUBSUB_BINARY)
-    if not (os.environ.get("JAVA_HOME") or shutil.which("java")):
-        raise EmulatorMissing(
-            "Java not found: the Pub/Sub emulator needs a Java 8+ runtime on PATH or in "
-            "JAVA_HOME: install the Debian package default-jre-headless"
-        )
-    env = dict(os.environ)
-    env.setdefault("JAVA_OPTS", "-Xmx256m")  # a bounded heap, not a quarter of the RAM
-    return _start(
-        PUBSUB,
-        lambda p: [str(binary), "--host=127.0.0.1", f"--port={p}"],
-        env=env,
-        port=port,
-        log_path=log_path,
-        ready_timeout=ready_timeout,
-        ready=_pubsub_answers,
-    )
+    return _start(PUBSUB, *_launch(PUBSUB), port=port, log_path=log_path,
+                  ready_timeout=ready_timeout)
 
 
 def start_bigtable_emulator(
@@ -169,29 +169,87 @@ def start_bigtable_emulator(
 ) -> RunningEmulator:
     """Start the Bigtable emulator (in memory) on 127.0.0.1 and wait until it accepts
     connections. Raises EmulatorMissing if it is not installed."""
+    return _start(BIGTABLE, *_launch(BIGTABLE), port=port, log_path=log_path,
+                  ready_timeout=ready_timeout)
+
+
+def _launch(name: str) -> tuple[Callable[[int], list[str]], dict[str, str],
+                                 Callable[[str], bool]]:
+    """How to start emulator `name`: its command for a port, its environment and its
+    readiness check. Raises EmulatorMissing if it (or Java) is not installed."""
+    if name == PUBSUB:
+        binary = _binary(PUBSUB, _PUBSUB_BINARY)
+        if not (os.environ.get("JAVA_HOME") or shutil.which("java")):
+            raise EmulatorMissing(
+                "Java not found: the Pub/Sub emulator needs a Java 8+ runtime on PATH or in "
+                "JAVA_HOME: install the Debian package default-jre-headless"
+            )
+        env = dict(os.environ)
+        env.setdefault("JAVA_OPTS", "-Xmx256m")  # a bounded heap, not a quarter of the RAM
+        return (lambda p: [str(binary), "--host=127.0.0.1", f"--port={p}"]), env, \
+            _pubsub_answers
     binary = _binary(BIGTABLE, _BIGTABLE_BINARY)
-    return _start(
-        BIGTABLE,
-        lambda p: [str(binary), "-host=127.0.0.1", f"-port={p}"],
-        env=dict(os.environ),
-        port=port,
-        log_path=log_path,
-        ready_timeout=ready_timeout,
-        ready=_accepts_connections,
-    )
+    return (lambda p: [str(binary), "-host=127.0.0.1", f"-port={p}"]), dict(os.environ), \
+        _accepts_connections
+
+
+# The emulators of a local run and the variable that names each; one a variable names is
+# not started.
+_MISSING_VARIABLES = ((PUBSUB, "PUBSUB_EMULATOR_HOST"), (BIGTABLE, "BIGTABLE_EMULATOR_HOST"))
+# Spawned by prestart_missing_emulators, not yet taken by start_missing_emulators:
+# the emulator and its readiness check.
+_booting: dict[str, tuple[RunningEmulator, Callable[[str], bool]]] = {}
+
+
+def prestart_missing_emulators() -> None:
+    """Spawn the emulators that no environment variable names, without waiting for them:
+    the Pub/Sub emulator's JVM takes about a second to answer, which it spends while the
+    command imports Beam and builds its graph. start_missing_emulators takes them over (and
+    keeps their logs where it keeps its own). An emulator that cannot be spawned is left for
+    start_missing_emulators, which says why; spawned ones stop at exit if never taken."""
+    for name, variable in _MISSING_VARIABLES:
+        if os.environ.get(variable) or name in _booting:
+            continue
+        try:
+            command, env, ready = _launch(name)
+            emulator = _spawn(name, command, env=env, port=None, log_path=None)
+        except (EmulatorMissing, OSError):
+            continue
+        _booting[name] = (emulator, ready)
+
+
+def _take_booting(name: str, log_path: str, ready_timeout: float = 60.0
+                  ) -> RunningEmulator | None:
+    """The emulator prestart_missing_emulators spawned for `name`, once it answers, its log
+    kept at log_path too; None if there is none, or it exited before it answered."""
+    booting = _booting.pop(name, None)
+    if booting is None:
+        return None
+    emulator, ready = booting
+    try:
+        _wait_until_ready(emulator, ready, ready_timeout)
+    except _ExitedEarly:
+        emulator.stop()  # a port taken meanwhile, say: started afresh by the caller
+        return None
+    except BaseException:
+        emulator.stop()
+        raise
+    emulator.keep_log(log_path)
+    return emulator
 
 
 def start_missing_emulators(log_dir: Path) -> list[tuple[str, RunningEmulator]]:
-    """Start the Pub/Sub and Bigtable emulators that no environment variable names, and set
-    the variables to them. Returns (variable, emulator) pairs for stop_emulators()."""
+    """Start the Pub/Sub and Bigtable emulators that no environment variable names (or take
+    over the ones prestart_missing_emulators spawned), both booting at once, and set the
+    variables to them. Returns (variable, emulator) pairs for stop_emulators()."""
     started: list[tuple[str, RunningEmulator]] = []
+    starts = {PUBSUB: start_pubsub_emulator, BIGTABLE: start_bigtable_emulator}
     try:
-        for variable, start, name in (
-            ("PUBSUB_EMULATOR_HOST", start_pubsub_emulator, "pubsub"),
-            ("BIGTABLE_EMULATOR_HOST", start_bigtable_emulator, "bigtable"),
-        ):
+        prestart_missing_emulators()
+        for name, variable in _MISSING_VARIABLES:
             if not os.environ.get(variable):
-                emulator = start(log_path=str(log_dir / f"{name}-emulator.log"))
+                log_path = str(log_dir / f"{name}-emulator.log")
+                emulator = _take_booting(name, log_path) or starts[name](log_path=log_path)
                 os.environ[variable] = emulator.host_port
                 started.append((variable, emulator))
     except BaseException:
@@ -317,35 +375,43 @@ class _Launcher:
         cls._jobs = None
 
 
+def _spawn(name: str, command: Callable[[int], list[str]], *, env: dict[str, str],
+           port: int | None, log_path: str | None) -> RunningEmulator:
+    """Fork the emulator (its log at log_path, else in a scratch folder of its own); it may
+    not answer yet."""
+    chosen = port if port is not None else _free_port()
+    scratch = None if log_path else tempfile.mkdtemp(prefix=f"{name}-emulator-")
+    log = Path(log_path or Path(scratch or ".") / f"{name}-emulator.log")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as log_file:
+        process = _Launcher.popen(
+            command(chosen),
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=log.parent,  # anything the emulator writes stays beside its log
+            start_new_session=True,
+        )
+    emulator = RunningEmulator(name, f"127.0.0.1:{chosen}", process, str(log), scratch)
+    _running.add(emulator)
+    return emulator
+
+
 def _start(
     name: str,
     command: Callable[[int], list[str]],
-    *,
     env: dict[str, str],
+    ready: Callable[[str], bool],
+    *,
     port: int | None,
     log_path: str | None,
     ready_timeout: float,
-    ready: Callable[[str], bool],
 ) -> RunningEmulator:
     # A port picked here may be taken before the emulator binds it; one retry covers that.
     attempts = 1 if port is not None else 2
     for attempt in range(attempts):
-        chosen = port if port is not None else _free_port()
-        scratch = None if log_path else tempfile.mkdtemp(prefix=f"{name}-emulator-")
-        log = Path(log_path or Path(scratch or ".") / f"{name}-emulator.log")
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "ab") as log_file:
-            process = _Launcher.popen(
-                command(chosen),
-                stdin=subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=log.parent,  # anything the emulator writes stays beside its log
-                start_new_session=True,
-            )
-        emulator = RunningEmulator(name, f"127.0.0.1:{chosen}", process, str(log), scratch)
-        _running.add(emulator)
+        emulator = _spawn(name, command, env=env, port=port, log_path=log_path)
         try:
             _wait_until_ready(emulator, ready, ready_timeout)
             return emulator
@@ -438,6 +504,7 @@ _running: set[RunningEmulator] = set()
 # A forked child inherits the set but not the processes: its exit must not stop them.
 os.register_at_fork(after_in_child=_running.clear)
 os.register_at_fork(after_in_child=_Launcher.forget)
+os.register_at_fork(after_in_child=_booting.clear)
 
 
 @atexit.register

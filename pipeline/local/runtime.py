@@ -176,12 +176,19 @@ def run_local_crawl(
                 watch.crawl = read_crawl(tables, opts.crawl_id)
             tables.close()
         stop_emulators(emulators)
+    return _write_summary(opts, out_dir, watch, bad_seeds, elapsed=time.monotonic() - started,
+                          cpu_s=time.process_time() - cpu_started)
+
+
+def _write_summary(opts: CrawlOptions, out_dir: str, watch: _Watch, bad_seeds: list[str], *,
+                   elapsed: float, cpu_s: float) -> CrawlSummary:
+    """The crawl's summary from its record as it stood at the end, written next to its
+    output as summary.json."""
     crawl = watch.crawl
     if crawl is None:
         raise RuntimeError(f"crawl {opts.crawl_id} stopped before its record could be read")
     summary = _summary(opts, out_dir, crawl, watch.parked or crawl, bad_seeds,
-                       elapsed=time.monotonic() - started,
-                       cpu_s=time.process_time() - cpu_started)
+                       elapsed=elapsed, cpu_s=cpu_s)
     storage.write_file(storage.join(out_dir, "summary.json"),
                        (json.dumps(asdict(summary), indent=2) + "\n").encode())
     return summary

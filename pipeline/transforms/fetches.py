@@ -17,7 +17,14 @@ import apache_beam as beam
 from apache_beam.pvalue import PCollection
 
 from pipeline.core.politeness_keys import PolitenessKey
-from pipeline.core.records import FetchResult, FrontierBatch, PageRow, RobotsAnswer, RobotsRequest
+from pipeline.core.records import (
+    FetchResult,
+    FrontierBatch,
+    HostWake,
+    PageRow,
+    RobotsAnswer,
+    RobotsRequest,
+)
 from pipeline.transforms.counts import WriteCrawlCounts
 from pipeline.transforms.frontier import HostMessage
 from pipeline.transforms.schedule import HostSchedulerFn, SchedulerConfig, Submit
@@ -33,6 +40,9 @@ class ScheduleOutputs(NamedTuple):
     # robots.txt requests and answers bound for other hosts' keys, and the sitemap documents
     # robots.txt lists (--sitemaps), through the frontier
     robots: PCollection[RobotsRequest | RobotsAnswer | FrontierBatch]
+    # at a drain, a wake for each key whose state was written out, through the frontier to
+    # the job relaunched on the same stores (pipeline.io.drained_state)
+    relaunch: PCollection[HostWake]
 
 
 class ScheduleFetches(beam.PTransform):
@@ -62,8 +72,9 @@ class ScheduleFetches(beam.PTransform):
             name, fn = "HostScheduler", HostSchedulerFn
         scheduled = host_messages | name >> beam.ParDo(
             fn(self._config, self._clock, submit=self._submit)
-        ).with_output_types(FetchResult).with_outputs(Tag.ROWS, Tag.ROBOTS, Tag.COUNTS,
-                                                      main="fetched")
+        ).with_output_types(FetchResult).with_outputs(
+            Tag.ROWS, Tag.ROBOTS, Tag.RELAUNCH, Tag.COUNTS, main="fetched")
         scheduled[Tag.COUNTS] | "CountInRecords" >> WriteCrawlCounts(
             self._config.bigtable, "schedule")
-        return ScheduleOutputs(scheduled.fetched, scheduled[Tag.ROWS], scheduled[Tag.ROBOTS])
+        return ScheduleOutputs(scheduled.fetched, scheduled[Tag.ROWS], scheduled[Tag.ROBOTS],
+                               scheduled[Tag.RELAUNCH])

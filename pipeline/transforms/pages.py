@@ -15,16 +15,25 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 import apache_beam as beam
+from apache_beam import TimeDomain
 from apache_beam.coders import BytesCoder, PickleCoder
 from apache_beam.pvalue import PCollection, TaggedOutput
-from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec
+from apache_beam.transforms.userstate import (
+    BagStateSpec,
+    ReadModifyWriteStateSpec,
+    TimerSpec,
+    on_timer,
+)
+from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
 from pipeline.core.counters import Counter, links_rejected
+from pipeline.core.fleet_host import TOMBSTONE_S
 from pipeline.core.near_duplicates import (
     DuplicatePolicy,
     HostIndex,
@@ -268,19 +277,31 @@ class ParsePages(beam.PTransform):
         return ParsedPages(parsed.pages, parsed[Tag.DEAD_LETTERS])
 
 
+# How long a content key's state lives after the key's first page: a text's first copy, a
+# host's near-duplicate index. The tombstones' horizon (TOMBSTONE_S): every link of a crawl
+# that can still arrive does so within it, and a crawl of the design's size lasts 5 days. A
+# copy of a text found after it is stored again, as a first copy; a host's near-duplicate
+# index starts afresh. One processing-time timer per key, set once, never re-armed: a drain,
+# which fires pending processing-time timers, does not loop on it.
+CONTENT_STATE_TTL_S = TOMBSTONE_S
+
+
 # --------------------------------------------------------------------------- DedupContent
 class DedupContentFn(beam.DoFn):
     """Keyed by content hash: the first page with a text stores it; later ones are duplicates.
 
-    State: the first copy's (url, text pointer). Pages leave in finish_bundle, after the WET
-    segment is flushed.
+    State: the first copy's (url, text pointer), forgotten CONTENT_STATE_TTL_S after it was
+    stored (timer `expire`). Pages leave in finish_bundle, after the WET segment is flushed.
     """
 
     FIRST = ReadModifyWriteStateSpec("first", PickleCoder())
+    EXPIRE = TimerSpec("expire", TimeDomain.REAL_TIME)
 
-    def __init__(self, out: str, crawl_id: str | None) -> None:
+    def __init__(self, out: str, crawl_id: str | None,
+                 clock: Callable[[], float] = time.time) -> None:
         self._out = out
         self._crawl_id = crawl_id
+        self._clock = clock
         self._segments = _BundleSegments(out, crawl_id)
         self._held = _Held()
         self._duplicates = crawl_counter(Counter.CONTENT_DUPLICATES)
@@ -290,16 +311,22 @@ class DedupContentFn(beam.DoFn):
         self._held = _Held()
 
     def process(self, element: tuple[int, StoredPage], first=beam.DoFn.StateParam(FIRST),
-                timestamp=beam.DoFn.TimestampParam, window=beam.DoFn.WindowParam) -> None:
+                expire=beam.DoFn.TimerParam(EXPIRE), timestamp=beam.DoFn.TimestampParam,
+                window=beam.DoFn.WindowParam) -> None:
         _, page = element
         _, wet = self._segments.of(page.row.crawl_id)
         remembered = first.read()
         final, keep = dedup_text(page, remembered, wet)
         if remembered is None:
             first.write(keep)
+            expire.set(Timestamp.of(self._clock() + CONTENT_STATE_TTL_S))
         else:
             self._duplicates.inc()
         self._held.add(final, timestamp, window)
+
+    @on_timer(EXPIRE)
+    def forget(self, first=beam.DoFn.StateParam(FIRST)) -> None:
+        first.clear()
 
     def finish_bundle(self) -> Iterator[WindowedValue]:
         items = self._held.release()
@@ -385,17 +412,24 @@ class HostContentFn(beam.DoFn):
 
     CONTENT = ReadModifyWriteStateSpec("content", PickleCoder())
     URLS = BagStateSpec("content_urls", BytesCoder())
+    # Both cells go CONTENT_STATE_TTL_S after the host's first page.
+    EXPIRE = TimerSpec("expire", TimeDomain.REAL_TIME)
 
-    def __init__(self, policy: DuplicatePolicy) -> None:
+    def __init__(self, policy: DuplicatePolicy, clock: Callable[[], float] = time.time) -> None:
         self._policy = policy
+        self._clock = clock
         self._near = crawl_counter(Counter.NEAR_DUPLICATES)
         self._signals = crawl_counter(Counter.HOST_SIGNALS_EMITTED)
 
     def process(self, element: tuple[str, StoredPage],
                 content_state=beam.DoFn.StateParam(CONTENT),
-                urls_state=beam.DoFn.StateParam(URLS)) -> Iterator[object]:
+                urls_state=beam.DoFn.StateParam(URLS),
+                expire=beam.DoFn.TimerParam(EXPIRE)) -> Iterator[object]:
         host, page = element
-        index = _restored_index(host, content_state.read(), urls_state)
+        stored = content_state.read()
+        if stored is None:
+            expire.set(Timestamp.of(self._clock() + CONTENT_STATE_TTL_S))
+        index = _restored_index(host, stored, urls_state)
         row, signal = judge_content(page.row, index, self._policy)
         content_state.write(index.to_bytes())
         if row.near_duplicate_of is not None:
@@ -404,6 +438,12 @@ class HostContentFn(beam.DoFn):
         if signal is not None:
             self._signals.inc()
             yield TaggedOutput(Tag.HOST_SIGNALS, signal)
+
+    @on_timer(EXPIRE)
+    def forget(self, content_state=beam.DoFn.StateParam(CONTENT),
+               urls_state=beam.DoFn.StateParam(URLS)) -> None:
+        content_state.clear()
+        urls_state.clear()
 
 
 def _restored_index(host: str, stored: object, urls_state) -> HostIndex:

@@ -12,7 +12,7 @@ cancel reaches the schedulers within seconds; its page budget is claimed from th
 What the DoFn does for a crawl is counted in the crawl's record (pipeline.core.counters
 .RECORD_COUNTERS) as well as in the job's metrics.
 
-It does not parse, store or publish anything: robots.txt errands for other hosts, and replies
+It does not parse, store or publish anything: robots.txt queries for other hosts, and replies
 to hosts that asked this one, leave on the 'robots' output for the frontier to carry to the
 other host's key, and so do the Sitemap lines of a host's robots.txt for a crawl that reads
 sitemaps (a batch of sitemap documents, which each host then fetches as its own request). A
@@ -30,13 +30,16 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 from concurrent.futures import Future
+from concurrent.futures import wait as wait_for
 from dataclasses import dataclass
 
 import apache_beam as beam
 from apache_beam import TimeDomain
 from apache_beam.coders import PickleCoder
+from apache_beam.metrics import Metrics
 from apache_beam.pvalue import TaggedOutput
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
+from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.shared import Shared
 from apache_beam.utils.timestamp import Timestamp
 
@@ -44,7 +47,13 @@ from pipeline.core.bloom import is_saturated
 from pipeline.core.budget import BlockPageBudget
 from pipeline.core.counters import RECORD_COUNTERS, Counter, Maximum
 from pipeline.core.crawl_states import keeps_waiting
-from pipeline.core.fleet_host import TOMBSTONE_S, CrawlTerms, FleetDecision, FleetHostState
+from pipeline.core.fleet_host import (
+    TOMBSTONE_S,
+    CrawlTerms,
+    FleetDecision,
+    FleetHostState,
+    forgettable,
+)
 from pipeline.core.politeness import (
     TIME_BUDGET_REASON,
     FetchReport,
@@ -68,12 +77,13 @@ from pipeline.core.records import (
     RobotsAnswer,
     RobotsRequest,
 )
-from pipeline.core.robots_relay import RobotsErrand, RobotsReply
+from pipeline.core.robots_relay import RobotsQuery, RobotsReply
 from pipeline.core.scope import OUT_OF_SCOPE
 from pipeline.core.sitemaps import SITEMAP_DEPTH
 from pipeline.io.bigtable import BigtableConfig, CrawlNotFound
 from pipeline.io.crawls import Crawl, read_crawl
 from pipeline.io.dns import parse_resolve
+from pipeline.io.drained_state import DrainedState
 from pipeline.io.fetch import ERROR_BLOCKED_ADDRESS, FetchConfig, FetchResponse
 from pipeline.io.host_overflow import HostOverflow
 from pipeline.io.request_log import REQUEST_LOG_DIR, recording, request_log
@@ -95,6 +105,10 @@ Submit = Callable[[Callable[[str], FetchResponse], str], Future[FetchResponse]]
 # How soon to look again when a fetch is still running at the time the host became due.
 _POLL_MIN = 0.02
 _POLL_MAX = 0.5
+
+# The drain timer's moment: the end of the global window, which the watermark passes only
+# when a drain (or the end of a bounded test stream) advances it to infinity.
+DRAIN_AT = GlobalWindow().max_timestamp()
 
 
 @dataclass(frozen=True)
@@ -122,6 +136,9 @@ class SchedulerConfig:
     # pipeline.core.politeness_keys): the frontier keys messages by it, and `domain` runs
     # DomainSchedulerFn (pipeline.transforms.schedule_domain) over the key's hosts.
     politeness_key: str = "host"
+    # The name a drain writes the job's state under (pipeline.io.drained_state): its frontier
+    # subscription, which the job relaunched after a drain reads again.
+    drain_scope: str = "frontier"
 
 
 def crawl_policy(base: HostPolicy, crawl: Crawl) -> HostPolicy:
@@ -249,11 +266,11 @@ def fetch_result(crawl_id: str, host: str, entry: FrontierEntry, response: Fetch
     )
 
 
-def robots_record(crawl_id: str, message: RobotsErrand | RobotsReply
+def robots_record(crawl_id: str, message: RobotsQuery | RobotsReply
                   ) -> RobotsRequest | RobotsAnswer:
-    """The frontier record that carries a robots.txt errand or reply of crawl `crawl_id` to
+    """The frontier record that carries a robots.txt query or reply of crawl `crawl_id` to
     the key of the host it is for."""
-    if isinstance(message, RobotsErrand):
+    if isinstance(message, RobotsQuery):
         return RobotsRequest.of(crawl_id, message)
     return RobotsAnswer.of(crawl_id, message)
 
@@ -266,6 +283,35 @@ def sooner_wake(armed: float | None, needed: float | None) -> float | None:
 
 
 # ------------------------------------------------------------------------- state cells
+class RawCells:
+    """A key's four state cells as stored, whatever the scheduler: its fields, and its three
+    cells of entries by name (a crawl id, or a host of a domain). What a drain writes out
+    (pipeline.io.drained_state), a relaunch reads back, and a forgotten key clears."""
+
+    NAMES = ("queues", "seen", "tombstones")
+
+    def __init__(self, fields, queues, seen, tombstones) -> None:
+        self._fields = fields
+        self._by_name = dict(zip(self.NAMES, (queues, seen, tombstones), strict=True))
+
+    def dump(self) -> tuple[object, dict[str, dict]] | None:
+        fields = self._fields.read()
+        if fields is None:
+            return None
+        return fields, {name: cell.read() or {} for name, cell in self._by_name.items()}
+
+    def load(self, fields: object, by_name: dict[str, dict]) -> None:
+        self._fields.write(fields)
+        for name, cell in self._by_name.items():
+            if by_name.get(name):
+                cell.write(by_name[name])
+
+    def clear(self) -> None:
+        self._fields.clear()
+        for cell in self._by_name.values():
+            cell.clear()
+
+
 class HostCells:
     """One host's FleetHostState in four state cells (FleetHostState.stored): the fields of
     the host and of every crawl on it (every event), the crawls' queue data by crawl id (read
@@ -278,11 +324,17 @@ class HostCells:
     crawl, and moved between the two cells at the event that evicts or revives a crawl. An
     evicted crawl's queue data goes at once, its seen-set when its tombstone is forgotten."""
 
-    def __init__(self, fields, queues, seen, buried) -> None:
-        self._fields, self._queues, self._seen, self._buried = fields, queues, seen, buried
+    def __init__(self, fields, queues, seen, tombstone_seen,
+                 restore: Callable[[], bool] | None = None) -> None:
+        self._fields, self._queues, self._seen = fields, queues, seen
+        self._tombstone_cell = tombstone_seen
+        # Called when the key has no state: reads a drained job's snapshot into the cells
+        # (True) or finds none (False). `created`: the key had no state at the last read.
+        self._restore = restore
+        self.created = False
         self._queues_read: dict[str, bytes] | None = None
         self._seen_read: dict[str, bytes] | None = None
-        self._buried_read: dict[str, bytes] | None = None
+        self._tombstones_read: dict[str, bytes] | None = None
         # Crawl ids as last stored: whose entries each cell may hold.
         self._live: frozenset[str] = frozenset()
         self._dead: frozenset[str] = frozenset()
@@ -297,10 +349,10 @@ class HostCells:
             self._seen_read = self._seen.read() or {}
         return self._seen_read
 
-    def _buried_data(self) -> dict[str, bytes]:
-        if self._buried_read is None:
-            self._buried_read = self._buried.read() or {}
-        return self._buried_read
+    def _tombstone_data(self) -> dict[str, bytes]:
+        if self._tombstones_read is None:
+            self._tombstones_read = self._tombstone_cell.read() or {}
+        return self._tombstones_read
 
     def read(self, *, with_seen: bool = False,
              crawl_id: str | None = None) -> FleetHostState | None:
@@ -308,14 +360,17 @@ class HostCells:
         tombstone's of `crawl_id` if it was evicted here (an offer of that crawl)."""
         value = self._fields.read()
         if value is None:
-            return None
+            self.created = True
+            if self._restore is None or not self._restore():
+                return None
+            value = self._fields.read()
         self._live = frozenset(value["crawls"])
         self._dead = frozenset(value.get("tombstones", ()))
         seen = None
         if with_seen:
             seen = dict(self._seen_data())
-            if crawl_id in self._dead and crawl_id in self._buried_data():
-                seen[crawl_id] = self._buried_data()[crawl_id]
+            if crawl_id in self._dead and crawl_id in self._tombstone_data():
+                seen[crawl_id] = self._tombstone_data()[crawl_id]
         return FleetHostState.restored(value, lambda c: self._queue_data().get(c), seen)
 
     def write(self, state: FleetHostState) -> None:
@@ -330,18 +385,18 @@ class HostCells:
         for crawl_id, crawl in state.crawls.items():
             value = crawl.seen
             if value is None and crawl_id in revived:
-                value = self._buried_data().get(crawl_id)  # moves back with its crawl
+                value = self._tombstone_data().get(crawl_id)  # moves back with its crawl
             if value is not None and value is not before.get(crawl_id):
                 seen[crawl_id] = value
-        buried: dict[str, bytes] = {}
+        tombstone_seen: dict[str, bytes] = {}
         for crawl_id, tombstone in state.tombstones.items():
             value = tombstone.seen
             if value is None and crawl_id in evicted:
                 value = self._seen_data().get(crawl_id)  # moves over with its eviction
-            if value is not None and value is not (self._buried_read or {}).get(crawl_id):
-                buried[crawl_id] = value
-        if buried or revived or self._dead - dead:
-            self._buried.write(_changed(self._buried_data(), buried, dead))
+            if value is not None and value is not (self._tombstones_read or {}).get(crawl_id):
+                tombstone_seen[crawl_id] = value
+        if tombstone_seen or revived or self._dead - dead:
+            self._tombstone_cell.write(_changed(self._tombstone_data(), tombstone_seen, dead))
         if seen or evicted:
             self._seen.write(_changed(self._seen_data(), seen, live))
         self._fields.write(fields)
@@ -357,7 +412,7 @@ def _changed(stored: dict[str, bytes], changes: dict[str, bytes],
 def _activity(state: FleetHostState) -> dict[str, tuple[bool, int | None, float | None]]:
     """Per crawl on the host: whether it has work here, the URLs waiting while its circuit is
     open (None: not parked) and when its parking ends: what the activity counters move by."""
-    return {crawl_id: (crawl.busy, crawl.parked_backlog(), crawl.parked_until)
+    return {crawl_id: (crawl.busy, crawl.parked_backlog(), crawl.backoff.parked_until)
             for crawl_id, crawl in state.crawls.items()}
 
 
@@ -375,6 +430,11 @@ class HostSchedulerFn(beam.DoFn):
     HOST_SEEN = ReadModifyWriteStateSpec("fleet_host_seen", PickleCoder())
     HOST_TOMBSTONES = ReadModifyWriteStateSpec("fleet_host_tombstones", PickleCoder())
     WAKE = TimerSpec("wake", TimeDomain.REAL_TIME)
+    # Fires only when a drain advances the watermark to infinity (DRAIN_AT): the key's state
+    # is written out for the relaunched job (on_drain).
+    DRAIN = TimerSpec("drain", TimeDomain.WATERMARK)
+    # Which snapshots this DoFn's keys are written to and read from (pipeline.io.drained_state).
+    SNAPSHOT_KIND = "host"
 
     def __init__(
         self,
@@ -388,6 +448,8 @@ class HostSchedulerFn(beam.DoFn):
         self._refilled_in_bundle: set[tuple[str, str]] = set()
         self._metrics: dict[Counter, CrawlCounter] = {}
         self._due_lag = crawl_maximum(Maximum.DUE_LAG_MS)
+        # Keys whose state a drain wrote out (docs/deploy.md, "Update or drain").
+        self._written_out = Metrics.counter("scheduler", "keys_written_out_at_drain")
         self._resources: WorkerResources | None = None
         self._records: CrawlRecords | None = None
         self._counts = BundleCounts()
@@ -460,18 +522,37 @@ class HostSchedulerFn(beam.DoFn):
         host_seen=beam.DoFn.StateParam(HOST_SEEN),
         host_tombstones=beam.DoFn.StateParam(HOST_TOMBSTONES),
         wake=beam.DoFn.TimerParam(WAKE),
+        drain=beam.DoFn.TimerParam(DRAIN),
     ) -> Iterator[object]:
         host, (crawl_id, message) = element
         now = self._clock()
-        cells = HostCells(host_state, host_queues, host_seen, host_tombstones)
+        raw = RawCells(host_state, host_queues, host_seen, host_tombstones)
+        cells = HostCells(host_state, host_queues, host_seen, host_tombstones,
+                          restore=self._restorer(host, raw))
         # Offers and seen-marks change a crawl's seen-set; nothing else reads it.
         offers = isinstance(message, HostBatch | HostSeenMarks)
         state: FleetHostState = (cells.read(with_seen=offers, crawl_id=crawl_id)
                                  or FleetHostState(host=host))
+        if cells.created:
+            drain.set(DRAIN_AT)
         before = _activity(state)
         # A crawl whose record cannot be read (yet) gets the shared policy here, and its
         # work waits at the timer until the record is read (FleetHostState.next_action).
         policy = self._policy(self._crawl(crawl_id, now))
+        yield from self._host_message(host, crawl_id, message, state, now, policy)
+        self._arm(state, wake, now)
+        self._count_activity(before, state)
+        if forgettable(state, now) and state.wake_at is None:
+            # A message that left nothing here (a stray wake or reply): no state is kept.
+            self._forget_key(host, raw, wake, drain)
+            return
+        cells.write(state)
+
+    def _host_message(self, host: str, crawl_id: str, message: HostMessage,
+                      state: FleetHostState, now: float, policy: HostPolicy
+                      ) -> Iterator[object]:
+        """What one message of a crawl does to one host's state (the domain scheduler runs
+        each host's part of a message through this too)."""
         if isinstance(message, HostWake):
             if crawl_id in state.crawls:
                 self._count(crawl_id, Counter.HOSTS_WOKEN)
@@ -482,9 +563,9 @@ class HostSchedulerFn(beam.DoFn):
             if crawl_id in state.crawls:
                 throttle = message.signal is HostSignalKind.THROTTLE
                 crawl = state.crawls[crawl_id]
-                if throttle and not crawl.duplicate_heavy:
+                if throttle and not crawl.slowdown.heavy:
                     self._count(crawl_id, Counter.HOSTS_THROTTLED_FOR_DUPLICATES)
-                crawl.set_duplicate_heavy(throttle, policy)
+                crawl.slowdown.signal(throttle, policy, host)
         elif isinstance(message, HostSeenMarks):
             self._count(crawl_id, Counter.URLS_OFFERED, len(message.entries))
             # The crawl's policy sizes a seen-set made here; one whose record is not read
@@ -492,9 +573,6 @@ class HostSchedulerFn(beam.DoFn):
             state.mark_seen(crawl_id, list(message.entries), policy, issued=message.issued)
         else:
             yield from self._offer(host, crawl_id, message, state, now, policy)
-        self._arm(state, wake, now)
-        self._count_activity(before, state)
-        cells.write(state)
 
     def _offer(self, host: str, crawl_id: str, batch: HostBatch, state: FleetHostState,
                now: float, policy: HostPolicy) -> Iterator[object]:
@@ -523,7 +601,7 @@ class HostSchedulerFn(beam.DoFn):
             # Stored before the state that counts them: a retry rewrites the same rows.
             overflow = HostOverflow(self._shared().bigtable(self._config.bigtable).frontier,
                                     crawl_id)
-            overflow.write(host, state.crawls[crawl_id].overflow(spilled, policy))
+            overflow.write(host, state.crawls[crawl_id].backlog.overflow(spilled, policy))
             self._count(crawl_id, Counter.URLS_OVERFLOWED, len(spilled))
         if state.busy and not was_busy:
             state.busy_since = now
@@ -532,13 +610,13 @@ class HostSchedulerFn(beam.DoFn):
                         state: FleetHostState, now: float,
                         policy: HostPolicy) -> Iterator[object]:
         """Another host asks this one for a robots.txt answer for crawl `crawl_id`, or answers
-        this host's errand of that crawl. A crawl that has ended, or is unknown, is treated as
+        this host's query of that crawl. A crawl that has ended, or is unknown, is treated as
         for a batch of URLs: the message is taken, and the timer's next_action ends the
         crawl's waiting work or keeps it until the crawl's record is read."""
         was_busy = state.busy
         decision = state.robots_message(
             crawl_id,
-            message.errand() if isinstance(message, RobotsRequest) else message.reply(),
+            message.query() if isinstance(message, RobotsRequest) else message.reply(),
             now, policy)
         yield from self._carry_out(host, decision, None)
         if state.busy and not was_busy:
@@ -555,6 +633,7 @@ class HostSchedulerFn(beam.DoFn):
         host_seen=beam.DoFn.StateParam(HOST_SEEN),
         host_tombstones=beam.DoFn.StateParam(HOST_TOMBSTONES),
         wake=beam.DoFn.TimerParam(WAKE),
+        drain=beam.DoFn.TimerParam(DRAIN),
     ) -> Iterator[object]:
         cells = HostCells(host_state, host_queues, host_seen, host_tombstones)
         state: FleetHostState | None = cells.read()
@@ -566,32 +645,104 @@ class HostSchedulerFn(beam.DoFn):
         yield from self._step(key, state, now)
         self._arm(state, wake, now)
         self._count_activity(before, state)
+        if forgettable(state, now) and state.wake_at is None:
+            self._forget_key(key, RawCells(host_state, host_queues, host_seen, host_tombstones),
+                             wake, drain)
+            return
         cells.write(state)
+
+    @on_timer(DRAIN)
+    def on_drain(
+        self,
+        key=beam.DoFn.KeyParam,
+        host_state=beam.DoFn.StateParam(HOST_STATE),
+        host_queues=beam.DoFn.StateParam(HOST_QUEUES),
+        host_seen=beam.DoFn.StateParam(HOST_SEEN),
+        host_tombstones=beam.DoFn.StateParam(HOST_TOMBSTONES),
+        wake=beam.DoFn.TimerParam(WAKE),
+    ) -> Iterator[object]:
+        """A drain: the watermark passed the end of the window. The fetch in flight, if any,
+        finishes and is collected (its page goes on down the graph, which a drain still
+        runs); then the key's state is written out, every crawl with work here gets a wake
+        on the frontier for the relaunched job (which a drained job no longer reads), and
+        the key is left empty, with no timer, so the drain can finish."""
+        cells = HostCells(host_state, host_queues, host_seen, host_tombstones)
+        state: FleetHostState | None = cells.read()
+        if state is None:
+            return
+        yield from self._finish_fetch(state, key, state.holder,
+                                      functools.partial(self._carry_out, key))
+        cells.write(state)
+        raw = RawCells(host_state, host_queues, host_seen, host_tombstones)
+        yield from self._write_out(key, raw, [HostWake(crawl_id, key)
+                                              for crawl_id, crawl in state.crawls.items()
+                                              if crawl.busy])
+        wake.clear()
+
+    # ---------------------------------------------------------------- drain, relaunch
+    def _drained(self) -> DrainedState:
+        return DrainedState(self._shared().bigtable(self._config.bigtable).frontier,
+                            self._config.drain_scope, self.SNAPSHOT_KIND)
+
+    def _restorer(self, key: str, raw: RawCells) -> Callable[[], bool]:
+        """What a key with no state does first: read the state a drained job wrote out for
+        it back into its cells (one point read per key the job has no state for)."""
+        def restore() -> bool:
+            found = self._drained().read(key)
+            if found is None:
+                return False
+            raw.load(*found)
+            log.info("%s %s: state of a drained job restored", self.SNAPSHOT_KIND, key)
+            return True
+        return restore
+
+    def _finish_fetch(self, state, host: str, holder: str | None,
+                      carry_out: Callable[..., Iterator[object]]) -> Iterator[object]:
+        """Wait for the fetch in flight under `state`'s lease (a host's, or a domain's whose
+        `host` holds it for crawl `holder`), at most until its lease ends, and collect it
+        through `carry_out(decision, response, agent)`. One still running then stays leased
+        in the state written out: the relaunched job fetches it again when the lease
+        expires, as after a worker's death."""
+        lease = state.lease
+        if lease is None or holder is None:
+            return
+        future = self._shared().running_fetch(lease.lease_id)
+        if future is not None:
+            wait_for([future], timeout=max(0.0, lease.expires_at - self._clock()))
+        _wait, decision, response, policy = self._collect(state, host, holder, self._clock())
+        if decision is not None:
+            yield from carry_out(decision, response, agent_token(policy.user_agent))
+
+    def _write_out(self, key: str, raw: RawCells, wakes: list[HostWake]) -> Iterator[object]:
+        """The key's state to its snapshot (durable before anything else: a failure retries
+        the firing), then its wakes, then empty cells."""
+        dumped = raw.dump()
+        if dumped is None:
+            return
+        self._drained().write(key, *dumped)
+        self._written_out.inc()
+        for host_wake in wakes:
+            yield beam.pvalue.TaggedOutput(Tag.RELAUNCH, host_wake)
+        raw.clear()
+
+    def _forget_key(self, key: str, raw: RawCells, wake, drain) -> None:
+        """A key with nothing left to remember: its cells and timers go, and a snapshot a
+        drained job left for it (which it restored from once) with them, so a later first
+        event of the key starts afresh rather than from it."""
+        self._drained().delete(key)
+        raw.clear()
+        wake.clear()
+        drain.clear()
 
     def _step(self, host: str, state: FleetHostState, now: float) -> Iterator[object]:
         """Collect a finished fetch if there is one, then start the next if the host is due."""
-        lease = state.lease
-        if lease is not None:
+        if state.lease is not None:
             holder = state.holder
             assert holder is not None
-            policy = self._policy(self._crawl(holder, now))
-            future = self._shared().running_fetch(lease.lease_id)
-            if future is not None and not future.done():
-                running = now - lease.started_at
-                state.wake_at = now + min(_POLL_MAX, max(_POLL_MIN, running / 4))
+            wait, decision, response, policy = self._collect(state, host, holder, now)
+            if decision is None:
+                state.wake_at = wait
                 return
-            if future is None:
-                decision = state.expire_lease(now, policy)
-                if state.lease is not None:
-                    state.wake_at = decision.wake_at
-                    return
-                self._count(holder, Counter.LEASES_EXPIRED)
-                log.warning("lease on %s for %s expired; fetching it again", host, lease.url)
-                response = None
-            else:
-                self._shared().forget_fetch(lease.lease_id)
-                response = future.result()
-                decision = state.complete(lease.lease_id, _report(response, lease), now, policy)
             yield from self._carry_out(host, decision, response, agent_token(policy.user_agent))
         self._tend_overflow(host, state, now)
         # The host is due once it has work and its delay has passed.
@@ -607,26 +758,50 @@ class HostSchedulerFn(beam.DoFn):
             self._start_fetch(crawl_id, order.lease, now)
         state.wake_at = decision.wake_at
 
+    def _collect(self, state, host: str, crawl_id: str, now: float
+                 ) -> tuple[float | None, object, FetchResponse | None, HostPolicy]:
+        """The fetch in flight under `state`'s lease (a host's, or a domain's whose `host`
+        holds it for crawl `crawl_id`): (when to look again, None, None, policy) while it runs
+        or its lease has time left, else (None, the decision its result or its lease's
+        expiry made, the response or None, policy)."""
+        lease = state.lease
+        policy = self._policy(self._crawl(crawl_id, now))
+        future = self._shared().running_fetch(lease.lease_id)
+        if future is not None and not future.done():
+            running = now - lease.started_at
+            return now + min(_POLL_MAX, max(_POLL_MIN, running / 4)), None, None, policy
+        if future is None:
+            decision = state.expire_lease(now, policy)
+            if state.lease is not None:
+                return decision.wake_at, None, None, policy
+            self._count(crawl_id, Counter.LEASES_EXPIRED)
+            log.warning("lease on %s for %s expired; fetching it again", host, lease.url)
+            return None, decision, None, policy
+        self._shared().forget_fetch(lease.lease_id)
+        response = future.result()
+        return None, state.complete(lease.lease_id, _report(response, lease), now, policy), \
+            response, policy
+
     def _tend_overflow(self, host: str, state: FleetHostState, now: float) -> None:
         """Each crawl's overflow chunks: delete what an earlier bundle read back, read back
         what its queue has room for."""
         for crawl_id, crawl_state in state.crawls.items():
-            if not (crawl_state.has_overflow
-                    or crawl_state.overflow_deleted < crawl_state.overflow_read):
+            backlog = crawl_state.backlog
+            if not (backlog.has_overflow or backlog.overflow_deleted < backlog.overflow_read):
                 continue
             overflow = HostOverflow(self._shared().bigtable(self._config.bigtable).frontier,
                                     crawl_id)
-            done = crawl_state.deletable()
+            done = backlog.deletable()
             # Only chunks an earlier bundle read back: a retry of this bundle must find the
             # ones it read itself still stored.
             if done and (crawl_id, host) not in self._refilled_in_bundle:
                 overflow.delete(host, done)
-                crawl_state.overflow_deleted = done.stop
+                backlog.overflow_deleted = done.stop
             policy = self._policy(self._crawl(crawl_id, now))
-            wanted = crawl_state.refill_wanted(policy)
+            wanted = backlog.refill_wanted(policy)
             if wanted:
-                lost = crawl_state.refilled(wanted, overflow.read(host, wanted),
-                                            by_priority=policy.priority is not None)
+                lost = backlog.refilled(wanted, overflow.read(host, wanted),
+                                        by_priority=policy.priority is not None)
                 self._refilled_in_bundle.add((crawl_id, host))
                 if lost:
                     log.error("host %s, crawl %s: %d URLs lost with missing overflow chunks",
@@ -688,7 +863,7 @@ class HostSchedulerFn(beam.DoFn):
             lease = state.lease
             state.wake_at = lease.expires_at if lease else max(state.next_allowed, now)
         if state.wake_at is None:
-            if any(crawl.overflow_deleted < crawl.overflow_read
+            if any(crawl.backlog.overflow_deleted < crawl.backlog.overflow_read
                    for crawl in state.crawls.values()):
                 # Overflow chunks read back in this bundle whose URLs all ended in it (a
                 # spent budget, a cancel) go in a later bundle, once this one's reading is

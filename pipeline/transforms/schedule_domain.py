@@ -7,7 +7,7 @@ This module owns the shell over pipeline.core.domain_hosts.DomainHostsState: its
 and the events that are the domain's (the timer: collect the fetch in flight, start the next
 one of any host). Everything that is one host's is HostSchedulerFn's own code run on that
 host's FleetHostState, with the host of the URLs it is for: offers, seen-marks, signals,
-wakes, robots.txt errands and replies, rows and fetch results (their `host` is the URL's
+wakes, robots.txt queries and replies, rows and fetch results (their `host` is the URL's
 host, as under the host key), overflow chunks and sleep notes (per host: a host's overflow
 chunks are numbered by its own state, and a wake names the host that noted itself, which the
 frontier routes to its domain's key). It does not route: the frontier keys messages by the
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import apache_beam as beam
 from apache_beam import TimeDomain
@@ -26,27 +26,23 @@ from apache_beam.coders import PickleCoder
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.utils.timestamp import Timestamp
 
-from pipeline.core.counters import Counter
-from pipeline.core.domain_hosts import DomainDecision, DomainHostsState
+from pipeline.core.domain_hosts import DomainDecision, DomainHostsState, forgettable
 from pipeline.core.fleet_host import FleetHostState
 from pipeline.core.records import (
     HostBatch,
     HostSeenMarks,
     HostSignal,
-    HostSignalKind,
     HostWake,
     RobotsAnswer,
-    RobotsRequest,
 )
 from pipeline.core.urls import InvalidURL, host_key, normalize_url
 from pipeline.transforms.schedule import (
-    _POLL_MAX,
-    _POLL_MIN,
+    DRAIN_AT,
     HostCells,
     HostMessage,
     HostSchedulerFn,
+    RawCells,
     _activity,
-    _report,
     agent_token,
 )
 
@@ -106,10 +102,14 @@ class DomainCells:
     seen-sets and the tombstones' seen-sets, each host's read and written by its HostCells
     as under a host key."""
 
-    def __init__(self, fields, queues, seen, buried) -> None:
+    def __init__(self, fields, queues, seen, tombstone_seen,
+                 restore: Callable[[], bool] | None = None) -> None:
         self._fields = fields
+        # As HostCells': a drained job's snapshot read into the cells of a key with no state.
+        self._restore = restore
+        self.created = False
         self._read: dict | None = None
-        self._parts = [_ByHost(cell) for cell in (queues, seen, buried)]
+        self._parts = [_ByHost(cell) for cell in (queues, seen, tombstone_seen)]
         self._host_fields: dict[str, dict] = {}
         self._hosts: dict[str, HostCells] = {}
 
@@ -127,7 +127,10 @@ class DomainCells:
         with_seen, for crawl `crawl_id`)."""
         value = self._fields.read()
         if value is None:
-            return None
+            self.created = True
+            if self._restore is None or not self._restore():
+                return None
+            value = self._fields.read()
         if value.get("version") != DOMAIN_CELLS_VERSION:
             raise ValueError(f"domain state of version {value.get('version')!r}, this code "
                              f"reads version {DOMAIN_CELLS_VERSION}")
@@ -211,6 +214,8 @@ class DomainSchedulerFn(HostSchedulerFn):
     DOMAIN_SEEN = ReadModifyWriteStateSpec("domain_hosts_seen", PickleCoder())
     DOMAIN_TOMBSTONES = ReadModifyWriteStateSpec("domain_hosts_tombstones", PickleCoder())
     DOMAIN_WAKE = TimerSpec("wake", TimeDomain.REAL_TIME)
+    DOMAIN_DRAIN = TimerSpec("drain", TimeDomain.WATERMARK)
+    SNAPSHOT_KIND = "domain"
 
     def process(
         self,
@@ -220,15 +225,20 @@ class DomainSchedulerFn(HostSchedulerFn):
         domain_seen=beam.DoFn.StateParam(DOMAIN_SEEN),
         domain_tombstones=beam.DoFn.StateParam(DOMAIN_TOMBSTONES),
         wake=beam.DoFn.TimerParam(DOMAIN_WAKE),
+        drain=beam.DoFn.TimerParam(DOMAIN_DRAIN),
     ) -> Iterator[object]:
         key, (crawl_id, message) = element
         now = self._clock()
-        cells = DomainCells(domain_state, domain_queues, domain_seen, domain_tombstones)
+        raw = RawCells(domain_state, domain_queues, domain_seen, domain_tombstones)
+        cells = DomainCells(domain_state, domain_queues, domain_seen, domain_tombstones,
+                            restore=self._restorer(key, raw))
         parts = _hosts_of(message)
         offers = isinstance(message, HostBatch | HostSeenMarks)
         state = (cells.read(seen_for=frozenset(parts) if offers else frozenset(),
                             crawl_id=crawl_id)
                  or DomainHostsState(domain=key))
+        if cells.created:
+            drain.set(DRAIN_AT)
         before = {host: _activity(fleet) for host, fleet in state.hosts.items()}
         policy = self._policy(self._crawl(crawl_id, now))
         for host, part in parts.items():
@@ -238,29 +248,10 @@ class DomainSchedulerFn(HostSchedulerFn):
             yield from self._host_message(host, crawl_id, part, state.host(host), now, policy)
         self._arm_domain(state, wake, now)
         self._count_domain_activity(before, state)
+        if forgettable(state, now):
+            self._forget_key(key, raw, wake, drain)
+            return
         cells.write(state)
-
-    def _host_message(self, host: str, crawl_id: str, message: HostMessage,
-                      state: FleetHostState, now: float, policy) -> Iterator[object]:
-        """One host's part of a message, as HostSchedulerFn.process handles it."""
-        if isinstance(message, HostWake):
-            if crawl_id in state.crawls:
-                self._count(crawl_id, Counter.HOSTS_WOKEN)
-                state.wake_at = now
-        elif isinstance(message, RobotsRequest | RobotsAnswer):
-            yield from self._robots_message(host, crawl_id, message, state, now, policy)
-        elif isinstance(message, HostSignal):
-            if crawl_id in state.crawls:
-                throttle = message.signal is HostSignalKind.THROTTLE
-                crawl = state.crawls[crawl_id]
-                if throttle and not crawl.duplicate_heavy:
-                    self._count(crawl_id, Counter.HOSTS_THROTTLED_FOR_DUPLICATES)
-                crawl.set_duplicate_heavy(throttle, policy)
-        elif isinstance(message, HostSeenMarks):
-            self._count(crawl_id, Counter.URLS_OFFERED, len(message.entries))
-            state.mark_seen(crawl_id, list(message.entries), policy, issued=message.issued)
-        else:
-            yield from self._offer(host, crawl_id, message, state, now, policy)
 
     @on_timer(DOMAIN_WAKE)
     def on_wake(
@@ -271,6 +262,7 @@ class DomainSchedulerFn(HostSchedulerFn):
         domain_seen=beam.DoFn.StateParam(DOMAIN_SEEN),
         domain_tombstones=beam.DoFn.StateParam(DOMAIN_TOMBSTONES),
         wake=beam.DoFn.TimerParam(DOMAIN_WAKE),
+        drain=beam.DoFn.TimerParam(DOMAIN_DRAIN),
     ) -> Iterator[object]:
         cells = DomainCells(domain_state, domain_queues, domain_seen, domain_tombstones)
         state = cells.read()
@@ -288,37 +280,55 @@ class DomainSchedulerFn(HostSchedulerFn):
             fleet.wake_at = woken[0] if woken else None
         self._arm_domain(state, wake, now)
         self._count_domain_activity(before, state)
+        if forgettable(state, now):
+            self._forget_key(key, RawCells(domain_state, domain_queues, domain_seen,
+                                           domain_tombstones), wake, drain)
+            return
         cells.write(state)
+
+    @on_timer(DOMAIN_DRAIN)
+    def on_drain(
+        self,
+        key=beam.DoFn.KeyParam,
+        domain_state=beam.DoFn.StateParam(DOMAIN_STATE),
+        domain_queues=beam.DoFn.StateParam(DOMAIN_QUEUES),
+        domain_seen=beam.DoFn.StateParam(DOMAIN_SEEN),
+        domain_tombstones=beam.DoFn.StateParam(DOMAIN_TOMBSTONES),
+        wake=beam.DoFn.TimerParam(DOMAIN_WAKE),
+    ) -> Iterator[object]:
+        """HostSchedulerFn.on_drain for the domain: the fetch in flight on any of its hosts
+        collected, then the domain's state written out with a wake for every crawl of every
+        host, and the key left empty."""
+        cells = DomainCells(domain_state, domain_queues, domain_seen, domain_tombstones)
+        state = cells.read()
+        if state is None:
+            return
+        if state.lease is not None:
+            host = state.holder
+            assert host is not None
+            yield from self._finish_fetch(state, host, state.hosts[host].holder,
+                                          self._carry_out_domain)
+        cells.write(state)
+        wakes = [HostWake(crawl_id, host) for host, fleet in state.hosts.items()
+                 for crawl_id, crawl in fleet.crawls.items() if crawl.busy]
+        yield from self._write_out(key, RawCells(domain_state, domain_queues, domain_seen,
+                                                 domain_tombstones), wakes)
+        wake.clear()
 
     def _domain_step(self, state: DomainHostsState, now: float,
                      woken: list[float | None]) -> Iterator[object]:
         """HostSchedulerFn._step for the domain: collect the fetch in flight on any of its
         hosts, then start the next request of the host whose turn it is, if the domain is
         due. Appends the domain's next wake to `woken`."""
-        lease = state.lease
-        if lease is not None:
+        if state.lease is not None:
             host = state.holder
             assert host is not None
             holder = state.hosts[host].holder
             assert holder is not None
-            policy = self._policy(self._crawl(holder, now))
-            future = self._shared().running_fetch(lease.lease_id)
-            if future is not None and not future.done():
-                running = now - lease.started_at
-                woken.append(now + min(_POLL_MAX, max(_POLL_MIN, running / 4)))
+            wait, decision, response, policy = self._collect(state, host, holder, now)
+            if decision is None:
+                woken.append(wait)
                 return
-            if future is None:
-                decision = state.expire_lease(now, policy)
-                if state.lease is not None:
-                    woken.append(decision.wake_at)
-                    return
-                self._count(holder, Counter.LEASES_EXPIRED)
-                log.warning("lease on %s for %s expired; fetching it again", host, lease.url)
-                response = None
-            else:
-                self._shared().forget_fetch(lease.lease_id)
-                response = future.result()
-                decision = state.complete(lease.lease_id, _report(response, lease), now, policy)
             yield from self._carry_out_domain(decision, response, agent_token(policy.user_agent))
         for host, fleet in list(state.hosts.items()):
             self._tend_overflow(host, fleet, now)
