@@ -128,7 +128,7 @@ def test_a_sitemap_document_is_queued_marked_and_fetched_as_a_page_under_robots_
     at = 1.0
     disallowed = []
     while state.backlog.queue:
-        decision = state.next_action(at, POLICY, claim_page=lambda: claims.append(1) or True)
+        decision = state.next_action(at, POLICY, claim_page=lambda _url: claims.append(1) or True)
         disallowed += [o.entry.url for o in decision.outcomes
                        if o.state is PageState.DISALLOWED]
         if decision.fetch is not None:

@@ -24,7 +24,7 @@ class CrawlTerms:
 
     policy: HostPolicy
     state: CrawlState = CrawlState.RUNNING
-    claim_page: Callable[[], bool] = lambda: True
+    claim_page: Callable[[str], bool] = lambda _url: True
     budget_spent: Callable[[], bool] = lambda: False
     time_spent: bool = False  # the crawl's time budget has run out
 

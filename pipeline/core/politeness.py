@@ -310,7 +310,7 @@ class HostState:
         now: float,
         policy: HostPolicy,
         *,
-        claim_page: Callable[[], bool] = lambda: True,
+        claim_page: Callable[[str], bool] = lambda _url: True,
         budget_spent: Callable[[], bool] = lambda: False,
     ) -> Decision:
         """The timer fired at `now`: start at most one request if the host is due.
@@ -375,7 +375,7 @@ class HostState:
                         robots_messages=self.gate.refuse_queries(now, reason))
 
     def _next_page(self, now: float, policy: HostPolicy,
-                   claim_page: Callable[[], bool]) -> Decision:
+                   claim_page: Callable[[str], bool]) -> Decision:
         """Step 6 of next_action: the next page request, past the URLs that may not have one."""
         queue, rules = self.backlog.queue, self.gate.rules
         assert rules is not None  # the robots gate saw to it
@@ -393,7 +393,7 @@ class HostState:
                 outcomes.append(Outcome(entry, PageState.OVER_BUDGET, spent))
                 continue
             if entry.attempt == 0:
-                if not claim_page():
+                if not claim_page(entry.url):
                     outcomes.extend(_ended(self.backlog.drain(), PageState.OVER_BUDGET,
                                            "crawl page budget spent"))
                     return Decision(outcomes=tuple(outcomes))
