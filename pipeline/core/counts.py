@@ -48,16 +48,18 @@ class CountDeltas:
 
 
 def new_generation() -> str:
-    """A name for totals that start from zero: the state of a new job (a relaunch after a
-    drain) counts on top of what the job before it wrote, in columns of its own."""
+    """A name for a job's totals, which start from zero: the state of a new job (a relaunch
+    after a drain) counts on top of what the job before it wrote, in columns of its own.
+    Made once per job, when its graph is built, never per state."""
     return secrets.token_hex(4)
 
 
 @dataclass(frozen=True)
 class ShardTotals:
     """The totals one (crawl, stage, shard) has counted, their version (the number of delta
-    sets applied, so a later state always has a larger one) and their generation (made once,
-    with the state that holds them: an updated job keeps it, a new job's state has its own)."""
+    sets applied, so a later state always has a larger one) and their generation (the job's,
+    made when its graph is built, so a retried bundle names the same cells; an updated job
+    keeps the state and so the generation it holds, a new job's state has its own)."""
 
     generation: str
     totals: Mapping[str, int] = field(default_factory=dict)

@@ -58,18 +58,30 @@ class BundleCounts:
 class CrawlCountsFn(beam.DoFn):
     """(crawl/shard, deltas) -> nothing: adds the deltas to the shard's totals in state, and
     hands the totals of every shard the bundle changed to the process's TotalsWriter when the
-    bundle ends (written within TOTALS_FLUSH_S).
+    bundle ends (written then, before the runner commits the bundle; by the local engine
+    within TOTALS_FLUSH_S).
 
-    Handing them on before the runner commits the bundle is safe: a bundle that fails is
-    retried on the same elements, so it computes the same totals at the same versions, and
-    the cells they are written to hold the same values. No timer: an idle shard costs
-    nothing and a drain has nothing of it to fire."""
+    Writing them before the runner commits the bundle is safe: a bundle that fails is retried
+    on the same elements and the same state, so it computes the same totals at the same
+    versions, and the cells they are written to hold the same values. That holds for a key's
+    first bundle too because the generation of new totals is the job's (`generation`, made
+    once when the graph is built and carried to every worker with the DoFn), not one drawn
+    when the state is made: an attempt that failed after its write and its retry write the
+    same cells. A relaunched job builds its graph anew, so its totals, which start from zero,
+    go to cells of their own beside the drained job's.
+
+    The state lives as long as the job: a few dozen integers per (crawl, shard, stage), which
+    a drain and relaunch drops (docs/scale.md). No timer: an idle shard costs nothing and a
+    drain has nothing of it to fire; and a totals state that expired would start again from
+    zero in its job's generation, writing smaller totals over the ones it had written."""
 
     TOTALS = ReadModifyWriteStateSpec("totals", PickleCoder())
 
-    def __init__(self, config: BigtableConfig, stage: str) -> None:
+    def __init__(self, config: BigtableConfig, stage: str, generation: str | None = None
+                 ) -> None:
         self._config = config
         self._stage = stage
+        self._generation = generation or new_generation()
         self._changed: dict[str, ShardTotals] = {}
 
     def start_bundle(self) -> None:
@@ -78,7 +90,7 @@ class CrawlCountsFn(beam.DoFn):
     def process(self, element: tuple[str, dict[str, int]],
                 totals=beam.DoFn.StateParam(TOTALS)) -> None:
         key, deltas = element
-        now = (totals.read() or ShardTotals(new_generation())).plus(deltas)
+        now = (totals.read() or ShardTotals(self._generation)).plus(deltas)
         totals.write(now)
         self._changed[key] = now
 
@@ -88,6 +100,7 @@ class CrawlCountsFn(beam.DoFn):
             for key, totals in self._changed.items():
                 crawl_id, shard = _crawl_and_shard(key)
                 writer.put(crawl_id, shard, self._stage, totals)
+            writer.bundle_done()
         self._changed = {}
 
 

@@ -43,23 +43,40 @@ log = logging.getLogger(__name__)
 
 # Endpoints that decide which service a client talks to; a change means new clients.
 _ENDPOINT_VARIABLES = ("PUBSUB_EMULATOR_HOST", "BIGTABLE_EMULATOR_HOST", "STORAGE_EMULATOR_HOST")
-# How often a process writes the counter totals its count steps made (pipeline.transforms
-# .counts). A crawl ends once its counters stood still for a quiet period of several of these
-# (pipeline.transforms.crawl_watch), so a total not yet written cannot make it look settled.
+# How often a local crawl's process writes the counter totals its count steps made
+# (pipeline.transforms.counts), from a thread of its own. A crawl ends once its counters stood
+# still for a quiet period of several of these (pipeline.transforms.crawl_watch), so a total
+# not yet written cannot make it look settled. Only the local engine writes this way
+# (`write_totals_every`); elsewhere a count step writes its totals in the bundle, before the
+# runner commits it (see TotalsWriter).
 TOTALS_FLUSH_S = 0.5
+_TOTALS_FLUSH = [0.0]
+
+
+def write_totals_every(seconds: float) -> float:
+    """Make this process's count steps write their totals from a thread every `seconds`
+    (0: in the bundle, the default); returns the setting it replaces. For the local engine:
+    its process is the whole job, so a total it had not written is lost only with the crawl
+    itself, which `--resume` counts again."""
+    before, _TOTALS_FLUSH[0] = _TOTALS_FLUSH[0], seconds
+    return before
 
 
 class TotalsWriter:
     """The latest counter totals of each (crawl, stage, shard, generation) this process's count
-    steps made, written into the crawl records by a thread of their own every `flush_s`, in one
-    request: a local crawl makes a bundle for almost every event, and a write per bundle of a
-    count step would cost more CPU than the pages.
+    steps made, written into the crawl records.
 
-    What is written is totals, each at its version, not increments: a write that is late,
-    repeated or lost changes no count. The runner state holds the totals, so one lost with the
-    process is written again by the shard's next change (until then the record is behind)."""
+    With `flush_s` 0 (a job's workers), `bundle_done()` writes them in one request at the end
+    of the count step's bundle, before the runner commits it: a total the runner committed is
+    always written, whatever happens to the worker after, and a bundle whose write failed is
+    retried. With `flush_s` > 0 (the local engine, `write_totals_every`), a thread writes them
+    every `flush_s`: a local crawl makes a bundle for almost every event, and a write per
+    bundle of a count step would cost more CPU than the pages.
 
-    def __init__(self, tables: BigtableTables, flush_s: float = TOTALS_FLUSH_S) -> None:
+    What is written is totals, each at its version, not increments: a write that is late or
+    repeated changes no count."""
+
+    def __init__(self, tables: BigtableTables, flush_s: float = 0.0) -> None:
         self._tables = tables
         self._flush_s = flush_s
         self._lock = threading.Lock()
@@ -74,10 +91,21 @@ class TotalsWriter:
             held = self._pending.get(key)
             if held is None or held.version < totals.version:
                 self._pending[key] = totals
-            if self._thread is None:
+            if self._thread is None and self._flush_s > 0:
                 self._thread = threading.Thread(target=self._run, name="crawl-counts",
                                                 daemon=True)
                 self._thread.start()
+
+    def bundle_done(self) -> None:
+        """The end of a count step's bundle: write what is held now, unless a thread does
+        (a failure raises, so the runner retries the bundle)."""
+        if self._flush_s <= 0:
+            with self._lock:
+                pending, self._pending = self._pending, {}
+            if pending:
+                write_shard_totals(self._tables, [
+                    (crawl_id, shard, stage, totals)
+                    for (crawl_id, stage, shard, _), totals in pending.items()])
 
     def _run(self) -> None:
         while not self._stop.wait(self._flush_s):
@@ -203,7 +231,8 @@ class WorkerResources:
         with self._lock:
             writer = self._open.totals.get(config)
             if writer is None:
-                writer = self._open.totals[config] = TotalsWriter(self._tables(config))
+                writer = self._open.totals[config] = TotalsWriter(self._tables(config),
+                                                                  _TOTALS_FLUSH[0])
             return writer
 
     def bigtable_store(self, config: BigtableConfig) -> BigtableThreadStore:
