@@ -127,6 +127,11 @@ class BlockPageBudget:
                 blocks.note_charged(self.crawl_id, page, now)
             return True
 
+    def charged(self, page: str) -> bool:
+        """`page` holds a page of this budget already: a claim for it is granted again."""
+        with self._blocks.lock:
+            return self._blocks.charged_recently(self.crawl_id, page, self._clock())
+
     @property
     def left(self) -> int:
         """Pages this process holds from the blocks it claimed and has not spent yet."""

@@ -311,7 +311,7 @@ class HostState:
         policy: HostPolicy,
         *,
         claim_page: Callable[[str], bool] = lambda _url: True,
-        budget_spent: Callable[[], bool] = lambda: False,
+        budget_spent: Callable[[str | None], bool] = lambda _url: False,
     ) -> Decision:
         """The timer fired at `now`: start at most one request if the host is due.
 
@@ -319,8 +319,9 @@ class HostState:
           1. the lease: a request in flight waits for its result or deadline (invariant 1);
           2. the backlog: nothing queued and no query waiting, nothing to do;
           3. the backoff and the budgets: a blocked address ends every queued URL `filtered`;
-             a crawl page budget known to be spent (`budget_spent`) or policy.deadline
-             reached ends them `over_budget` (reason TIME_BUDGET_REASON for the deadline),
+             a crawl page budget known to be spent (`budget_spent(next URL)`) or
+             policy.deadline reached ends them `over_budget` (reason TIME_BUDGET_REASON for
+             the deadline),
              without even a robots.txt request, and refuses the queries waiting;
           4. the spacing: before next_allowed the host waits;
           5. the robots gate: the host's own robots.txt, needed for its queue and not in
@@ -353,7 +354,7 @@ class HostState:
         return dataclasses.replace(decision, sitemaps=found) if found else decision
 
     def _queue_ended(self, now: float, policy: HostPolicy,
-                     budget_spent: Callable[[], bool]) -> Decision | None:
+                     budget_spent: Callable[[str | None], bool]) -> Decision | None:
         """Step 3 of next_action: the queue's end, when the host is blocked or the crawl's
         page or time budget is spent (None: neither)."""
         blocked = self.backoff.blocked_at(now)
@@ -363,7 +364,7 @@ class HostState:
                             robots_messages=self.gate.refuse_queries(now, blocked))
         if self.backoff.unblock_lapsed(now):
             self.gate.rules = None  # its address may have changed: robots.txt first
-        if budget_spent():
+        if budget_spent(self.backlog.queue[0].url if self.backlog.queue else None):
             reason = "crawl page budget spent"
         elif policy.deadline is not None and now >= policy.deadline:
             # Overflow chunks still stored come back one firing at a time and end the same

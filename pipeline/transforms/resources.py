@@ -17,8 +17,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import uuid
 import weakref
+from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -51,6 +53,18 @@ _ENDPOINT_VARIABLES = ("PUBSUB_EMULATOR_HOST", "BIGTABLE_EMULATOR_HOST", "STORAG
 # runner commits it (see TotalsWriter).
 TOTALS_FLUSH_S = 0.5
 _TOTALS_FLUSH = [0.0]
+# How long, and up to how many bytes of bodies, a process keeps fetches its bundles collected,
+# for a retry of such a bundle (WorkerResources.fetch_collected): a runner retries a failed
+# bundle within seconds.
+COLLECTED_KEEP_S = 60.0
+COLLECTED_KEEP_BYTES = 64 << 20
+
+
+def _body_bytes(future: Future[FetchResponse]) -> int:
+    try:
+        return len(future.result(timeout=0).body)
+    except Exception:  # a fetch that raised keeps no body
+        return 0
 
 
 def write_totals_every(seconds: float) -> float:
@@ -157,6 +171,11 @@ class _Open:
     fetch_clients: dict[tuple[FetchConfig, tuple[ResolveOverride, ...]], FetchClient] = field(
         default_factory=dict)
     fetches: dict[str, Future[FetchResponse]] = field(default_factory=dict)
+    # Collected fetches, kept for a retry of the bundle that collected them (oldest first):
+    # lease id -> (future, when collected, body bytes)
+    collected: OrderedDict[str, tuple[Future[FetchResponse], float, int]] = field(
+        default_factory=OrderedDict)
+    collected_bytes: int = 0
     totals: dict[BigtableConfig, TotalsWriter] = field(default_factory=dict)
 
     def close(self) -> None:
@@ -172,8 +191,9 @@ class _Open:
         for tables in self.tables.values():
             tables.close()
         for opened in (self.tables, self.thread_stores, self.segments, self.fetch_clients,
-                       self.fetches, self.totals):
+                       self.fetches, self.collected, self.totals):
             opened.clear()
+        self.collected_bytes = 0
         if publisher is not None:
             publisher.stop()
         if pool is not None:
@@ -289,11 +309,32 @@ class WorkerResources:
         """The fetch started under a lease in this process, if any: a lease whose fetch is
         not here (a restarted or other worker) expires, and its URL is fetched again."""
         with self._lock:
-            return self._open.fetches.get(lease_id)
+            future = self._open.fetches.get(lease_id)
+            if future is None and lease_id in self._open.collected:
+                future = self._open.collected[lease_id][0]
+            return future
 
-    def forget_fetch(self, lease_id: str) -> None:
+    def fetch_collected(self, lease_id: str) -> None:
+        """The fetch under `lease_id` was collected by a bundle. It is kept a little longer
+        (COLLECTED_KEEP_S, at most COLLECTED_KEEP_BYTES of bodies): a bundle the runner
+        retries runs again on the state from before it, which still holds the lease, and
+        finds the response here instead of waiting for the lease to expire and fetching the
+        page again."""
         with self._lock:
-            self._open.fetches.pop(lease_id, None)
+            future = self._open.fetches.pop(lease_id, None)
+            if future is None:
+                return
+            kept = self._open.collected
+            kept[lease_id] = (future, time.monotonic(), _body_bytes(future))
+            self._open.collected_bytes += kept[lease_id][2]
+            now = time.monotonic()
+            while kept:
+                oldest, (_, at, size) = next(iter(kept.items()))
+                if (now - at < COLLECTED_KEEP_S
+                        and self._open.collected_bytes <= COLLECTED_KEEP_BYTES):
+                    break
+                del kept[oldest]
+                self._open.collected_bytes -= size
 
     # --- Lifecycle --------------------------------------------------------------------------
     def close(self) -> None:

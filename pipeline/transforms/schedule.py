@@ -777,7 +777,7 @@ class HostSchedulerFn(beam.DoFn):
             self._count(crawl_id, Counter.LEASES_EXPIRED)
             log.warning("lease on %s for %s expired; fetching it again", host, lease.url)
             return None, decision, None, policy
-        self._shared().forget_fetch(lease.lease_id)
+        self._shared().fetch_collected(lease.lease_id)
         response = future.result()
         return None, state.complete(lease.lease_id, _report(response, lease), now, policy), \
             response, policy
@@ -926,8 +926,11 @@ class HostSchedulerFn(beam.DoFn):
                         (parked or 0) - (parked_before or 0))
 
 
-def _spent(budget: BlockPageBudget, crawl: Crawl) -> bool:
+def _spent(budget: BlockPageBudget, crawl: Crawl, next_url: str | None) -> bool:
     """The crawl's page budget has nothing left for this process: its own block is used up
     and either it was told so, or the crawl's record says every page was claimed (by this
-    process or another), so a host here need not claim to learn it."""
+    process or another), so a host here need not claim to learn it. Not for a queue whose
+    next URL holds a page already (a retried bundle's: pipeline.core.budget)."""
+    if next_url is not None and budget.charged(next_url):
+        return False
     return budget.spent or (crawl.budget_exhausted and budget.left == 0)
