@@ -319,7 +319,7 @@ class HostState:
           1. the lease: a request in flight waits for its result or deadline (invariant 1);
           2. the backlog: nothing queued and no query waiting, nothing to do;
           3. the backoff and the budgets: a blocked address ends every queued URL `filtered`;
-             a crawl page budget known to be spent (`budget_spent(next URL)`) or
+             a crawl page budget known to be spent (`budget_spent(next first request)`) or
              policy.deadline reached ends them `over_budget` (reason TIME_BUDGET_REASON for
              the deadline),
              without even a robots.txt request, and refuses the queries waiting;
@@ -364,7 +364,10 @@ class HostState:
                             robots_messages=self.gate.refuse_queries(now, blocked))
         if self.backoff.unblock_lapsed(now):
             self.gate.rules = None  # its address may have changed: robots.txt first
-        if budget_spent(self.backlog.queue[0].url if self.backlog.queue else None):
+        head = self.backlog.queue[0] if self.backlog.queue else None
+        # A first request's page may be held already: by an attempt of this very bundle that
+        # the runner is retrying (pipeline.core.budget). A retry's page was spent before.
+        if budget_spent(head.url if head is not None and head.attempt == 0 else None):
             reason = "crawl page budget spent"
         elif policy.deadline is not None and now >= policy.deadline:
             # Overflow chunks still stored come back one firing at a time and end the same
