@@ -98,6 +98,18 @@ def page(*links: str) -> Answer:
     return Answer(body=f"<html><body><p>page</p>{anchors}</body></html>".encode(), headers=HTML)
 
 
+def linked_chains(hosts: Sequence[str], length: int = 8) -> dict[str, Answer]:
+    """Each host a chain of `length` pages (/0, /1, ...), each page also linking to a page of
+    the next host (/x0, /x1, ..., answered by the script's default)."""
+    script = {}
+    for index, host in enumerate(hosts):
+        other = hosts[(index + 1) % len(hosts)]
+        for n in range(length):
+            links = [f"/{n + 1}"] if n < length - 1 else []
+            script[f"http://{host}/{n}"] = page(*links, f"http://{other}/x{n}")
+    return script
+
+
 def robots_txt(text: str) -> Answer:
     return Answer(body=text.encode())
 

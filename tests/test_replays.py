@@ -14,7 +14,7 @@ and when the crawl ends.
 from __future__ import annotations
 
 from pipeline.core.crawl_states import CrawlAction, crawl_ending
-from tests.harness_scheduler import RunResult, ScriptedWeb, page
+from tests.harness_scheduler import RunResult, ScriptedWeb, linked_chains
 
 HOSTS = ("a.test", "b.test", "c.test")
 MAX_PAGES = 10
@@ -22,13 +22,7 @@ MAX_PAGES = 10
 
 def _site() -> ScriptedWeb:
     """Three hosts, each a chain of eight pages that also link to a page of the next host."""
-    script = {}
-    for index, host in enumerate(HOSTS):
-        other = HOSTS[(index + 1) % len(HOSTS)]
-        for n in range(8):
-            links = [f"/{n + 1}"] if n < 7 else []
-            script[f"http://{host}/{n}"] = page(*links, f"http://{other}/x{n}")
-    return ScriptedWeb(script)
+    return ScriptedWeb(linked_chains(HOSTS))
 
 
 def _crawl(scheduler_run, *, replayed: bool) -> tuple[RunResult, str, int]:
