@@ -9,6 +9,7 @@ failed attempts too. The pure part is checked for any split of the counts into b
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import apache_beam as beam
@@ -21,8 +22,14 @@ from hypothesis import strategies as st
 from pipeline.core.counters import Counter
 from pipeline.core.counts import CountDeltas, ShardTotals, shard_column, summed
 from pipeline.core.crawl_states import CrawlLimits, crawl_ending
-from pipeline.io.bigtable import BigtableConfig, CrawlCounterBatch, open_tables
+from pipeline.io.bigtable import (
+    BigtableConfig,
+    CrawlCounterBatch,
+    open_tables,
+    write_shard_totals,
+)
 from pipeline.io.crawls import create_crawl, read_crawl, restart_crawl
+from pipeline.local.counts import local_crawl_counts
 from pipeline.transforms.counts import BundleCounts, WriteCrawlCounts
 from pipeline.transforms.resources import worker_resources
 from pipeline.transforms.tags import Tag
@@ -115,11 +122,16 @@ class _FlakyStage(beam.DoFn):
 _CRAWL = [""]
 
 
-def test_retried_bundles_leave_the_counts_and_the_crawl_end_unchanged(bigtable_config):
+@pytest.mark.parametrize("added_up", ["by the keyed step", "where the local runner commits"])
+def test_retried_bundles_leave_the_counts_and_the_crawl_end_unchanged(bigtable_config,
+                                                                      added_up):
     """Every bundle of 60 URLs fails once after counting and succeeds on its retry: the
     record's accepted and terminal counts are 60 each, so the crawl settles and ends
-    `drained`, while increments written from the bundles count the failed attempts too."""
+    `drained`, while increments written from the bundles count the failed attempts too.
+    The same whether the keyed step adds the counts up (Dataflow) or the local engine's
+    runner does as it commits each bundle (pipeline.local.counts)."""
     crawl_id = _CRAWL[0] = fresh_name("r")
+    _ATTEMPTED.clear()
     urls = [f"http://a.test/{i}" for i in range(60)]
     with open_tables(bigtable_config, create=False) as tables:
         create_crawl(tables, crawl_id, seeds=(urls[0],), limits=CrawlLimits(max_pages=100),
@@ -128,13 +140,20 @@ def test_retried_bundles_leave_the_counts_and_the_crawl_end_unchanged(bigtable_c
     for start in range(0, len(urls), 20):  # three bundles at least
         stream = stream.add_elements(urls[start:start + 20]).advance_processing_time(1)
     stream = stream.advance_watermark_to_infinity()
-    with beam.Pipeline(options=PipelineOptions(streaming=True)) as p:
+    local = added_up == "where the local runner commits"
+    adding = local_crawl_counts(bigtable_config) if local else contextlib.nullcontext()
+    with adding, beam.Pipeline(options=PipelineOptions(streaming=True)) as p:
         counted = (p | stream | beam.ParDo(_FlakyStage(bigtable_config))
                    .with_outputs(Tag.COUNTS, main="urls"))
         counted[Tag.COUNTS] | WriteCrawlCounts(bigtable_config, "flaky")
     assert _ATTEMPTED, "the stage never ran"
     worker_resources().totals_writer(bigtable_config).flush()  # what the process holds
     with open_tables(bigtable_config, create=False) as tables:
+        stored = tables.crawls.read_row(crawl_id.encode())
+        stages = {cell.qualifier.decode().split("/")[1] for cell in stored.cells
+                  if cell.qualifier.startswith(b"n/")}
+        # Added up in one place only: the keyed step, or the runner (whose step got nothing).
+        assert stages == ({"local"} if local else {"flaky"})
         crawl = read_crawl(tables, crawl_id)
         assert crawl.counters["accepted"] == 60 and crawl.counters["fetched"] == 60
         # Each bundle ran twice: the increments written from it counted both attempts.
@@ -148,3 +167,29 @@ def test_retried_bundles_leave_the_counts_and_the_crawl_end_unchanged(bigtable_c
         restart_crawl(tables, crawl_id, limits=CrawlLimits(max_pages=100), at=2.0,
                       pages_claimed=0)
         assert read_crawl(tables, crawl_id).counters["accepted"] == 0
+
+
+def test_a_crawl_row_keeps_one_version_of_each_total_and_a_late_older_write_changes_nothing(
+        bigtable_config):
+    crawl_id = fresh_name("v")
+    with open_tables(bigtable_config, create=False) as tables:
+        create_crawl(tables, crawl_id, seeds=("http://a.test/",), limits=CrawlLimits(10),
+                     at=0.0)
+        totals = ShardTotals("ab12")
+        versions = []
+        for _ in range(5):
+            totals = totals.plus({"accepted": 2})
+            versions.append(totals)
+            write_shard_totals(tables, [(crawl_id, 3, "read", totals)])
+        column = shard_column("read", 3, "ab12", "accepted").encode()
+
+        def versions_stored() -> list[int]:
+            stored = tables.crawls.read_row(crawl_id.encode())
+            return [cell.timestamp_micros for cell in stored.cells if cell.qualifier == column]
+
+        assert versions_stored() == [5000]  # the newest only
+        write_shard_totals(tables, [(crawl_id, 3, "read", versions[1])])  # late, older
+        assert read_crawl(tables, crawl_id).counters["accepted"] == 10
+        write_shard_totals(tables, [(crawl_id, 3, "read", totals.plus({"accepted": 1}))])
+        assert versions_stored() == [6000]
+        assert read_crawl(tables, crawl_id).counters["accepted"] == 11

@@ -35,6 +35,7 @@ from google.api_core.exceptions import AlreadyExists, GoogleAPICallError, NotFou
 from google.auth.credentials import AnonymousCredentials
 from google.cloud.bigtable.data import (
     BigtableDataClient,
+    DeleteRangeFromColumn,
     MutationsExceptionGroup,
     ReadRowsQuery,
     RowMutationEntry,
@@ -604,14 +605,21 @@ def write_shard_totals(tables: BigtableTables,
                        shards: list[tuple[str, int, str, ShardTotals]]) -> None:
     """Write (crawl id, shard, stage, totals) into the crawls' records (pipeline.core.counts),
     in one request: each cell at its totals' version, so a rewrite is a no-op and an older
-    write never reads as the latest. Raises the client's error if any row was not written."""
-    entries = [
-        RowMutationEntry(check_crawl_id(crawl_id).encode(), [
-            SetCell(CRAWLS_FAMILY,
-                    shard_column(stage, shard, totals.generation, name).encode(),
-                    _INT64.pack(n), totals.version * 1000)  # millisecond timestamps
-            for name, n in sorted(totals.totals.items())])
-        for crawl_id, shard, stage, totals in shards if totals.totals]
+    write never reads as the latest. Each write deletes the cell's older versions, so a
+    crawl's row holds one version per cell however often its totals change (a late write of
+    older totals deletes only versions older than itself). Raises the client's error if any
+    row was not written."""
+    entries = []
+    for crawl_id, shard, stage, totals in shards:
+        if not totals.totals:
+            continue
+        at = totals.version * 1000  # millisecond timestamps
+        mutations: list[SetCell | DeleteRangeFromColumn] = []
+        for name, n in sorted(totals.totals.items()):
+            column = shard_column(stage, shard, totals.generation, name).encode()
+            mutations.append(DeleteRangeFromColumn(CRAWLS_FAMILY, column, 0, at))
+            mutations.append(SetCell(CRAWLS_FAMILY, column, _INT64.pack(n), at))
+        entries.append(RowMutationEntry(check_crawl_id(crawl_id).encode(), mutations))
     if entries:
         tables.crawls.bulk_mutate_rows(entries)
 

@@ -27,6 +27,7 @@ from pipeline.graph import build_crawler, scheduler_config
 from pipeline.io.bigtable import open_tables
 from pipeline.io.crawls import count_published
 from pipeline.io.pubsub import publish_once
+from pipeline.local.counts import local_crawl_counts
 from pipeline.local.direct_runner import direct_runner_speedups
 from pipeline.local.emulators import ensure_subscription, ensure_topic
 from pipeline.options import CrawlOptions
@@ -80,6 +81,8 @@ class LocalFleet:
         self._speedups.enter_context(direct_runner_speedups())
         # The process is the whole job: its count steps' totals go from a thread of their own.
         self._speedups.callback(write_totals_every, write_totals_every(TOTALS_FLUSH_S))
+        # ... added up where the runner commits each bundle, not by a keyed step per stage.
+        self._speedups.enter_context(local_crawl_counts(s.options.bigtable_config()))
         self.topic = ensure_topic(project, s.frontier_topic)
         # A fresh subscription per run: after a streaming pull is cancelled the emulator
         # hides some messages for ~60 s.
