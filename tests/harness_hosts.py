@@ -34,6 +34,7 @@ from pipeline.transforms.schedule import (
     SchedulerConfig,
     crawl_records,
 )
+from pipeline.transforms.tags import Tag
 
 AGENT = "testbot"
 TEXT = (("Content-Type", "text/plain"),)
@@ -140,6 +141,7 @@ class Hosts:
                                   submit=self.pool.submit)
         self.fn.setup()
         self.fn.start_bundle()
+        self._counted: dict[str, dict[str, int]] = {}
         self.decode = DecodeFrontierFn()
         self.cells: dict[str, dict[str, FakeState]] = {}
         self.timers: dict[str, FakeTimer] = {}
@@ -163,6 +165,20 @@ class Hosts:
         """A batch of the crawl's URLs, all of one host."""
         batch = HostBatch(depth=depth, kind="links", entries=entries(*urls))
         return self.process(host_key(urls[0]), crawl_id, batch)
+
+    def counted(self) -> dict[str, dict[str, int]]:
+        """Ends the bundle as the runner does and returns what the scheduler has counted for
+        the crawl records so far (its Tag.COUNTS outputs, summed per crawl over the bundles
+        ended here); a new bundle starts."""
+        counts = self._counted
+        for out in self.fn.finish_bundle():
+            assert getattr(out, "tag", None) == Tag.COUNTS, out
+            key, deltas = out.value.value
+            per_crawl = counts.setdefault(key.rsplit("/", 1)[0], {})
+            for name, n in deltas.items():
+                per_crawl[name] = per_crawl.get(name, 0) + n
+        self.fn.start_bundle()
+        return counts
 
     def publish(self, record) -> list:
         """Through the frontier: published as bytes, decoded and keyed by host as the

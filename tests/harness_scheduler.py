@@ -29,6 +29,7 @@ progress through this module's `_RUN` (one run at a time per process).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import random
@@ -66,11 +67,12 @@ from pipeline.io.bigtable import BigtableConfig, BigtableTables
 from pipeline.io.crawls import Crawl, apply_action, create_crawl, read_crawl
 from pipeline.io.fetch import FetchConfig, FetchResponse
 from pipeline.local.direct_runner import direct_runner_speedups
+from pipeline.transforms.bigtable import WritePagesToBigtable, WritePagesToBigtableFn
 from pipeline.transforms.crawl_watch import CrawlEndings, WatchPass
 from pipeline.transforms.fetches import ScheduleFetches
-from pipeline.transforms.frontier import ReadFrontier
+from pipeline.transforms.frontier import DecodeFrontierFn, ReadFrontier
 from pipeline.transforms.resources import worker_resources
-from pipeline.transforms.schedule import SchedulerConfig, crawl_records
+from pipeline.transforms.schedule import HostSchedulerFn, SchedulerConfig, crawl_records
 
 AGENT = "testbot/1.0"
 TEXT = (("Content-Type", "text/plain"),)
@@ -94,6 +96,18 @@ def page(*links: str) -> Answer:
     """An HTML page linking to `links`."""
     anchors = "".join(f'<a href="{link}">{link}</a> ' for link in links)
     return Answer(body=f"<html><body><p>page</p>{anchors}</body></html>".encode(), headers=HTML)
+
+
+def linked_chains(hosts: Sequence[str], length: int = 8) -> dict[str, Answer]:
+    """Each host a chain of `length` pages (/0, /1, ...), each page also linking to a page of
+    the next host (/x0, /x1, ..., answered by the script's default)."""
+    script = {}
+    for index, host in enumerate(hosts):
+        other = hosts[(index + 1) % len(hosts)]
+        for n in range(length):
+            links = [f"/{n + 1}"] if n < length - 1 else []
+            script[f"http://{host}/{n}"] = page(*links, f"http://{other}/x{n}")
+    return script
 
 
 def robots_txt(text: str) -> Answer:
@@ -215,6 +229,41 @@ class _FrontierTickFn(beam.DoFn):
 
     def process(self, _tick: int) -> Iterator[bytes]:
         yield from _run().tick(run_clock())
+
+
+class _FailsFirst:
+    """Mixin for a DoFn of a run with `replayed_bundles`: every bundle's first attempt fails
+    at its very end, after all its work (claims, fetches started, counts, outputs), as a bundle
+    does whose worker is lost before the runner commits it. Beam's DirectRunner drops what the
+    attempt output and its state changes and runs the bundle again, on its one worker thread
+    at once, so attempts alternate: fail, succeed."""
+
+    def finish_bundle(self):
+        finished = super().finish_bundle()  # type: ignore[misc]
+        outputs = list(finished) if finished is not None else []
+        if _run().attempt_fails():
+            raise RuntimeError("the worker was lost before the bundle committed")
+        yield from outputs
+
+
+class _ReplayedScheduler(_FailsFirst, HostSchedulerFn):
+    """HostSchedulerFn whose bundles each fail once."""
+
+
+class _ReplayedDecoder(_FailsFirst, DecodeFrontierFn):
+    """DecodeFrontierFn whose bundles each fail once."""
+
+
+class _ReplayedRowWriter(_FailsFirst, WritePagesToBigtableFn):
+    """WritePagesToBigtableFn whose bundles each fail once."""
+
+
+class _RowOfFn(beam.DoFn):
+    """A fetched result -> its row, as the store judges it (for runs that write rows)."""
+
+    def process(self, result: FetchResult) -> Iterator[PageRow]:
+        yield judge_response(StoredResponse(result, RecordPointer("scripted", 0, 0)),
+                             agent=result.agent).row
 
 
 class _KeepFn(beam.DoFn):
@@ -358,7 +407,8 @@ class SchedulerRun:
 
     def __init__(self, config: BigtableConfig, tables: BigtableTables, web: ScriptedWeb,
                  *, state_ttl_s: float = 1.0, budget_block: int = 16, quiet_s: float = 5.0,
-                 drain_scope: str | None = None, **policy) -> None:
+                 drain_scope: str | None = None, rows_to_bigtable: bool = False,
+                 replayed_bundles: bool = False, **policy) -> None:
         self.config = config
         self.tables = tables
         self.web = web
@@ -370,6 +420,14 @@ class SchedulerRun:
                                          budget_block=budget_block,
                                          drain_scope=drain_scope or uuid.uuid4().hex)
         self.endings = CrawlEndings(quiet_s)
+        # Rows (the scheduler's, and the store's judgement of each fetched page) written by
+        # the graph's own row writer, which counts them in the crawl's record.
+        self.rows_to_bigtable = rows_to_bigtable
+        # Every bundle of the reader, the scheduler and the row writer fails once
+        # (_FailsFirst); `replayed` counts the attempts that failed.
+        self.replayed_bundles = replayed_bundles
+        self.replayed = 0
+        self._attempts = 0
         self.clock: TestClock | None = None
         self._scheduled: list[_Scheduled] = []
         self._outbox: list[bytes] = []
@@ -442,6 +500,13 @@ class SchedulerRun:
         self._at(at, note)
 
     # --- what the pipeline calls (through _RUN)
+    def attempt_fails(self) -> bool:
+        """Whether the bundle attempt ending now fails: every other one, from the first."""
+        self._attempts += 1
+        fails = self._attempts % 2 == 1
+        self.replayed += fails
+        return fails
+
     def tick(self, now: float) -> list[bytes]:
         payloads, self._outbox = self._outbox, []
         due = [s for s in self._scheduled if s.at <= now + 1e-9]
@@ -508,7 +573,8 @@ class SchedulerRun:
             # Backoff is jittered: seeded, a run backs off the same every time.
             with direct_runner_speedups(), \
                     mock.patch.object(direct_runner, "TestClock", _RunClock), \
-                    mock.patch.object(host_backoff, "random", random.Random(7)):
+                    mock.patch.object(host_backoff, "random", random.Random(7)), \
+                    self._replaying():
                 self._pipeline(stream)
             assert self.clock is not None and math.isclose(self.clock.time(), now_us / 1e6)
             resources.close()  # the counts thread stops, and what it holds is written
@@ -522,6 +588,19 @@ class SchedulerRun:
                          crawls, list(self._passes), dict(self._offered), dict(self._marked),
                          dict(self.observed), list(self._relaunch), list(self._outbox))
 
+    def _replaying(self) -> contextlib.AbstractContextManager:
+        """The graph's DoFns, or with `replayed_bundles` theirs whose bundles each fail once."""
+        stack = contextlib.ExitStack()
+        if self.replayed_bundles:
+            from pipeline.transforms import bigtable, fetches, frontier
+            stack.enter_context(mock.patch.object(fetches, "HostSchedulerFn",
+                                                  _ReplayedScheduler))
+            stack.enter_context(mock.patch.object(frontier, "DecodeFrontierFn",
+                                                  _ReplayedDecoder))
+            stack.enter_context(mock.patch.object(bigtable, "WritePagesToBigtableFn",
+                                                  _ReplayedRowWriter))
+        return stack
+
     def _pipeline(self, stream: TestStream) -> None:
         options = PipelineOptions(streaming=True)
         with beam.Pipeline(options=options) as p:
@@ -530,6 +609,10 @@ class SchedulerRun:
                                                            submit=run_submit)
             _ = scheduled.fetched | "Store" >> beam.ParDo(_KeepFn("fetched"))
             _ = scheduled.rows | "Rows" >> beam.ParDo(_KeepFn("rows"))
+            if self.rows_to_bigtable:
+                judged = scheduled.fetched | "Judge" >> beam.ParDo(_RowOfFn())
+                _ = ((scheduled.rows, judged) | "AllRows" >> beam.Flatten()
+                     | "WriteRows" >> WritePagesToBigtable(self.config))
             _ = scheduled.robots | "BackToTheFrontier" >> beam.ParDo(_KeepFn("robots"))
             _ = scheduled.relaunch | "ForTheNextJob" >> beam.ParDo(_KeepFn("relaunch"))
 

@@ -18,15 +18,12 @@ from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
-from google.api_core.exceptions import GoogleAPICallError
 from google.cloud import bigtable
 from google.cloud.bigtable.data import DeleteAllFromRow, RowMutationEntry, SetCell
 from google.cloud.bigtable.data.row_filters import PassAllFilter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.core.counters import Counter as Count
-from pipeline.core.counters import rows_in
 from pipeline.core.crawl_states import CrawlAction, CrawlLimits, CrawlState, TransitionRefused
 from pipeline.core.records import PageRow, PageState, RecordPointer
 from pipeline.core.urls import host_key, normalize_url, url_hash
@@ -63,7 +60,7 @@ from pipeline.transforms.bigtable import (
     WritePagesToBigtable,
     WritePagesToBigtableFn,
 )
-from pipeline.transforms.resources import CrawlCounts, worker_resources
+from pipeline.transforms.resources import worker_resources
 from tests.conftest import fresh_name
 
 _VARIABLE = "BIGTABLE_EMULATOR_HOST"
@@ -339,7 +336,10 @@ def test_a_hosts_ended_queue_is_one_mutate_rows_request(
     monkeypatch.setattr(table, "bulk_mutate_rows", counting)
     for row in rows:
         fn.process(row, timestamp=Timestamp(0), window=GlobalWindow())
-    assert len(list(fn.finish_bundle())) == len(rows)
+    emitted = list(fn.finish_bundle())
+    assert sum(isinstance(item.value, PageRow) for item in emitted) == len(rows)
+    (counts,) = [item.value.value for item in emitted if getattr(item, "tag", None)]
+    assert counts[1] == {"over_budget": len(rows)}  # one count for the crawl's record
     assert calls == [len(rows)]
     with open_tables(bigtable_config, create=False) as opened:
         assert read_page(opened, "c1", rows[-1].url) == _expected(rows[-1])
@@ -570,8 +570,8 @@ def test_beam_transform_writes_rows_then_counters(bigtable_config: BigtableConfi
     with BeamTestPipeline() as p:
         written = p | beam.Create(rows) | WritePagesToBigtable(bigtable_config)
         assert_that(written, equal_to(rows))
-    # The process's counts are written by a thread of their own: all of them now.
-    worker_resources().crawl_counts(bigtable_config).flush()
+    # The transform's count step handed its totals to the process's writer: written now.
+    worker_resources().totals_writer(bigtable_config).flush()
 
     with open_tables(bigtable_config, create=False) as opened:
         for row in rows:
@@ -581,48 +581,6 @@ def test_beam_transform_writes_rows_then_counters(bigtable_config: BigtableConfi
             create_crawl(opened, crawl_id, seeds=(), limits=NO_LIMITS, at=0.0)
             counters = read_crawl(opened, crawl_id).counters
             assert {name: n for name, n in counters.items() if n} == dict(by_state)
-
-
-def test_a_process_writes_its_counts_one_increment_per_crawl_and_keeps_a_failed_write(
-    bigtable_tables: BigtableTables, monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # An hour between the thread's own writes: every write here is one this test asks for.
-    counts = CrawlCounts(bigtable_tables, flush_s=3600)
-    calls = _count_calls(monkeypatch, bigtable_tables)
-    try:
-        for _ in range(50):
-            counts.add("k1", Count.URLS_OFFERED)
-        counts.add("k1", Count.URLS_ACCEPTED, 30)
-        counts.add("k2", rows_in(PageState.FETCHED), 2)
-        counts.add("k2", Count.BYTES_FETCHED, 0)  # nothing to write
-        with pytest.raises(ValueError, match="crawl id"):
-            counts.add("a/b", Count.URLS_OFFERED)  # refused where it is counted
-        with pytest.raises(ValueError, match="whole job"):
-            counts.add("k1", Count.PAGES_STORED)
-        counts.flush()
-        assert sorted(calls) == [b"k1", b"k2"]
-
-        counted = bigtable_tables.crawls.read_modify_write_row
-        failures = [GoogleAPICallError("the emulator went away")]
-
-        def failing_once(row_key: bytes, rules: Any, **kwargs: Any) -> Any:
-            if failures:
-                raise failures.pop()
-            return counted(row_key, rules, **kwargs)
-
-        monkeypatch.setattr(bigtable_tables.crawls, "read_modify_write_row", failing_once)
-        counts.add("k1", Count.URLS_ACCEPTED, 5)
-        counts.flush()  # fails: the 5 wait for the next write
-        counts.add("k1", Count.URLS_ACCEPTED, 1)
-        counts.close()  # stops the thread and writes what is left
-        for crawl_id in ("k1", "k2"):
-            create_crawl(bigtable_tables, crawl_id, seeds=(), limits=NO_LIMITS, at=0.0)
-        written = {crawl_id: {name: n for name, n in read_crawl(bigtable_tables, crawl_id)
-                              .counters.items() if n} for crawl_id in ("k1", "k2")}
-        assert written == {"k1": {"urls_offered": 50, "accepted": 36}, "k2": {"fetched": 2}}
-        assert calls == [b"k1", b"k2", b"k1"]  # one increment per crawl and write
-    finally:
-        counts.close()
 
 
 @pytest.mark.filterwarnings("ignore:Connecting to Bigtable emulator:RuntimeWarning")
@@ -636,9 +594,11 @@ def test_failed_row_write_counts_nothing_and_emits_nothing(emulators: dict[str, 
     fn.start_bundle()
     for row in SHAPES[:3]:
         fn.process(row)
+    emitted = []
     with pytest.raises(PageWriteError):
-        list(fn.finish_bundle())
-    worker_resources().crawl_counts(config).flush()  # whatever was counted is written now
+        for item in fn.finish_bundle():
+            emitted.append(item)
+    assert emitted == []  # no row, and no count for the crawl record, left the bundle
     with open_tables(config, create=False) as opened:
         assert opened.crawls.read_row(b"c1") is None  # no counter moved
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.core.budget import BlockPageBudget, BudgetBlocks
+from pipeline.core.budget import CHARGE_MEMORY_S, BlockPageBudget, BudgetBlocks
 
 
 class Counter:
@@ -145,3 +145,51 @@ def test_bad_budgets_are_refused(kwargs):
                 blocks=BudgetBlocks()) | kwargs
     with pytest.raises(ValueError):
         BlockPageBudget(**args)
+
+
+# ------------------------------------------------------------ a retried bundle's claims
+
+
+@settings(max_examples=300, deadline=None)
+@given(limit=st.integers(0, 60), block=st.integers(1, 20),
+       bundles=st.lists(st.tuples(st.integers(1, 6), st.booleans()), max_size=40))
+def test_a_retried_bundle_takes_its_failed_attempts_pages_and_the_budget_stays_exact(
+        limit, block, bundles):
+    """A host queue's URLs are claimed a bundle at a time; a bundle that fails (`True`) is
+    run again by the runner on the queue as it was, claiming the same URLs again. Whatever
+    fails, the process grants exactly the first `limit` distinct URLs: none twice, none lost
+    to a failed attempt."""
+    budget = _processes(1)[0]("c1", limit, Counter(), block)
+    queue = [f"http://a.test/{n}" for n in range(200)]
+    granted: list[str] = []
+    for size, fails in bundles:
+        attempts = [False, True] if fails else [True]
+        for commits in attempts:
+            taken = []
+            for url in queue[:size]:
+                if not budget.try_claim(url):
+                    break
+                taken.append(url)
+            if commits:  # only a committed attempt changes the queue
+                granted.extend(taken)
+                del queue[:len(taken)]
+    while queue and budget.try_claim(queue[0]):
+        granted.append(queue.pop(0))
+    assert len(granted) == len(set(granted)) == min(limit, 200)
+
+
+def test_a_page_is_charged_again_once_the_process_forgot_it():
+    clock = [0.0]
+    counter = Counter()
+    blocks = BudgetBlocks()
+    budget = BlockPageBudget("c1", 3, counter, 1, blocks=blocks, clock=lambda: clock[0])
+    assert budget.try_claim("http://a.test/1")
+    assert budget.try_claim("http://a.test/1")  # the same page: not charged again
+    assert counter.total == 1
+    clock[0] = CHARGE_MEMORY_S + 1  # long after: a page claimed then is a new charge
+    assert budget.try_claim("http://a.test/1")
+    assert counter.total == 2
+    blocks.forget("c1")  # a crawl run again in this process charges its pages afresh
+    assert budget.try_claim("http://a.test/1") and counter.total == 3
+    assert not budget.try_claim("http://a.test/2")  # the limit holds for new pages
+    assert budget.try_claim("http://a.test/1")  # ... and a charged page keeps its claim

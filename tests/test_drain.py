@@ -31,7 +31,7 @@ from pipeline.io.drained_state import DrainedState
 from pipeline.transforms.tags import Tag
 from tests.conftest import fresh_name
 from tests.harness_hosts import TEXT, Hosts, tagged
-from tests.harness_scheduler import ScriptedWeb, page
+from tests.harness_scheduler import ScriptedWeb, linked_chains
 
 HOSTS = ("a.test", "b.test", "c.test")
 
@@ -39,13 +39,7 @@ HOSTS = ("a.test", "b.test", "c.test")
 def _site() -> ScriptedWeb:
     """Three hosts, each a chain of eight pages that also link to a page of the next host:
     at a 1 s delay, a few seconds reach only the start of each chain."""
-    script = {}
-    for index, host in enumerate(HOSTS):
-        other = HOSTS[(index + 1) % len(HOSTS)]
-        for n in range(8):
-            links = [f"/{n + 1}"] if n < 7 else []
-            script[f"http://{host}/{n}"] = page(*links, f"http://{other}/x{n}")
-    return ScriptedWeb(script)
+    return ScriptedWeb(linked_chains(HOSTS))
 
 
 def test_a_drain_mid_crawl_then_a_relaunch_ends_every_url_once_and_fetches_none_twice(

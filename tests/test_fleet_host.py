@@ -400,7 +400,7 @@ def test_a_crawl_out_of_pages_answers_the_queries_waiting_for_it():
     host = FleetHostState(HOST)
     host.robots_message("a", query("a", "/one.txt", 1), 0.0, policy(1.0))
     decision = host.next_action(0.0, {"a": CrawlTerms(policy(1.0),
-                                                      budget_spent=lambda: True)})
+                                                      budget_spent=lambda _url: True)})
     assert [(c, r.query_id, r.fetch.policy.error) for c, r in replies_in(decision)] == [
         ("a", "a-e1", "crawl page budget spent")]
     assert decision.fetch is None and not host.busy

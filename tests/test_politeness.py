@@ -384,7 +384,7 @@ def test_network_failure_past_the_attempt_limit_ends_failed_with_reason():
     # The failed request is one of the URL's attempts (its row counts max_attempts).
     assert decision.outcomes[0].requested and decision.outcomes[0].entry.attempt == 0
     state.offer(urls("b"), 0, policy)
-    (spent,) = state.next_action(9.0, policy, budget_spent=lambda: True).outcomes
+    (spent,) = state.next_action(9.0, policy, budget_spent=lambda _url: True).outcomes
     assert spent.state is PageState.OVER_BUDGET and not spent.requested
 
 
@@ -463,7 +463,7 @@ def test_budgets_end_urls_over_budget_without_requests():
 
     crawl_spent = ready_host()
     crawl_spent.offer(urls("b", "c"), 1, POLICY)
-    decision = crawl_spent.next_action(1.0, POLICY, claim_page=lambda: False)
+    decision = crawl_spent.next_action(1.0, POLICY, claim_page=lambda _url: False)
     assert decision.fetch is None
     assert [o.state for o in decision.outcomes] == [PageState.OVER_BUDGET] * 3
 
@@ -471,7 +471,8 @@ def test_budgets_end_urls_over_budget_without_requests():
 def test_a_spent_crawl_budget_ends_a_new_host_without_asking_for_its_robots_txt():
     state = HostState(host=HOST)
     state.offer(urls("a", "b"), 1, POLICY)
-    decision = state.next_action(0.0, POLICY, claim_page=lambda: False, budget_spent=lambda: True)
+    decision = state.next_action(0.0, POLICY, claim_page=lambda _url: False,
+                                 budget_spent=lambda _url: True)
     assert decision.fetch is None and not state.busy
     assert [(o.state, o.reason) for o in decision.outcomes] == \
         [(PageState.OVER_BUDGET, "crawl page budget spent")] * 2

@@ -72,15 +72,45 @@ def test_segment_writers_are_per_thread_and_reopen_after_close(tmp_path: Path) -
     assert resources.segments(str(tmp_path), "c1") != (warc, wet)  # a new pair after close
 
 
-def test_running_fetches_are_found_by_any_dofn_instance_until_forgotten() -> None:
-    resources = worker_resources()
+def test_a_fetch_is_found_by_any_dofn_instance_and_for_a_while_after_it_was_collected(
+        monkeypatch) -> None:
+    """A bundle retried after it collected a fetch finds the response again; collected
+    fetches are kept for COLLECTED_KEEP_S and at most COLLECTED_KEEP_BYTES of bodies."""
     from concurrent.futures import Future
 
-    future: Future = Future()
-    resources.track_fetch("lease-1", future)
-    assert worker_resources().running_fetch("lease-1") is future
-    resources.forget_fetch("lease-1")
-    assert worker_resources().running_fetch("lease-1") is None
+    from pipeline.io.fetch import FetchResponse
+    from pipeline.transforms import resources as module
+
+    def done(body: bytes) -> Future:
+        future: Future = Future()
+        future.set_result(FetchResponse(url="http://a.test/", started_at=0.0, elapsed=0.1,
+                                        status=200, headers=(), body=body, truncated=False,
+                                        ip=None, error=None, error_detail=None))
+        return future
+
+    clock = [100.0]
+    monkeypatch.setattr(module.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(module, "COLLECTED_KEEP_BYTES", 10)
+    resources = WorkerResources()
+    first = done(b"12345678")
+    resources.track_fetch("lease-1", first)
+    assert resources.running_fetch("lease-1") is first
+    resources.fetch_collected("lease-1")
+    assert resources.running_fetch("lease-1") is first  # a retried bundle finds it
+    resources.track_fetch("lease-2", done(b"12"))
+    resources.fetch_collected("lease-2")
+    assert resources.running_fetch("lease-1") is first  # 10 bytes: both kept
+    resources.track_fetch("lease-3", done(b"1"))
+    resources.fetch_collected("lease-3")  # 11 bytes: the oldest goes
+    assert resources.running_fetch("lease-1") is None
+    assert resources.running_fetch("lease-2") is not None
+    clock[0] += module.COLLECTED_KEEP_S
+    resources.track_fetch("lease-4", done(b""))
+    resources.fetch_collected("lease-4")  # a minute on: the others are gone
+    assert [lease for lease in ("lease-2", "lease-3", "lease-4")
+            if resources.running_fetch(lease) is not None] == ["lease-4"]
+    resources.close()
+    assert resources.running_fetch("lease-4") is None
 
 
 def test_collected_resources_close_their_writers(tmp_path: Path) -> None:

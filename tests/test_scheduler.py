@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from pipeline.core.crawl_states import CrawlLimits
 from pipeline.core.politeness import HostPolicy
 from pipeline.core.records import FetchResult, PageRow, RobotsAnswer, RobotsRequest
-from pipeline.io.crawls import create_crawl, read_crawl
+from pipeline.io.crawls import create_crawl
 from pipeline.metrics import LocalTally
 from pipeline.transforms.resources import worker_resources
 from pipeline.transforms.schedule import sooner_wake
@@ -56,11 +56,8 @@ class OneHost:
         return self.fire(max(self.pool.clock[0], self.timer.at) + 0.001)
 
     def counters(self) -> dict[str, int]:
-        """The crawl's counters as its record holds them once this process's are written."""
-        assert self.hosts.fn._counts is not None
-        self.hosts.fn._counts.flush()
-        with_tables = self.hosts.fn._shared().bigtable(self.hosts.config.bigtable)
-        return dict(read_crawl(with_tables, self.crawl_id).counters)
+        """What the scheduler has counted for the crawl's record, bundle by bundle."""
+        return dict(self.hosts.counted().get(self.crawl_id, {}))
 
 
 @pytest.fixture

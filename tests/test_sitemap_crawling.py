@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-from collections import Counter
 
 from pipeline.core.crawl_states import CrawlLimits
 from pipeline.core.fleet_host import CrawlTerms, FleetHostState
@@ -129,7 +128,7 @@ def test_a_sitemap_document_is_queued_marked_and_fetched_as_a_page_under_robots_
     at = 1.0
     disallowed = []
     while state.backlog.queue:
-        decision = state.next_action(at, POLICY, claim_page=lambda: claims.append(1) or True)
+        decision = state.next_action(at, POLICY, claim_page=lambda _url: claims.append(1) or True)
         disallowed += [o.entry.url for o in decision.outcomes
                        if o.state is PageState.DISALLOWED]
         if decision.fetch is not None:
@@ -263,30 +262,24 @@ class _Publisher:
         return future
 
 
-class _Counts:
-    def __init__(self) -> None:
-        self.counted: list[tuple[str, str]] = []
-
-    def add(self, crawl_id: str, counter, n: int = 1) -> None:
-        self.counted.append((crawl_id, str(counter)))
-
-
 def test_sitemap_batches_count_on_the_far_side_of_the_link_batches_they_were_emitted_as():
     """The store counts every batch it makes (link_batches_emitted), and the scheduler each
     batch of sitemap documents from robots.txt: publishing must count each of them as
     batches_published_links, or the crawl's balance never settles (or settles early)."""
     from pipeline.core.records import FrontierBatch, HostSignal, HostSignalKind
+    from pipeline.io.bigtable import BigtableConfig
     from pipeline.transforms.frontier import PublishFn
 
-    fn = PublishFn("projects/p/topics/t")
-    fn._publisher, fn._counts = _Publisher(), _Counts()
+    fn = PublishFn("projects/p/topics/t", counts=BigtableConfig(project="p", instance="i"))
+    fn._publisher = _Publisher()
     fn.start_bundle()
     for kind in (BatchKind.LINKS, BatchKind.SITEMAP, BatchKind.SITEMAP_DOCUMENTS,
                  BatchKind.SEEDS):
         fn.process(FrontierBatch("c", 1, ("http://a.test/",), kind=kind))
     fn.process(HostSignal("c", "http://a.test/", HostSignalKind.THROTTLE))
-    fn.finish_bundle()
-    counted = Counter(name for _, name in fn._counts.counted)
+    (out,) = fn.finish_bundle()  # the bundle's counts for crawl c's record
+    key, counted = out.value.value
+    assert key.startswith("c/")
     assert counted == {"batches_published": 5, "batches_published_links": 3}
 
 
@@ -297,8 +290,7 @@ def test_the_scheduler_sends_robots_sitemaps_round_the_frontier_and_fetches_them
     leave on the 'robots' output as one sitemap_documents batch, counted as an emitted link
     batch; back through the frontier, a.test's sitemap is a request of a.test a full delay
     after its last one, its fetched result marked; b.test's goes to b.test's key."""
-    from pipeline.io.crawls import create_crawl, read_crawl
-    from pipeline.transforms.resources import worker_resources
+    from pipeline.io.crawls import create_crawl
     from pipeline.transforms.tags import Tag
     from tests.conftest import fresh_name
     from tests.harness_hosts import TEXT, Hosts, tagged
@@ -331,7 +323,6 @@ def test_the_scheduler_sends_robots_sitemaps_round_the_frontier_and_fetches_them
                           headers=(("Content-Type", "application/xml"),))
         (result,) = [o for o in hosts.fire("a.test", 2.1) if isinstance(o, FetchResult)]
         assert result.sitemap and result.url == "http://a.test/sitemap.xml"
-        worker_resources().crawl_counts(bigtable_config).flush()
-        assert read_crawl(bigtable_tables, crawl_id).counters["link_batches_emitted"] == 1
+        assert hosts.counted()[crawl_id]["link_batches_emitted"] == 1
     finally:
         hosts.close()

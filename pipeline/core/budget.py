@@ -14,18 +14,33 @@ crosses the limit is cut at it, so the bounds are:
     crawl on one machine), which spends every page it claims.
   - cost: one read-modify-write per `block` pages per process (16 by default: 1,450 calls/s at
     23,148 pages/s, well inside one Bigtable node).
+
+A claim names the page it is for. A process charges a page once however often it is claimed
+within CHARGE_MEMORY_S: a bundle the runner retries runs again on the host state from before
+its failed attempt, so it claims the same URLs' first requests again, and those take the
+pages the failed attempt took instead of spending more (docs/design.md, "Counters"). A
+retry on another process (its key moved) cannot see them: that attempt's pages stay
+unspent, an undershoot like a dead process's block.
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Protocol
 
+# How long a process remembers the pages it charged (a runner retries a failed bundle within
+# seconds; at 23 pages/s a worker remembers ~14,000 URLs, about 2 MB), and at most how many.
+CHARGE_MEMORY_S = 600.0
+MAX_CHARGES_REMEMBERED = 100_000
+
 
 class PageBudget(Protocol):
-    def try_claim(self) -> bool:
-        """Take one page from the budget; False once it is spent."""
+    def try_claim(self, page: str | None = None) -> bool:
+        """Take one page from the budget for `page` (a URL: one claimed again soon after is
+        not charged again); False once it is spent."""
         ...
 
     @property
@@ -43,11 +58,29 @@ class BudgetBlocks:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.held: dict[str, tuple[int, bool]] = {}  # crawl id -> (pages left in block, spent)
+        # (crawl id, page) -> when it was charged, oldest first
+        self.charged: OrderedDict[tuple[str, str], float] = OrderedDict()
 
     def forget(self, crawl_id: str) -> None:
         """Drop the block of a crawl (a crawl run again in the same process)."""
         with self.lock:
             self.held.pop(crawl_id, None)
+            for key in [key for key in self.charged if key[0] == crawl_id]:
+                del self.charged[key]
+
+    def charged_recently(self, crawl_id: str, page: str, now: float) -> bool:
+        """`page` was charged to `crawl_id` within CHARGE_MEMORY_S (call with `lock` held)."""
+        while self.charged:
+            oldest, at = next(iter(self.charged.items()))
+            if now - at < CHARGE_MEMORY_S and len(self.charged) <= MAX_CHARGES_REMEMBERED:
+                break
+            del self.charged[oldest]
+        return (crawl_id, page) in self.charged
+
+    def note_charged(self, crawl_id: str, page: str, now: float) -> None:
+        """Remember that `page` was charged to `crawl_id` (call with `lock` held)."""
+        self.charged[(crawl_id, page)] = now
+        self.charged.move_to_end((crawl_id, page))
 
 
 class BlockPageBudget:
@@ -58,7 +91,8 @@ class BlockPageBudget:
     """
 
     def __init__(self, crawl_id: str, limit: int | None, advance: Callable[[int], int],
-                 block: int = 16, *, blocks: BudgetBlocks) -> None:
+                 block: int = 16, *, blocks: BudgetBlocks,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if limit is not None and limit < 0:
             raise ValueError(f"page budget must be >= 0, got {limit}")
         if block < 1:
@@ -68,12 +102,16 @@ class BlockPageBudget:
         self.block = block
         self._advance = advance
         self._blocks = blocks
+        self._clock = clock
 
-    def try_claim(self) -> bool:
+    def try_claim(self, page: str | None = None) -> bool:
         if self.limit is None:
             return True
         blocks = self._blocks
         with blocks.lock:
+            now = self._clock()
+            if page is not None and blocks.charged_recently(self.crawl_id, page, now):
+                return True  # a retried bundle's claim: the failed attempt's page
             left, spent = blocks.held.get(self.crawl_id, (0, False))
             if left == 0 and not spent:
                 # The counter call holds the lock: one claim per process at a time, and the
@@ -85,7 +123,14 @@ class BlockPageBudget:
                 blocks.held[self.crawl_id] = (0, True)
                 return False
             blocks.held[self.crawl_id] = (left - 1, spent)
+            if page is not None:
+                blocks.note_charged(self.crawl_id, page, now)
             return True
+
+    def charged(self, page: str) -> bool:
+        """`page` holds a page of this budget already: a claim for it is granted again."""
+        with self._blocks.lock:
+            return self._blocks.charged_recently(self.crawl_id, page, self._clock())
 
     @property
     def left(self) -> int:

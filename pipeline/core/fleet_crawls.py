@@ -24,8 +24,8 @@ class CrawlTerms:
 
     policy: HostPolicy
     state: CrawlState = CrawlState.RUNNING
-    claim_page: Callable[[], bool] = lambda: True
-    budget_spent: Callable[[], bool] = lambda: False
+    claim_page: Callable[[str], bool] = lambda _url: True
+    budget_spent: Callable[[str | None], bool] = lambda _url: False
     time_spent: bool = False  # the crawl's time budget has run out
 
 

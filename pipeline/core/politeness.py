@@ -310,8 +310,8 @@ class HostState:
         now: float,
         policy: HostPolicy,
         *,
-        claim_page: Callable[[], bool] = lambda: True,
-        budget_spent: Callable[[], bool] = lambda: False,
+        claim_page: Callable[[str], bool] = lambda _url: True,
+        budget_spent: Callable[[str | None], bool] = lambda _url: False,
     ) -> Decision:
         """The timer fired at `now`: start at most one request if the host is due.
 
@@ -319,8 +319,9 @@ class HostState:
           1. the lease: a request in flight waits for its result or deadline (invariant 1);
           2. the backlog: nothing queued and no query waiting, nothing to do;
           3. the backoff and the budgets: a blocked address ends every queued URL `filtered`;
-             a crawl page budget known to be spent (`budget_spent`) or policy.deadline
-             reached ends them `over_budget` (reason TIME_BUDGET_REASON for the deadline),
+             a crawl page budget known to be spent (`budget_spent(next first request)`) or
+             policy.deadline reached ends them `over_budget` (reason TIME_BUDGET_REASON for
+             the deadline),
              without even a robots.txt request, and refuses the queries waiting;
           4. the spacing: before next_allowed the host waits;
           5. the robots gate: the host's own robots.txt, needed for its queue and not in
@@ -353,7 +354,7 @@ class HostState:
         return dataclasses.replace(decision, sitemaps=found) if found else decision
 
     def _queue_ended(self, now: float, policy: HostPolicy,
-                     budget_spent: Callable[[], bool]) -> Decision | None:
+                     budget_spent: Callable[[str | None], bool]) -> Decision | None:
         """Step 3 of next_action: the queue's end, when the host is blocked or the crawl's
         page or time budget is spent (None: neither)."""
         blocked = self.backoff.blocked_at(now)
@@ -363,7 +364,10 @@ class HostState:
                             robots_messages=self.gate.refuse_queries(now, blocked))
         if self.backoff.unblock_lapsed(now):
             self.gate.rules = None  # its address may have changed: robots.txt first
-        if budget_spent():
+        head = self.backlog.queue[0] if self.backlog.queue else None
+        # A first request's page may be held already: by an attempt of this very bundle that
+        # the runner is retrying (pipeline.core.budget). A retry's page was spent before.
+        if budget_spent(head.url if head is not None and head.attempt == 0 else None):
             reason = "crawl page budget spent"
         elif policy.deadline is not None and now >= policy.deadline:
             # Overflow chunks still stored come back one firing at a time and end the same
@@ -375,7 +379,7 @@ class HostState:
                         robots_messages=self.gate.refuse_queries(now, reason))
 
     def _next_page(self, now: float, policy: HostPolicy,
-                   claim_page: Callable[[], bool]) -> Decision:
+                   claim_page: Callable[[str], bool]) -> Decision:
         """Step 6 of next_action: the next page request, past the URLs that may not have one."""
         queue, rules = self.backlog.queue, self.gate.rules
         assert rules is not None  # the robots gate saw to it
@@ -393,7 +397,7 @@ class HostState:
                 outcomes.append(Outcome(entry, PageState.OVER_BUDGET, spent))
                 continue
             if entry.attempt == 0:
-                if not claim_page():
+                if not claim_page(entry.url):
                     outcomes.extend(_ended(self.backlog.drain(), PageState.OVER_BUDGET,
                                            "crawl page budget spent"))
                     return Decision(outcomes=tuple(outcomes))

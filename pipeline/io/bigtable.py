@@ -35,6 +35,7 @@ from google.api_core.exceptions import AlreadyExists, GoogleAPICallError, NotFou
 from google.auth.credentials import AnonymousCredentials
 from google.cloud.bigtable.data import (
     BigtableDataClient,
+    DeleteRangeFromColumn,
     MutationsExceptionGroup,
     ReadRowsQuery,
     RowMutationEntry,
@@ -55,6 +56,7 @@ from google.cloud.bigtable_v2.types import bigtable as bigtable_types
 from google.cloud.bigtable_v2.types import data as data_types
 
 from pipeline.core.counters import RECORD_COUNTERS, record_name
+from pipeline.core.counts import ShardTotals, shard_column
 from pipeline.core.records import PageRow
 from pipeline.core.urls import host_key, normalize_url, url_hash
 from pipeline.io.pages_table import PAGES_COLUMNS, Column, dict_to_row, row_to_dict
@@ -596,13 +598,40 @@ class CrawlCounterBatch:
         return totals
 
     def _write_sample(self, crawl_id: str, at: float, fetched: int) -> None:
-        # A slot per period: workers sampling in the same period overwrite each other's
-        # equally valid sample, so the ring stays SAMPLE_SLOTS cells without a read.
-        slot = int(at // SAMPLE_EVERY_S) % SAMPLE_SLOTS
-        value = _SAMPLE.pack(_micros(at), fetched)
-        self._table.mutate_row(
-            crawl_id.encode(), SetCell(CRAWLS_FAMILY, _sample_column(slot), value, 0)
-        )
+        write_sample(self._table, crawl_id, at, fetched)
+
+
+def write_shard_totals(tables: BigtableTables,
+                       shards: list[tuple[str, int, str, ShardTotals]]) -> None:
+    """Write (crawl id, shard, stage, totals) into the crawls' records (pipeline.core.counts),
+    in one request: each cell at its totals' version, so a rewrite is a no-op and an older
+    write never reads as the latest. Each write deletes the cell's older versions, so a
+    crawl's row holds one version per cell however often its totals change (a late write of
+    older totals deletes only versions older than itself). Raises the client's error if any
+    row was not written."""
+    entries = []
+    for crawl_id, shard, stage, totals in shards:
+        if not totals.totals:
+            continue
+        at = totals.version * 1000  # millisecond timestamps
+        mutations: list[SetCell | DeleteRangeFromColumn] = []
+        for name, n in sorted(totals.totals.items()):
+            column = shard_column(stage, shard, totals.generation, name).encode()
+            mutations.append(DeleteRangeFromColumn(CRAWLS_FAMILY, column, 0, at))
+            mutations.append(SetCell(CRAWLS_FAMILY, column, _INT64.pack(n), at))
+        entries.append(RowMutationEntry(check_crawl_id(crawl_id).encode(), mutations))
+    if entries:
+        tables.crawls.bulk_mutate_rows(entries)
+
+
+def write_sample(crawls: Any, crawl_id: str, at: float, fetched: int) -> None:
+    """Record that the crawl had fetched `fetched` pages at `at`, in the ring of rate samples:
+    a slot per period, so writers sampling in the same period overwrite each other's equally
+    valid sample and the ring stays SAMPLE_SLOTS cells without a read. `crawls`: the table."""
+    slot = int(at // SAMPLE_EVERY_S) % SAMPLE_SLOTS
+    crawls.mutate_row(
+        check_crawl_id(crawl_id).encode(),
+        SetCell(CRAWLS_FAMILY, _sample_column(slot), _SAMPLE.pack(_micros(at), fetched), 0))
 
 
 def _sample_column(slot: int) -> bytes:

@@ -49,6 +49,7 @@ from google.cloud.bigtable.data.row_filters import (
 )
 
 from pipeline.core.counters import Counter, record_name
+from pipeline.core.counts import COLUMN_PREFIX, summed
 from pipeline.core.crawl_states import (
     DEFAULT_REASONS,
     FINAL_STATES,
@@ -276,11 +277,16 @@ def restart_crawl(tables: BigtableTables, crawl_id: str, *, limits: CrawlLimits,
     (work counted in flight when it stopped is redone and counted again), its budget's claims
     set to `pages_claimed`. Raises CrawlNotFound."""
     current = read_crawl(tables, crawl_id)
+    stored = tables.crawls.read_row(crawl_id.encode(), row_filter=_LATEST)
+    shard_columns = [] if stored is None else [
+        cell.qualifier for cell in stored.cells
+        if cell.qualifier.startswith(COLUMN_PREFIX.encode())]
     mutations: list[SetCell | DeleteRangeFromColumn] = [
-        DeleteRangeFromColumn(CRAWLS_FAMILY, name.encode())
-        for name in (*current.counters, *(f"{SAMPLE_PREFIX}{i:02d}" for i in range(100)),
+        *(DeleteRangeFromColumn(CRAWLS_FAMILY, column) for column in shard_columns),
+        *(DeleteRangeFromColumn(CRAWLS_FAMILY, name.encode())
+          for name in (*current.counters, *(f"{SAMPLE_PREFIX}{i:02d}" for i in range(100)),
                      "finished_at", *_INT_LIMITS, *_FLOAT_LIMITS, *_TEXT_LIMITS,
-                     *_LIST_LIMITS, *_FLAG_LIMITS)]
+                     *_LIST_LIMITS, *_FLAG_LIMITS))]
     mutations += [
         SetCell(CRAWLS_FAMILY, b"status", CrawlState.RUNNING.encode(), 0),
         SetCell(CRAWLS_FAMILY, b"reason", b"resumed", 0),
@@ -371,6 +377,15 @@ def list_crawls(
     return crawls, next_cursor
 
 
+def _counters(cells: Mapping[str, bytes]) -> dict[str, int]:
+    """Each counter: its increments cell (written by tools outside the graph, such as
+    `crawler redrive`) plus its shard totals (pipeline.core.counts)."""
+    shards = summed((name, _INT64.unpack(value)[0]) for name, value in cells.items()
+                    if name.startswith(COLUMN_PREFIX))
+    return {name: (_INT64.unpack(cells[name])[0] if name in cells else 0) + shards.get(name, 0)
+            for name in COUNTERS}
+
+
 def _crawl_of(crawl_id: str, stored: Row) -> Crawl | None:
     cells = {cell.qualifier.decode(): cell.value for cell in stored.cells
              if cell.family == CRAWLS_FAMILY}
@@ -405,7 +420,7 @@ def _crawl_of(crawl_id: str, stored: Row) -> Crawl | None:
         seeds=tuple(json.loads(cells["seeds"])) if "seeds" in cells else (),
         limits=limits, created_at=times["created_at"] or 0.0,
         started_at=times["started_at"], ended_at=times["finished_at"],
-        counters={name: number(name) or 0 for name in COUNTERS},
+        counters=_counters(cells),
         pages_claimed=number(PAGES_CLAIMED.decode()) or 0,
         samples=tuple(samples),
         frontier_topic=text("frontier_topic"),

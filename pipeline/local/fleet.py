@@ -27,11 +27,12 @@ from pipeline.graph import build_crawler, scheduler_config
 from pipeline.io.bigtable import open_tables
 from pipeline.io.crawls import count_published
 from pipeline.io.pubsub import publish_once
+from pipeline.local.counts import local_crawl_counts
 from pipeline.local.direct_runner import direct_runner_speedups
 from pipeline.local.emulators import ensure_subscription, ensure_topic
 from pipeline.options import CrawlOptions
 from pipeline.transforms.crawl_watch import CrawlEndings
-from pipeline.transforms.resources import worker_resources
+from pipeline.transforms.resources import TOTALS_FLUSH_S, worker_resources, write_totals_every
 from pipeline.transforms.schedule import crawl_records
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ class FleetSettings:
     events_subscription: str | None = None
     poll_s: float = 0.5
     # How long a crawl's counters must stand still, settled, before it ends: well past the
-    # time a count takes to be written (pipeline.transforms.resources.COUNTS_FLUSH_S).
+    # time a count takes to be written (pipeline.transforms.resources.TOTALS_FLUSH_S).
     quiet_s: float = 2.5
     state_ttl_s: float = 1.0
     page_step: beam.PTransform | None = None
@@ -78,6 +79,10 @@ class LocalFleet:
         project = s.options.project
         self._speedups = contextlib.ExitStack()
         self._speedups.enter_context(direct_runner_speedups())
+        # The process is the whole job: its count steps' totals go from a thread of their own.
+        self._speedups.callback(write_totals_every, write_totals_every(TOTALS_FLUSH_S))
+        # ... added up where the runner commits each bundle, not by a keyed step per stage.
+        self._speedups.enter_context(local_crawl_counts(s.options.bigtable_config()))
         self.topic = ensure_topic(project, s.frontier_topic)
         # A fresh subscription per run: after a streaming pull is cancelled the emulator
         # hides some messages for ~60 s.

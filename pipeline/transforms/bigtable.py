@@ -1,11 +1,11 @@
 """WritePagesToBigtable: terminal page rows -> the Bigtable `pages` table and crawl counters.
 
 Each bundle's rows are written with MutateRows (pipeline.io.bigtable.PageRowWriter); only
-then are they counted in their crawls' records (rows per state and bytes, written by the
-process's CrawlCounts), and only then does each row leave downstream, so a step after this one
-(a page-crawled event) can rely on the row being durable. A failed write fails the bundle and
-the runner retries it: rows are keyed by URL hash, so the retry rewrites the same rows. Row
-contents and table creation are decided elsewhere (the runtime calls
+then are they counted for their crawls' records (rows per state and bytes, handed on with
+the bundle: pipeline.transforms.counts), and only then does each row leave downstream, so a
+step after this one (a page-crawled event) can rely on the row being durable. A failed write
+fails the bundle and the runner retries it: rows are keyed by URL hash, so the retry rewrites
+the same rows. Row contents and table creation are decided elsewhere (the runtime calls
 pipeline.io.bigtable.open_tables(config, create=True) before starting).
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import apache_beam as beam
+from apache_beam.pvalue import TaggedOutput
 from apache_beam.transforms.window import BoundedWindow
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
@@ -22,12 +23,13 @@ from pipeline.core.counters import Counter, rows_in
 from pipeline.core.records import PageRow
 from pipeline.io.bigtable import BigtableConfig
 from pipeline.metrics import crawl_counter
+from pipeline.transforms.counts import BundleCounts, WriteCrawlCounts
 from pipeline.transforms.resources import (
     BigtableThreadStore,
-    CrawlCounts,
     WorkerResources,
     worker_resources,
 )
+from pipeline.transforms.tags import Tag
 
 
 class WritePagesToBigtableFn(beam.DoFn):
@@ -35,14 +37,13 @@ class WritePagesToBigtableFn(beam.DoFn):
         self._config = config
         self._store: BigtableThreadStore | None = None
         self._resources: WorkerResources | None = None
-        self._counts: CrawlCounts | None = None
+        self._counts = BundleCounts()
         self._written_rows: list[tuple[PageRow, Timestamp, BoundedWindow]] = []
         self._rows_written = crawl_counter(Counter.BIGTABLE_ROWS_WRITTEN)
 
     def setup(self) -> None:
         self._resources = worker_resources()
         self._resources.bigtable_store(self._config)  # connect before the first element
-        self._counts = self._resources.crawl_counts(self._config)
 
     def start_bundle(self) -> None:
         # Per bundle, on the bundle's thread: writers are per thread.
@@ -51,6 +52,7 @@ class WritePagesToBigtableFn(beam.DoFn):
         # Leftovers of a bundle that failed belong to its retry, which adds them again.
         self._store.writer.clear()
         self._written_rows = []
+        self._counts = BundleCounts()
 
     def process(
         self,
@@ -62,10 +64,10 @@ class WritePagesToBigtableFn(beam.DoFn):
         self._store.writer.add(row)
         self._written_rows.append((row, timestamp, window))
 
-    def finish_bundle(self) -> Iterator[WindowedValue]:
+    def finish_bundle(self) -> Iterator[WindowedValue | TaggedOutput]:
         if not self._written_rows:
             return
-        assert self._store is not None and self._counts is not None
+        assert self._store is not None
         # Rows before counters before output: a counter never counts a row that is not
         # stored, and nothing downstream sees a row before it is stored.
         self._store.writer.flush()
@@ -76,6 +78,7 @@ class WritePagesToBigtableFn(beam.DoFn):
         for row, timestamp, window in self._written_rows:
             yield WindowedValue(row, timestamp, [window])
         self._written_rows = []
+        yield from self._counts.outputs()  # Tag.COUNTS: committed with the rows' bundle
 
 
 class WritePagesToBigtable(beam.PTransform):
@@ -89,4 +92,7 @@ class WritePagesToBigtable(beam.PTransform):
         self._config = config
 
     def expand(self, rows):
-        return rows | "WriteRowsAndCounters" >> beam.ParDo(WritePagesToBigtableFn(self._config))
+        written = rows | "WriteRowsAndCounters" >> beam.ParDo(
+            WritePagesToBigtableFn(self._config)).with_outputs(Tag.COUNTS, main="rows")
+        written[Tag.COUNTS] | "CountInRecords" >> WriteCrawlCounts(self._config, "rows")
+        return written.rows

@@ -39,7 +39,7 @@ from pipeline.core.crawl_states import (
     crawl_over,
 )
 from pipeline.core.records import HostWake
-from pipeline.io.bigtable import BigtableConfig, BigtableTables
+from pipeline.io.bigtable import SAMPLE_EVERY_S, BigtableConfig, BigtableTables, write_sample
 from pipeline.io.crawls import Crawl, TransitionRaced, apply_action, list_crawls, read_crawl
 from pipeline.io.sleepers import take_asleep
 from pipeline.transforms.resources import WorkerResources, worker_resources
@@ -60,8 +60,9 @@ class WatchPass:
 
 class CrawlEndings:
     """What one watcher remembers between passes: since when each live crawl's counters have
-    stood still. Forgetting it (a new process) only restarts the quiet periods, which delays
-    an ending and never hastens one."""
+    stood still, and when it last sampled each crawl's pages fetched (the record's rate
+    samples, at most one per SAMPLE_EVERY_S). Forgetting it (a new process) only restarts the
+    quiet periods, which delays an ending and never hastens one."""
 
     def __init__(self, quiet_s: float) -> None:
         if quiet_s <= 0:
@@ -69,6 +70,7 @@ class CrawlEndings:
         self.quiet_s = quiet_s
         self._lock = threading.Lock()
         self._quiet_since: dict[str, tuple[object, float]] = {}
+        self._sampled: dict[str, float] = {}
 
     def run_pass(self, tables: BigtableTables, now: float,
                  only: str | None = None) -> WatchPass:
@@ -80,7 +82,9 @@ class CrawlEndings:
             for crawl in self._crawls(tables, only):
                 if crawl.state in FINAL_STATES:
                     self._quiet_since.pop(crawl.id, None)
+                    self._sampled.pop(crawl.id, None)
                     continue
+                self._sample(tables, crawl, now)
                 self._watch(tables, crawl, now, done)
         return done
 
@@ -94,6 +98,13 @@ class CrawlEndings:
             yield from crawls
             if cursor is None:
                 return
+
+    def _sample(self, tables: BigtableTables, crawl: Crawl, now: float) -> None:
+        """A rate sample of the crawl's pages fetched, for the API's pages/s: the watcher reads
+        the summed counters anyway, which no single writer of them sees."""
+        if now - self._sampled.get(crawl.id, float("-inf")) >= SAMPLE_EVERY_S:
+            write_sample(tables.crawls, crawl.id, now, crawl.fetched)
+            self._sampled[crawl.id] = now
 
     def _watch(self, tables: BigtableTables, crawl: Crawl, now: float, done: WatchPass) -> None:
         over = crawl_over(crawl.state, now=now, deadline=crawl.deadline,

@@ -3,7 +3,8 @@ and robots messages, through the scheduler the job's politeness key names.
 
 The scheduler is one DoFn per key mode: HostSchedulerFn (pipeline.transforms.schedule) for
 host keys, DomainSchedulerFn (pipeline.transforms.schedule_domain, built on it) for
-registered domains. This module only chooses between them and routes their outputs.
+registered domains. This module only chooses between them and routes their outputs, the
+crawl records' counts included (pipeline.transforms.counts).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pipeline.core.records import (
     RobotsAnswer,
     RobotsRequest,
 )
+from pipeline.transforms.counts import WriteCrawlCounts
 from pipeline.transforms.frontier import HostMessage
 from pipeline.transforms.schedule import HostSchedulerFn, SchedulerConfig, Submit
 from pipeline.transforms.schedule_domain import DomainSchedulerFn
@@ -71,6 +73,8 @@ class ScheduleFetches(beam.PTransform):
         scheduled = host_messages | name >> beam.ParDo(
             fn(self._config, self._clock, submit=self._submit)
         ).with_output_types(FetchResult).with_outputs(
-            Tag.ROWS, Tag.ROBOTS, Tag.RELAUNCH, main="fetched")
+            Tag.ROWS, Tag.ROBOTS, Tag.RELAUNCH, Tag.COUNTS, main="fetched")
+        scheduled[Tag.COUNTS] | "CountInRecords" >> WriteCrawlCounts(
+            self._config.bigtable, "schedule")
         return ScheduleOutputs(scheduled.fetched, scheduled[Tag.ROWS], scheduled[Tag.ROBOTS],
                                scheduled[Tag.RELAUNCH])

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 import apache_beam as beam
-from apache_beam.pvalue import PBegin, PCollection
+from apache_beam.pvalue import PBegin, PCollection, TaggedOutput
 from apache_beam.utils.windowed_value import WindowedValue
 
 from pipeline.core.counters import Counter, published
@@ -40,7 +40,8 @@ from pipeline.core.urls import MAX_URL_LENGTH, InvalidURL, host_key, normalize_u
 from pipeline.io.bigtable import BigtableConfig, check_crawl_id
 from pipeline.io.pubsub import MESSAGE_ID, publish_once
 from pipeline.metrics import CrawlCounter, crawl_counter
-from pipeline.transforms.resources import CrawlCounts, worker_resources
+from pipeline.transforms.counts import BundleCounts, WriteCrawlCounts
+from pipeline.transforms.resources import worker_resources
 from pipeline.transforms.tags import Tag
 
 log = logging.getLogger(__name__)
@@ -121,8 +122,8 @@ class DecodeFrontierFn(beam.DoFn):
                  politeness_key: str = PolitenessKey.HOST) -> None:
         self._key_of = key_function(politeness_key)
         self._key_of_host = host_key_function(politeness_key)
-        self._counts_config = counts
-        self._counts: CrawlCounts | None = None
+        self._counting = counts is not None
+        self._counts: BundleCounts | None = None
         self._max_offer = max_offer
         self._offers = OfferBuffer(max_offer)
         self._received = crawl_counter(Counter.BATCHES_RECEIVED)
@@ -131,16 +132,15 @@ class DecodeFrontierFn(beam.DoFn):
         self._malformed = crawl_counter(Counter.BATCHES_MALFORMED)
         self._redriven = crawl_counter(Counter.URLS_REDRIVEN)
 
-    def setup(self) -> None:
-        if self._counts_config is not None:
-            self._counts = worker_resources().crawl_counts(self._counts_config)
-
     def start_bundle(self) -> None:
         self._offers = OfferBuffer(self._max_offer)
+        self._counts = BundleCounts() if self._counting else None
 
-    def finish_bundle(self) -> Iterator[WindowedValue]:
+    def finish_bundle(self) -> Iterator[WindowedValue | TaggedOutput]:
         for host, crawl_id, batch, (timestamp, window) in self._offers.drain():
             yield WindowedValue((host, (crawl_id, batch)), timestamp, [window])
+        if self._counts is not None:  # Tag.COUNTS: committed with what the bundle routed
+            yield from self._counts.outputs()
 
     def _count(self, crawl_id: str, metric: CrawlCounter, n: int = 1) -> None:
         metric.inc(n)
@@ -229,8 +229,10 @@ class ReadFrontier(beam.PTransform):
             # A str key gets a deterministic coder: the host scheduler's state is keyed by it.
             # (The hint applies to the main output.)
             .with_output_types(tuple[str, tuple[str, HostMessage]])
-            .with_outputs(Tag.REDRIVE, main="batches")
+            .with_outputs(Tag.REDRIVE, Tag.COUNTS, main="batches")
         )
+        if self._counts is not None:
+            decoded[Tag.COUNTS] | "CountInRecords" >> WriteCrawlCounts(self._counts, "read")
         return FrontierOutputs(decoded.batches, decoded[Tag.REDRIVE])
 
 
@@ -241,8 +243,8 @@ class PublishFn(beam.DoFn):
 
     def __init__(self, topic: str, counts: BigtableConfig | None = None) -> None:
         self._topic = topic
-        self._counts_config = counts
-        self._counts: CrawlCounts | None = None
+        self._counting = counts is not None
+        self._counts: BundleCounts | None = None
         self._publisher = None
         self._pending: list = []
         self._sent: list[tuple[str, str]] = []
@@ -250,19 +252,18 @@ class PublishFn(beam.DoFn):
 
     def setup(self) -> None:
         self._publisher = worker_resources().publisher()
-        if self._counts_config is not None:
-            self._counts = worker_resources().crawl_counts(self._counts_config)
 
     def start_bundle(self) -> None:
         self._pending = []
         self._sent = []
+        self._counts = BundleCounts() if self._counting else None
 
     def process(self, batch: FrontierBatch | HostSignal | DeadLetter) -> None:
         assert self._publisher is not None
         self._pending.append(publish_once(self._publisher, self._topic, batch.to_bytes()))
         self._sent.append((batch.kind, batch.crawl_id))
 
-    def finish_bundle(self) -> None:
+    def finish_bundle(self) -> Iterator[TaggedOutput]:
         for future, (kind, crawl_id) in zip(self._pending, self._sent, strict=True):
             future.result(timeout=120)
             counter = self._published.get(kind)
@@ -275,11 +276,15 @@ class PublishFn(beam.DoFn):
                     self._counts.add(crawl_id, Counter.BATCHES_PUBLISHED_LINKS)
         self._pending = []
         self._sent = []
+        if self._counts is not None:  # Tag.COUNTS: what Pub/Sub took in this bundle
+            yield from self._counts.outputs()
 
 
 class PublishFrontier(beam.PTransform):
     """Frontier records -> the frontier topic. counts: the Bigtable of the crawl records, so
     that each crawl's record counts what was published for it (see PublishFn)."""
+
+    COUNT_STAGE = "publish"  # its cells in the crawl records (pipeline.transforms.counts)
 
     def __init__(self, topic: str, counts: BigtableConfig | None = None) -> None:
         super().__init__()
@@ -289,12 +294,21 @@ class PublishFrontier(beam.PTransform):
         self._counts = counts
 
     def expand(self, batches):
-        return batches | "Publish" >> beam.ParDo(PublishFn(self._topic, self._counts))
+        published = batches | "Publish" >> beam.ParDo(
+            PublishFn(self._topic, self._counts)).with_outputs(Tag.COUNTS)
+        if self._counts is not None:
+            published[Tag.COUNTS] | "CountInRecords" >> WriteCrawlCounts(self._counts,
+                                                                         self.COUNT_STAGE)
+        return published[None]
 
 
 class PublishDeadLetters(PublishFrontier):
     """DeadLetter -> the dead-letter topic (same publishing, other topic and records)."""
 
+    COUNT_STAGE = "publish_dead_letters"
+
 
 class PublishPageEvents(PublishFrontier):
     """PageCrawledEvent -> the page-crawled events topic."""
+
+    COUNT_STAGE = "publish_events"

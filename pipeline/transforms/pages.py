@@ -57,7 +57,8 @@ from pipeline.core.records import DeadLetter, FetchResult, HostSignal, PageRow, 
 from pipeline.io.bigtable import BigtableConfig
 from pipeline.io.segments import SegmentWriter
 from pipeline.metrics import CrawlCounter, crawl_counter
-from pipeline.transforms.resources import CrawlCounts, worker_resources
+from pipeline.transforms.counts import BundleCounts, WriteCrawlCounts
+from pipeline.transforms.resources import worker_resources
 from pipeline.transforms.tags import Tag
 
 log = logging.getLogger(__name__)
@@ -167,12 +168,15 @@ class ParsePagesFn(beam.DoFn):
         self._rejected: dict[str, CrawlCounter] = {}
         self._sitemap_counters = {counter: crawl_counter(counter) for counter in (
             Counter.SITEMAP_URLS_LISTED, Counter.SITEMAP_URLS_CUT, Counter.SITEMAPS_FAILED)}
-        self._counts_config = counts
-        self._counts: CrawlCounts | None = None
+        self._counting = counts is not None
+        self._counts: BundleCounts | None = None
 
-    def setup(self) -> None:
-        if self._counts_config is not None:
-            self._counts = worker_resources().crawl_counts(self._counts_config)
+    def start_bundle(self) -> None:
+        self._counts = BundleCounts() if self._counting else None
+
+    def finish_bundle(self) -> Iterator[TaggedOutput]:
+        if self._counts is not None:  # Tag.COUNTS: committed with the bundle's pages
+            yield from self._counts.outputs()
 
     def _count(self, crawl_id: str, counter: Counter, n: int) -> None:
         if n:
@@ -266,8 +270,10 @@ class ParsePages(beam.PTransform):
             ParsePagesFn(self._agent, self._extractor, self._dead_letters, self._parse_attempts,
                          self._counts)
         ).with_input_types(StoredResponse).with_output_types(StoredPage).with_outputs(
-            Tag.DEAD_LETTERS, main="pages"
+            Tag.DEAD_LETTERS, Tag.COUNTS, main="pages"
         )
+        if self._counts is not None:
+            parsed[Tag.COUNTS] | "CountInRecords" >> WriteCrawlCounts(self._counts, "parse")
         return ParsedPages(parsed.pages, parsed[Tag.DEAD_LETTERS])
 
 

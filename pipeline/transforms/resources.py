@@ -1,6 +1,5 @@
 """What the DoFns of one worker process share: the Pub/Sub publisher, Bigtable tables and their
-per-thread writers, the crawls' counts on their way to the crawl records, open segment
-writers, the fetch client and pool, and running fetches.
+per-thread writers, open segment writers, the fetch client and pool, and running fetches.
 
 One object, `WorkerResources`, acquired in each DoFn's `setup` through Beam's
 `apache_beam.utils.shared.Shared` (as Beam's AsyncWrapper does), so every DoFn instance in a
@@ -18,8 +17,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import uuid
 import weakref
+from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -28,13 +29,12 @@ from typing import Any
 from apache_beam.utils.shared import Shared
 
 from pipeline.core.budget import BudgetBlocks
-from pipeline.core.counters import Counter, record_name
+from pipeline.core.counts import ShardTotals
 from pipeline.io.bigtable import (
     BigtableConfig,
     BigtableTables,
-    CrawlCounterBatch,
     PageRowWriter,
-    check_crawl_id,
+    write_shard_totals,
 )
 from pipeline.io.bigtable import open_tables as open_bigtable
 from pipeline.io.dns import ResolveOverride, Resolver
@@ -45,66 +45,100 @@ log = logging.getLogger(__name__)
 
 # Endpoints that decide which service a client talks to; a change means new clients.
 _ENDPOINT_VARIABLES = ("PUBSUB_EMULATOR_HOST", "BIGTABLE_EMULATOR_HOST", "STORAGE_EMULATOR_HOST")
-# How often a process writes its crawls' counts to their records. A crawl ends once its
-# counters have stood still for a quiet period of several of these (pipeline.transforms
-# .crawl_watch), so a count not yet written cannot make a crawl look settled.
-COUNTS_FLUSH_S = 0.5
+# How often a local crawl's process writes the counter totals its count steps made
+# (pipeline.transforms.counts), from a thread of its own. A crawl ends once its counters stood
+# still for a quiet period of several of these (pipeline.transforms.crawl_watch), so a total
+# not yet written cannot make it look settled. Only the local engine writes this way
+# (`write_totals_every`); elsewhere a count step writes its totals in the bundle, before the
+# runner commits it (see TotalsWriter).
+TOTALS_FLUSH_S = 0.5
+_TOTALS_FLUSH = [0.0]
+# How long, and up to how many bytes of bodies, a process keeps fetches its bundles collected,
+# for a retry of such a bundle (WorkerResources.fetch_collected): a runner retries a failed
+# bundle within seconds.
+COLLECTED_KEEP_S = 60.0
+COLLECTED_KEEP_BYTES = 64 << 20
 
 
-class CrawlCounts:
-    """This process's counts for each crawl's record (pipeline.core.counters.RECORD_COUNTERS),
-    gathered from every DoFn and written by a thread of their own every `flush_s`, one
-    read-modify-write per crawl, rather than by each bundle: a local crawl makes a bundle
-    for every timer firing, and a write per bundle and stage would cost more CPU than the
-    pages themselves.
+def _body_bytes(future: Future[FetchResponse]) -> int:
+    try:
+        return len(future.result(timeout=0).body)
+    except Exception:  # a fetch that raised keeps no body
+        return 0
 
-    A write that fails keeps its counts for the next one. Counts are at least once: a
-    retried bundle counts again, and a write whose answer was lost may be applied twice.
-    """
 
-    def __init__(self, tables: BigtableTables, flush_s: float = COUNTS_FLUSH_S) -> None:
-        self._batch = CrawlCounterBatch(tables)
+def write_totals_every(seconds: float) -> float:
+    """Make this process's count steps write their totals from a thread every `seconds`
+    (0: in the bundle, the default); returns the setting it replaces. For the local engine:
+    its process is the whole job, so a total it had not written is lost only with the crawl
+    itself, which `--resume` counts again."""
+    before, _TOTALS_FLUSH[0] = _TOTALS_FLUSH[0], seconds
+    return before
+
+
+class TotalsWriter:
+    """The latest counter totals of each (crawl, stage, shard, generation) this process's count
+    steps made, written into the crawl records.
+
+    With `flush_s` 0 (a job's workers), `bundle_done()` writes them in one request at the end
+    of the count step's bundle, before the runner commits it: a total the runner committed is
+    always written, whatever happens to the worker after, and a bundle whose write failed is
+    retried. With `flush_s` > 0 (the local engine, `write_totals_every`), a thread writes them
+    every `flush_s`: a local crawl makes a bundle for almost every event, and a write per
+    bundle of a count step would cost more CPU than the pages.
+
+    What is written is totals, each at its version, not increments: a write that is late or
+    repeated changes no count."""
+
+    def __init__(self, tables: BigtableTables, flush_s: float = 0.0) -> None:
+        self._tables = tables
         self._flush_s = flush_s
         self._lock = threading.Lock()
-        self._pending: dict[str, dict[str, int]] = {}
+        self._pending: dict[tuple[str, str, int, str], ShardTotals] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def add(self, crawl_id: str, counter: Counter, n: int = 1) -> None:
-        """Count n more of `counter` for crawl `crawl_id` (written within flush_s)."""
-        if not n:
-            return
-        name = record_name(counter)
-        check_crawl_id(crawl_id)  # here, not in the thread that writes it
+    def put(self, crawl_id: str, shard: int, stage: str, totals: ShardTotals) -> None:
+        """Hold `totals` for the next write, unless newer ones are held already."""
+        key = (crawl_id, stage, shard, totals.generation)
         with self._lock:
-            counts = self._pending.setdefault(crawl_id, {})
-            counts[name] = counts.get(name, 0) + n
-            if self._thread is None:
+            held = self._pending.get(key)
+            if held is None or held.version < totals.version:
+                self._pending[key] = totals
+            if self._thread is None and self._flush_s > 0:
                 self._thread = threading.Thread(target=self._run, name="crawl-counts",
                                                 daemon=True)
                 self._thread.start()
+
+    def bundle_done(self) -> None:
+        """The end of a count step's bundle: write what is held now, unless a thread does
+        (a failure raises, so the runner retries the bundle)."""
+        if self._flush_s <= 0:
+            with self._lock:
+                pending, self._pending = self._pending, {}
+            if pending:
+                write_shard_totals(self._tables, [
+                    (crawl_id, shard, stage, totals)
+                    for (crawl_id, stage, shard, _), totals in pending.items()])
 
     def _run(self) -> None:
         while not self._stop.wait(self._flush_s):
             self.flush()
 
     def flush(self) -> None:
-        """Write what is counted now."""
+        """Write what is held now (a failed write keeps it for the next one)."""
         with self._lock:
             pending, self._pending = self._pending, {}
-        for crawl_id, counts in pending.items():
-            for name, n in counts.items():
-                self._batch.add(crawl_id, name, n)
-            try:
-                self._batch.flush()
-            except Exception as exc:  # the client's errors: counted again at the next write
-                log.warning("cannot write the counters of crawl %s (%s); trying again",
-                            crawl_id, exc)
-                self._batch.clear()
-                with self._lock:
-                    again = self._pending.setdefault(crawl_id, {})
-                    for name, n in counts.items():
-                        again[name] = again.get(name, 0) + n
+        if not pending:
+            return
+        try:
+            write_shard_totals(self._tables, [(crawl_id, shard, stage, totals) for
+                                              (crawl_id, stage, shard, _), totals in
+                                              pending.items()])
+        except Exception as exc:  # the client's errors: written at the next flush
+            log.warning("cannot write the crawl counters (%s); trying again", exc)
+            for (crawl_id, stage, shard, _), totals in pending.items():
+                self.put(crawl_id, shard, stage, totals)
 
     def close(self) -> None:
         """Stop the thread and write what is left."""
@@ -137,13 +171,18 @@ class _Open:
     fetch_clients: dict[tuple[FetchConfig, tuple[ResolveOverride, ...]], FetchClient] = field(
         default_factory=dict)
     fetches: dict[str, Future[FetchResponse]] = field(default_factory=dict)
-    counts: dict[BigtableConfig, CrawlCounts] = field(default_factory=dict)
+    # Collected fetches, kept for a retry of the bundle that collected them (oldest first):
+    # lease id -> (future, when collected, body bytes)
+    collected: OrderedDict[str, tuple[Future[FetchResponse], float, int]] = field(
+        default_factory=OrderedDict)
+    collected_bytes: int = 0
+    totals: dict[BigtableConfig, TotalsWriter] = field(default_factory=dict)
 
     def close(self) -> None:
-        """Write the counts, close writers, tables, the publisher and the pool, and forget
-        the rest (every bundle flushed what it wrote, so nothing else is pending)."""
-        for counts in self.counts.values():
-            counts.close()
+        """Write the counter totals held, close writers, tables, the publisher and the pool,
+        and forget the rest (every bundle flushed what it wrote, so nothing else is pending)."""
+        for totals in self.totals.values():
+            totals.close()
         publisher, self.publisher = self.publisher, None
         pool, self.fetch_pool = self.fetch_pool, None
         for warc, wet in self.segments.values():
@@ -152,8 +191,9 @@ class _Open:
         for tables in self.tables.values():
             tables.close()
         for opened in (self.tables, self.thread_stores, self.segments, self.fetch_clients,
-                       self.fetches, self.counts):
+                       self.fetches, self.collected, self.totals):
             opened.clear()
+        self.collected_bytes = 0
         if publisher is not None:
             publisher.stop()
         if pool is not None:
@@ -206,6 +246,15 @@ class WorkerResources:
             tables = self._open.tables[config] = open_bigtable(config, create=False)
         return tables
 
+    def totals_writer(self, config: BigtableConfig) -> TotalsWriter:
+        """The process's writer of counter totals into config's crawl records."""
+        with self._lock:
+            writer = self._open.totals.get(config)
+            if writer is None:
+                writer = self._open.totals[config] = TotalsWriter(self._tables(config),
+                                                                  _TOTALS_FLUSH[0])
+            return writer
+
     def bigtable_store(self, config: BigtableConfig) -> BigtableThreadStore:
         """This thread's row writer for config."""
         key = (threading.get_ident(), config)
@@ -216,14 +265,6 @@ class WorkerResources:
                 store = self._open.thread_stores[key] = BigtableThreadStore(
                     PageRowWriter(tables))
             return store
-
-    def crawl_counts(self, config: BigtableConfig) -> CrawlCounts:
-        """The process's counts for the crawl records in config's `crawls` table."""
-        with self._lock:
-            counts = self._open.counts.get(config)
-            if counts is None:
-                counts = self._open.counts[config] = CrawlCounts(self._tables(config))
-            return counts
 
     # --- Segments ---------------------------------------------------------------------------
     def segments(self, out: str, crawl_id: str) -> tuple[SegmentWriter, SegmentWriter]:
@@ -268,11 +309,32 @@ class WorkerResources:
         """The fetch started under a lease in this process, if any: a lease whose fetch is
         not here (a restarted or other worker) expires, and its URL is fetched again."""
         with self._lock:
-            return self._open.fetches.get(lease_id)
+            future = self._open.fetches.get(lease_id)
+            if future is None and lease_id in self._open.collected:
+                future = self._open.collected[lease_id][0]
+            return future
 
-    def forget_fetch(self, lease_id: str) -> None:
+    def fetch_collected(self, lease_id: str) -> None:
+        """The fetch under `lease_id` was collected by a bundle. It is kept a little longer
+        (COLLECTED_KEEP_S, at most COLLECTED_KEEP_BYTES of bodies): a bundle the runner
+        retries runs again on the state from before it, which still holds the lease, and
+        finds the response here instead of waiting for the lease to expire and fetching the
+        page again."""
         with self._lock:
-            self._open.fetches.pop(lease_id, None)
+            future = self._open.fetches.pop(lease_id, None)
+            if future is None:
+                return
+            kept = self._open.collected
+            kept[lease_id] = (future, time.monotonic(), _body_bytes(future))
+            self._open.collected_bytes += kept[lease_id][2]
+            now = time.monotonic()
+            while kept:
+                oldest, (_, at, size) = next(iter(kept.items()))
+                if (now - at < COLLECTED_KEEP_S
+                        and self._open.collected_bytes <= COLLECTED_KEEP_BYTES):
+                    break
+                del kept[oldest]
+                self._open.collected_bytes -= size
 
     # --- Lifecycle --------------------------------------------------------------------------
     def close(self) -> None:

@@ -37,6 +37,7 @@ import apache_beam as beam
 from apache_beam import TimeDomain
 from apache_beam.coders import PickleCoder
 from apache_beam.metrics import Metrics
+from apache_beam.pvalue import TaggedOutput
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.shared import Shared
@@ -89,7 +90,8 @@ from pipeline.io.request_log import REQUEST_LOG_DIR, recording, request_log
 from pipeline.io.sleepers import SLEEP_NOTED_S, note_asleep
 from pipeline.metrics import CrawlCounter, crawl_counter, crawl_maximum
 from pipeline.transforms.budget import shared_page_budget
-from pipeline.transforms.resources import CrawlCounts, WorkerResources, worker_resources
+from pipeline.transforms.counts import BundleCounts
+from pipeline.transforms.resources import WorkerResources, worker_resources
 from pipeline.transforms.tags import Tag
 
 log = logging.getLogger(__name__)
@@ -450,7 +452,7 @@ class HostSchedulerFn(beam.DoFn):
         self._written_out = Metrics.counter("scheduler", "keys_written_out_at_drain")
         self._resources: WorkerResources | None = None
         self._records: CrawlRecords | None = None
-        self._counts: CrawlCounts | None = None
+        self._counts = BundleCounts()
         self._overrides: tuple = ()
 
     def setup(self) -> None:
@@ -461,7 +463,6 @@ class HostSchedulerFn(beam.DoFn):
         # someone holds them, so the scheduler holds the last ones it acquired.
         _HELD[:] = [self._resources]
         self._records = crawl_records()
-        self._counts = self._resources.crawl_counts(self._config.bigtable)
 
     def _shared(self) -> WorkerResources:
         # A method, not a property: Beam inspects every attribute of a DoFn when applied.
@@ -470,6 +471,11 @@ class HostSchedulerFn(beam.DoFn):
 
     def start_bundle(self) -> None:
         self._refilled_in_bundle = set()
+        self._counts = BundleCounts()
+
+    def finish_bundle(self) -> Iterator[TaggedOutput]:
+        # The bundle's counts for the crawl records, committed with its state (Tag.COUNTS).
+        yield from self._counts.outputs()
 
     def _count(self, crawl_id: str, counter: Counter, n: int = 1) -> None:
         """Count for the job's metrics and, for a record counter, in the crawl's record."""
@@ -480,7 +486,6 @@ class HostSchedulerFn(beam.DoFn):
             metric = self._metrics[counter] = crawl_counter(counter)
         metric.inc(n)
         if counter in RECORD_COUNTERS:
-            assert self._counts is not None, "setup() not called"
             self._counts.add(crawl_id, counter, n)
 
     # ----------------------------------------------------------------------- crawls
@@ -772,7 +777,7 @@ class HostSchedulerFn(beam.DoFn):
             self._count(crawl_id, Counter.LEASES_EXPIRED)
             log.warning("lease on %s for %s expired; fetching it again", host, lease.url)
             return None, decision, None, policy
-        self._shared().forget_fetch(lease.lease_id)
+        self._shared().fetch_collected(lease.lease_id)
         response = future.result()
         return None, state.complete(lease.lease_id, _report(response, lease), now, policy), \
             response, policy
@@ -921,8 +926,11 @@ class HostSchedulerFn(beam.DoFn):
                         (parked or 0) - (parked_before or 0))
 
 
-def _spent(budget: BlockPageBudget, crawl: Crawl) -> bool:
+def _spent(budget: BlockPageBudget, crawl: Crawl, next_url: str | None) -> bool:
     """The crawl's page budget has nothing left for this process: its own block is used up
     and either it was told so, or the crawl's record says every page was claimed (by this
-    process or another), so a host here need not claim to learn it."""
+    process or another), so a host here need not claim to learn it. Not for a queue whose
+    next URL holds a page already (a retried bundle's: pipeline.core.budget)."""
+    if next_url is not None and budget.charged(next_url):
+        return False
     return budget.spent or (crawl.budget_exhausted and budget.left == 0)

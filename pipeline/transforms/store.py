@@ -37,13 +37,14 @@ from pipeline.core.urls import host_key
 from pipeline.io.bigtable import BigtableConfig
 from pipeline.io.redrive import replay_result
 from pipeline.metrics import crawl_counter
+from pipeline.transforms.counts import BundleCounts, WriteCrawlCounts
 from pipeline.transforms.pages import (
     DedupContent,
     FlagNearDuplicates,
     ParsePages,
     WriteResponses,
 )
-from pipeline.transforms.resources import CrawlCounts, WorkerResources, worker_resources
+from pipeline.transforms.resources import WorkerResources, worker_resources
 from pipeline.transforms.schedule import CrawlRecords, agent_token, crawl_records
 from pipeline.transforms.tags import Tag
 
@@ -68,12 +69,15 @@ class LinksLeaveFn(beam.DoFn):
 
     def __init__(self, counts: BigtableConfig | None = None) -> None:
         self._link_batches = crawl_counter(Counter.LINK_BATCHES_EMITTED)
-        self._counts_config = counts
-        self._counts: CrawlCounts | None = None
+        self._counting = counts is not None
+        self._counts: BundleCounts | None = None
 
-    def setup(self) -> None:
-        if self._counts_config is not None:
-            self._counts = worker_resources().crawl_counts(self._counts_config)
+    def start_bundle(self) -> None:
+        self._counts = BundleCounts() if self._counting else None
+
+    def finish_bundle(self) -> Iterator[TaggedOutput]:
+        if self._counts is not None:  # Tag.COUNTS: committed with the bundle's links
+            yield from self._counts.outputs()
 
     def process(self, page: StoredPage) -> Iterator[object]:
         if page.links is None:
@@ -144,7 +148,9 @@ class StorePages(beam.PTransform):
             pages = pages | "PageStep" >> self._page_step
         deduped = pages | "DedupContent" >> DedupContent(self._out, self._crawl_id)
         split = deduped | "LinksLeave" >> beam.ParDo(LinksLeaveFn(self._counts)).with_output_types(
-            StoredPage).with_outputs(Tag.LINKS, main="pages")
+            StoredPage).with_outputs(Tag.LINKS, Tag.COUNTS, main="pages")
+        if self._counts is not None:
+            split[Tag.COUNTS] | "CountInRecords" >> WriteCrawlCounts(self._counts, "store")
         judged = split.pages | "FlagNearDuplicates" >> FlagNearDuplicates(self._duplicates)
         rows = judged.pages | "Rows" >> beam.ParDo(RowsFn()).with_output_types(PageRow)
         links = (split[Tag.LINKS], judged.host_signals) | "Links" >> beam.Flatten()

@@ -17,3 +17,4 @@ class Tag(StrEnum):
     DEAD_LETTERS = "dead_letters"  # pages, or records read, that no attempt could handle
     RELAUNCH = "relaunch"  # HostWake: a key whose state a drain wrote out, for the next job
     REDRIVE = "redrive"  # DeadLetter sent back to the frontier by `crawler redrive`
+    COUNTS = "counts"  # (crawl/shard, {counter: delta}): a bundle's counts for crawl records
