@@ -61,29 +61,55 @@ class LocalCrawlCounts:
             return dict(totals.totals) if totals is not None else {}
 
 
-_active: list[LocalCrawlCounts] = []
 _install_lock = threading.Lock()
+_users = 0  # local_crawl_counts() entered and not left, in any thread
+_restore: dict[str, Any] = {}
+_pending = threading.local()  # the sink of this thread's next pipeline
 
 
 @contextlib.contextmanager
 def local_crawl_counts(config: BigtableConfig) -> Iterator[LocalCrawlCounts | None]:
-    """While inside, the local runner adds the counts outputs of the bundles it commits to a
-    LocalCrawlCounts for `config` (yielded; None where the runner cannot be wrapped, when the
-    graph's keyed steps count instead). One at a time per process."""
+    """While inside, a pipeline this thread starts on the local runner adds the counts
+    outputs of the bundles it commits to a LocalCrawlCounts for `config` (yielded; None where
+    the runner cannot be wrapped, when the graph's keyed steps count instead). Pipelines
+    started elsewhere, or before, count through their keyed steps; several local engines
+    in one process each have their own."""
     from apache_beam.runners.direct import evaluation_context
 
     owner = evaluation_context.EvaluationContext
-    original = getattr(owner, "_commit_bundles", None)
-    if original is None:
+    if not callable(getattr(owner, "_commit_bundles", None)):
         yield None
         return
     sink = LocalCrawlCounts(config)
-    with _install_lock:
-        if _active:
-            raise RuntimeError("a local crawl's counts are already being added up here")
-        _active.append(sink)
+    _install(owner)
+    _pending.sink = sink
+    try:
+        yield sink
+    finally:
+        if getattr(_pending, "sink", None) is sink:
+            _pending.sink = None
+        _uninstall(owner)
 
-        def commit_bundles(self: Any, uncommitted: Any, unprocessed: Any) -> Any:
+
+def _install(owner: Any) -> None:
+    global _users
+    with _install_lock:
+        _users += 1
+        if _users > 1:
+            return
+        init, commit = owner.__init__, owner._commit_bundles
+        _restore.update(__init__=init, _commit_bundles=commit)
+
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            init(self, *args, **kwargs)
+            # The pipeline this thread is starting inside local_crawl_counts(), if any.
+            self._crawl_counts = getattr(_pending, "sink", None)
+            _pending.sink = None
+
+        def _commit_bundles(self: Any, uncommitted: Any, unprocessed: Any) -> Any:
+            sink = getattr(self, "_crawl_counts", None)
+            if sink is None:
+                return commit(self, uncommitted, unprocessed)
             kept = []
             for bundle in uncommitted:
                 if getattr(bundle.pcollection, "tag", None) == Tag.COUNTS:
@@ -91,12 +117,15 @@ def local_crawl_counts(config: BigtableConfig) -> Iterator[LocalCrawlCounts | No
                         sink.add(*element.value)
                 else:
                     kept.append(bundle)
-            return original(self, kept, unprocessed)
+            return commit(self, kept, unprocessed)
 
-        owner._commit_bundles = commit_bundles
-    try:
-        yield sink
-    finally:
-        with _install_lock:
-            owner._commit_bundles = original
-            _active.clear()
+        owner.__init__, owner._commit_bundles = __init__, _commit_bundles
+
+
+def _uninstall(owner: Any) -> None:
+    global _users
+    with _install_lock:
+        _users -= 1
+        if _users == 0:
+            owner.__init__ = _restore.pop("__init__")
+            owner._commit_bundles = _restore.pop("_commit_bundles")
