@@ -14,6 +14,11 @@ crosses the limit is cut at it, so the bounds are:
     crawl on one machine), which spends every page it claims.
   - cost: one read-modify-write per `block` pages per process (16 by default: 1,450 calls/s at
     23,148 pages/s, well inside one Bigtable node).
+
+A crawl on one machine run by several worker processes (`crawler crawl --workers N`) must spend
+its budget exactly: a block one worker holds while its hosts have nothing left to ask would
+leave URLs of another worker `over_budget` below --max-pages. `exact_block` is the block that
+makes it so: a page claimed only when it is requested is always spent.
 """
 
 from __future__ import annotations
@@ -21,6 +26,18 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from typing import Protocol
+
+
+def exact_block(block: int, processes: int, limit: int | None) -> int:
+    """The block each of `processes` processes sharing a budget of `limit` pages claims, so
+    that the pages requested are exactly min(limit, pages wanted): one process spends every
+    page it claims, so it keeps `block`; several claim one page at a time (one
+    read-modify-write per page: a local crawl's few hundred pages a second are well within
+    the emulator's reach), since a block one holds may never be wanted by its hosts while
+    another's are refused. Without a limit nothing runs out, and `block` stays."""
+    if processes < 1:
+        raise ValueError(f"processes must be at least 1, got {processes}")
+    return block if processes == 1 or limit is None else 1
 
 
 class PageBudget(Protocol):
