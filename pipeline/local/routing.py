@@ -4,7 +4,7 @@ politeness keys (pipeline.core.worker_shares).
 
 Why topics and not one topic with filtered subscriptions, as Pub/Sub offers: the Pub/Sub
 emulator stores a subscription's filter but does not apply it (every subscription gets every
-message; docs/design.md "Local and cloud"), so on this machine a filter would let every worker
+message; docs/design.md, "Local and cloud"), so on this machine a filter would let every worker
 read every key. A topic per worker is what the emulator does honour.
 
 This is local only, as the runner patches in pipeline/local/direct_runner.py are: the graph
