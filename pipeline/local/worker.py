@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import resource
 import signal
 import sys
@@ -26,6 +27,16 @@ from pathlib import Path
 from pipeline.local.fleet import FleetSettings
 
 CHECK_S = 0.2  # how often the worker looks whether its pipeline failed
+STOP_GRACE_S = 30.0  # the longest a worker takes to write its counts and close its files
+# ... once its coordinator died: the crawl's record went with it (its emulators too, if it
+# started them), so the counts have nowhere to go; its files are flushed per bundle.
+ORPHAN_GRACE_S = 3.0
+
+
+def _give_up_stopping(grace: float) -> None:
+    print(f"worker: could not stop within {grace:.0f} s (are the emulators gone?); "
+          "exiting without the rest", file=sys.stderr, flush=True)
+    os._exit(3)
 
 
 @dataclass(frozen=True)
@@ -35,6 +46,7 @@ class WorkerSpec:
 
     settings: FleetSettings
     stats_path: str
+    coordinator: int  # the coordinator's pid: a worker whose parent is another was orphaned
 
 
 def worker_stats(cpu_s: float) -> dict:
@@ -61,7 +73,14 @@ def run(spec: WorkerSpec, stop: threading.Event) -> BaseException | None:
         while failure is None and not stop.wait(CHECK_S):
             failure = fleet.failure()
     finally:
+        # A coordinator killed with its emulators leaves nothing to write to: the clients'
+        # retries must not keep an orphan worker alive for minutes.
+        grace = STOP_GRACE_S if os.getppid() == spec.coordinator else ORPHAN_GRACE_S
+        overdue = threading.Timer(grace, _give_up_stopping, args=(grace,))
+        overdue.daemon = True
+        overdue.start()
         fleet.stop()  # its counts written
+        overdue.cancel()
         Path(spec.stats_path).write_text(
             json.dumps(worker_stats(time.process_time() - cpu_started)) + "\n")
     return failure

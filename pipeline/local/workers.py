@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -71,7 +72,7 @@ class WorkerProcesses:
         for worker in range(self.settings.workers):
             self.stats_path(worker).unlink(missing_ok=True)
             spec = WorkerSpec(worker_settings(self.settings, worker),
-                              str(self.stats_path(worker)))
+                              str(self.stats_path(worker)), coordinator=os.getpid())
             with open(self.log_path(worker), "ab") as log_file:
                 # No preexec function: with one, the child runs gRPC's fork handlers
                 # between fork and exec, which can abort it (this process holds channels).
