@@ -157,12 +157,14 @@ def run_local_crawl(
     try:
         LocalTally.reset()
         settings = _fleet_settings(opts, page_step)
+        if settings.workers > 1:  # they import Beam while the crawl is recorded
+            workers = WorkerProcesses(settings.workers, log_dir).spawn()
         tables = open_tables(opts.bigtable_config(), create=True)
         plan = plan_resume(opts.out, opts.crawl_id, seeds) if opts.resume else None
         _record(tables, opts, seeds, plan, settings)
         fleet = LocalFleet(settings).start()
-        if settings.workers > 1:
-            workers = WorkerProcesses(settings, log_dir).start()
+        if workers is not None:
+            workers.start(settings)
         if opts.status_port is not None:
             url, token = page.enter_context(status_page(opts, tables, fleet))
             if on_status_page is not None:

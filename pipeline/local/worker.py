@@ -92,7 +92,10 @@ def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    spec: WorkerSpec = pickler.loads(sys.stdin.buffer.readline().strip())
+    line = sys.stdin.buffer.readline().strip()
+    if not line:  # the coordinator stopped before the crawl started
+        return 0
+    spec: WorkerSpec = pickler.loads(line)
     logging.basicConfig(
         level=logging.WARNING,
         format=f"worker {spec.settings.worker}: %(levelname)s %(name)s: %(message)s")

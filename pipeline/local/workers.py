@@ -49,13 +49,14 @@ def worker_settings(settings: FleetSettings, worker: int) -> FleetSettings:
 
 
 class WorkerProcesses:
-    """`workers = WorkerProcesses(settings, log_dir).start()` ... `workers.check()` ...
-    `workers.stop()`; `stats()` after stop."""
+    """`workers = WorkerProcesses(n, log_dir).spawn()`, `workers.start(settings)` ...
+    `workers.check()` ... `workers.stop()`; `stats()` after stop. Spawned early, a worker
+    imports Beam while the coordinator records the crawl, and waits for its spec."""
 
-    def __init__(self, settings: FleetSettings, log_dir: Path) -> None:
-        if settings.workers < 2:
+    def __init__(self, workers: int, log_dir: Path) -> None:
+        if workers < 2:
             raise ValueError("worker processes are for a crawl run by 2 or more")
-        self.settings = settings
+        self.workers = workers
         self.log_dir = log_dir
         self.processes: list[subprocess.Popen[bytes]] = []
         self._stopping = False
@@ -66,28 +67,34 @@ class WorkerProcesses:
     def stats_path(self, worker: int) -> Path:
         return self.log_dir / f"worker-{worker}.stats.json"
 
-    def start(self) -> WorkerProcesses:
-        from apache_beam.internal import pickler
-
-        for worker in range(self.settings.workers):
+    def spawn(self) -> WorkerProcesses:
+        """Start the processes (with the emulators' environment: call it once they run)."""
+        for worker in range(self.workers):
             self.stats_path(worker).unlink(missing_ok=True)
-            spec = WorkerSpec(worker_settings(self.settings, worker),
-                              str(self.stats_path(worker)), coordinator=os.getpid())
             with open(self.log_path(worker), "ab") as log_file:
                 # No preexec function: with one, the child runs gRPC's fork handlers
                 # between fork and exec, which can abort it (this process holds channels).
                 # A worker whose coordinator dies sees its stdin end, and stops.
-                process = subprocess.Popen([sys.executable, "-m", "pipeline.local.worker"],
-                                           stdin=subprocess.PIPE, stdout=log_file,
-                                           stderr=subprocess.STDOUT)
-            self.processes.append(process)
+                self.processes.append(subprocess.Popen(
+                    [sys.executable, "-m", "pipeline.local.worker"], stdin=subprocess.PIPE,
+                    stdout=log_file, stderr=subprocess.STDOUT))
+        return self
+
+    def start(self, settings: FleetSettings) -> None:
+        """Hand each worker its share of the crawl (its topics and subscription exist)."""
+        from apache_beam.internal import pickler
+
+        if settings.workers != self.workers:
+            raise ValueError(f"{self.workers} workers spawned for {settings.workers}")
+        for worker, process in enumerate(self.processes):
+            spec = WorkerSpec(worker_settings(settings, worker), str(self.stats_path(worker)),
+                              coordinator=os.getpid())
             assert process.stdin is not None
             try:
                 process.stdin.write(pickler.dumps(spec) + b"\n")
                 process.stdin.flush()
             except BrokenPipeError:  # it ended before reading what to run
                 raise WorkerFailed(self._failure(worker, process.wait())) from None
-        return self
 
     def check(self) -> None:
         """Raise WorkerFailed if a worker has exited (while the crawl runs, none should)."""
