@@ -8,6 +8,11 @@ pipeline running in the background, a watcher thread that runs a pass of
 pipeline.transforms.crawl_watch every `poll_s` (Beam's local runner cannot run the graph's own
 watch) and sends the wakes it makes, and publishing a crawl's messages counted in its record.
 Starting and stopping crawls is the caller's; deciding about URLs is the pipeline's.
+
+A crawl run by several processes (`crawler crawl --workers N`, pipeline.local.workers) uses a
+fleet in each: the coordinator's makes every worker's topic and subscription, publishes and
+watches, and runs no pipeline; each worker's runs the graph on its own subscription, its
+publisher routing frontier messages to their owners (pipeline.local.routing), with no watch.
 """
 
 from __future__ import annotations
@@ -205,6 +210,8 @@ class LocalFleet:
         if self._publisher is not None:
             self._publisher.stop()
         worker_resources().close()  # counts written; no client outlives the fleet
+        if self._resources is not None:
+            self._resources.publisher_wrapper = None
         crawl_records().clear()  # a later fleet in this process reads afresh
         if self._speedups is not None:
             self._speedups.close()
