@@ -234,3 +234,27 @@ def test_a_worker_killed_midway_fails_the_run_loudly_and_leaves_the_crawl_paused
     with open_tables(CrawlOptions(seeds=()).bigtable_config(), create=False) as tables:
         crawl_record = read_crawl(tables, crawl_id)
     assert str(crawl_record.state) == "paused"
+
+
+def test_ctrl_c_stops_the_coordinator_and_every_worker_with_the_crawl_paused(emulators,
+                                                                          tmp_path):
+    out, crawl_id, log = str(tmp_path / "out"), "c-workers-ctrl-c", tmp_path / "requests.tsv"
+    with serve(SPEC, log) as web:
+        crawl = _crawl_command(web, out, crawl_id)
+        try:
+            workers = _worker_pids(crawl, WORKERS)
+            _wait_for(lambda: log.exists() and len(read_request_log(log)) >= 20, 180,
+                      "the crawl to make 20 requests")
+            # As a terminal's Ctrl-C does: SIGINT to the whole foreground process group.
+            os.killpg(crawl.pid, signal.SIGINT)
+            stdout, stderr = crawl.communicate(timeout=120)
+        finally:
+            if crawl.poll() is None:
+                os.killpg(crawl.pid, signal.SIGKILL)
+                crawl.wait(timeout=30)
+        gone = [pid for pid in workers if not Path(f"/proc/{pid}").exists()]
+    assert crawl.returncode == 0, stderr.decode()
+    assert "paused (interrupted)" in stdout.decode(), stdout.decode()
+    assert gone == workers
+    # Each worker stopped cleanly: it wrote what it measured of itself on its way out.
+    assert len(list((Path(out) / crawl_id).glob("worker-*.stats.json"))) == WORKERS
