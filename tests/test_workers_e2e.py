@@ -258,3 +258,37 @@ def test_ctrl_c_stops_the_coordinator_and_every_worker_with_the_crawl_paused(emu
     assert gone == workers
     # Each worker stopped cleanly: it wrote what it measured of itself on its way out.
     assert len(list((Path(out) / crawl_id).glob("worker-*.stats.json"))) == WORKERS
+
+
+def test_workers_of_a_coordinator_killed_with_its_emulators_stop_within_seconds(
+        emulators, tmp_path):
+    """kill -9 of the `crawler crawl` process alone, which started its own emulators (they die
+    with it): its workers, left with nothing to write their counts to, end within seconds
+    instead of retrying for minutes."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PUBSUB_EMULATOR_HOST", "BIGTABLE_EMULATOR_HOST")}
+    with serve(SPEC, tmp_path / "requests.tsv") as web:
+        crawl = subprocess.Popen(
+            [sys.executable, "-m", "pipeline", "crawl", *web.seeds, "--out",
+             str(tmp_path / "out"), "--resolve", web.resolve_arg, "--no-progress",
+             "--min-delay", str(MIN_DELAY), "--workers", str(WORKERS)],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            workers = _worker_pids(crawl, WORKERS)
+            _wait_for(lambda: len(read_request_log(tmp_path / "requests.tsv")) >= 20, 180,
+                      "the crawl to make 20 requests")
+        finally:
+            crawl.kill()
+            crawl.wait(timeout=30)
+        killed = time.monotonic()
+        _wait_for(lambda: not any(_running(pid) for pid in workers), 15,
+                  "the orphaned workers to end")
+        assert time.monotonic() - killed < 15
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has ended; only its parent's wait is missing

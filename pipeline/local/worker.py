@@ -39,6 +39,35 @@ def _give_up_stopping(grace: float) -> None:
     os._exit(3)
 
 
+class Stopping:
+    """A worker's stop, once asked for (its stdin ended, SIGTERM, its pipeline failed): from
+    then on the process ends within a grace period, wherever it waits, as a coordinator
+    killed with its emulators leaves its clients retrying against nothing for minutes."""
+
+    def __init__(self, coordinator: int) -> None:
+        self.event = threading.Event()
+        self._coordinator = coordinator
+        self._lock = threading.Lock()
+
+    def request(self) -> None:
+        with self._lock:
+            if self.event.is_set():
+                return
+            self.event.set()
+            threading.Thread(target=self._deadline, name="stop-deadline", daemon=True).start()
+
+    def _deadline(self) -> None:
+        started = time.monotonic()
+        while True:
+            time.sleep(CHECK_S)  # a deadline's pace, not a synchronisation
+            # Orphaned, the crawl's record went with the coordinator: nothing is left to
+            # write. Asked again and again: a dying coordinator's pipes close before its
+            # children are handed to another parent.
+            grace = STOP_GRACE_S if os.getppid() == self._coordinator else ORPHAN_GRACE_S
+            if time.monotonic() - started >= grace:
+                _give_up_stopping(grace)
+
+
 @dataclass(frozen=True)
 class WorkerSpec:
     """What a worker runs: the fleet's settings (with `worker` set) and where it writes its
@@ -59,8 +88,9 @@ def worker_stats(cpu_s: float) -> dict:
             "tally": tally, "maxima": maxima}
 
 
-def run(spec: WorkerSpec, stop: threading.Event) -> BaseException | None:
-    """Run the worker's fleet until `stop` is set or its pipeline fails; returns the failure."""
+def run(spec: WorkerSpec, stop: Stopping) -> BaseException | None:
+    """Run the worker's fleet until a stop is asked for or its pipeline fails; returns the
+    failure."""
     from pipeline.local.fleet import LocalFleet
     from pipeline.metrics import LocalTally
 
@@ -70,17 +100,11 @@ def run(spec: WorkerSpec, stop: threading.Event) -> BaseException | None:
     failure: BaseException | None = None
     try:
         fleet.start()
-        while failure is None and not stop.wait(CHECK_S):
+        while failure is None and not stop.event.wait(CHECK_S):
             failure = fleet.failure()
     finally:
-        # A coordinator killed with its emulators leaves nothing to write to: the clients'
-        # retries must not keep an orphan worker alive for minutes.
-        grace = STOP_GRACE_S if os.getppid() == spec.coordinator else ORPHAN_GRACE_S
-        overdue = threading.Timer(grace, _give_up_stopping, args=(grace,))
-        overdue.daemon = True
-        overdue.start()
+        stop.request()  # bounds the time the stop may take
         fleet.stop()  # its counts written
-        overdue.cancel()
         Path(spec.stats_path).write_text(
             json.dumps(worker_stats(time.process_time() - cpu_started)) + "\n")
     return failure
@@ -90,19 +114,19 @@ def main() -> int:
     from apache_beam.internal import pickler
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     line = sys.stdin.buffer.readline().strip()
     if not line:  # the coordinator stopped before the crawl started
         return 0
     spec: WorkerSpec = pickler.loads(line)
+    stop = Stopping(spec.coordinator)
+    signal.signal(signal.SIGTERM, lambda *_: stop.request())
     logging.basicConfig(
         level=logging.WARNING,
         format=f"worker {spec.settings.worker}: %(levelname)s %(name)s: %(message)s")
 
     def until_stdin_ends() -> None:
         sys.stdin.buffer.read()
-        stop.set()
+        stop.request()
 
     threading.Thread(target=until_stdin_ends, name="coordinator", daemon=True).start()
     failure = run(spec, stop)
