@@ -6,11 +6,13 @@ served by another process (bench.webproc), and the figures taken from each run:
 
 - pages/s: requests the web answered 200 (robots.txt excluded) / the crawler process's wall
   time, start-up and shutdown included;
-- CPU ms/page: user+sys of the crawler process alone (os.wait4 of that child) / pages; the
-  web server runs in its own process and is not counted. The crawler's Pub/Sub and Bigtable
+- CPU ms/page: user+sys of the crawler process (os.wait4 of that child, which holds the
+  worker processes it waited for) / pages; the web server runs in its own process and is
+  not counted. The crawler's Pub/Sub and Bigtable
   emulators are started once by the benchmark and shown on their own row, not in the
   crawler's CPU;
-- peak RSS: ru_maxrss of the crawler process;
+- peak RSS: ru_maxrss of the crawler process (the largest of it and its workers), and per
+  worker, the largest worker's own peak (from the crawl's summary.json);
 - KB written/page: bytes under the crawl's output directory / pages (the crawler keeps raw
   WARC, WET text and the Parquet pages table; the Scrapy spider keeps JSON lines of text);
 - politeness utilisation: pages / sum over hosts of (span_h / delay_h), where span_h runs
@@ -21,6 +23,9 @@ served by another process (bench.webproc), and the figures taken from each run:
 
     .venv/bin/python -m bench.e2e [--quick] [--runs N] [--cases few-hosts,many-hosts,real-pages]
         [--baseline CHECKOUT]
+
+The crawler runs twice per rotation: `--workers 1` (the pipeline in one process) and with
+its default --workers (one process per core), side by side.
 
 With --baseline, the crawler of another checkout (its own .venv, as `make` sets it up: an
 earlier commit, say) runs as a third contender in the same rotation, so a change is measured
@@ -51,7 +56,8 @@ from testweb.server import read_request_log
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-CRAWLER = "crawler"
+CRAWLER = "crawler"  # `crawler crawl --workers 1`: the pipeline in one process
+WORKERS = "workers"  # `crawler crawl` with its default --workers (one process per core)
 SCRAPY = "scrapy"
 BASELINE = "baseline"  # the crawler of another checkout (--baseline)
 RUN_TIMEOUT_S = 900.0
@@ -137,6 +143,15 @@ class RunFigures:
     @property
     def utilisation(self) -> float:
         return self.pages / self.capacity_pages if self.capacity_pages else float("nan")
+
+    @property
+    def worker_peak_rss_mb(self) -> float:
+        """The largest peak RSS of one worker process (the crawler's own without workers)."""
+        return max(self.extra.get("worker_peak_rss_mb") or [self.peak_rss_mb])
+
+    @property
+    def workers(self) -> float:
+        return float(self.extra.get("workers", 1))
 
 
 # --- processes ------------------------------------------------------------------------------
@@ -243,7 +258,9 @@ def bench_env(repo: Path = REPO, **extra: str) -> dict[str, str]:
 
 
 def crawler_command(case: Case, web: dict[str, Any], seeds_file: Path, out_root: Path,
-                    crawl_id: str, bin_dir: Path = BIN) -> list[str]:
+                    crawl_id: str, bin_dir: Path = BIN, workers: int | None = None) -> list[str]:
+    """The crawler's command; `workers`: its --workers (None: its default, or a baseline
+    that has no such option)."""
     command = [str(bin_dir / "crawler"), "crawl", "--seeds-file", str(seeds_file),
                "--out", str(out_root), "--crawl-id", crawl_id,
                "--min-delay", f"{case.delay:g}", "--max-crawl-delay", f"{case.max_crawl_delay:g}",
@@ -253,6 +270,8 @@ def crawler_command(case: Case, web: dict[str, Any], seeds_file: Path, out_root:
         command += ["--resolve", spec]
     if case.max_depth is not None:
         command += ["--max-depth", str(case.max_depth)]
+    if workers is not None:
+        command += ["--workers", str(workers)]
     return command
 
 
@@ -353,11 +372,12 @@ def run_once(case: Case, crawler: str, run: int, work: Path,
         out_dir = run_dir / "out"
         out_dir.mkdir(exist_ok=True)
         emulators_before = emulators_cpu_s(emulator_pgids)
-        if crawler in (CRAWLER, BASELINE):
+        if crawler in (CRAWLER, WORKERS, BASELINE):
             crawl_id = f"bench-{label}"
             repo = baseline if crawler == BASELINE and baseline is not None else REPO
             command = crawler_command(case, description, seeds_file, out_dir, crawl_id,
-                                      bin_dir=repo / ".venv" / "bin" if repo != REPO else BIN)
+                                      bin_dir=repo / ".venv" / "bin" if repo != REPO else BIN,
+                                      workers=1 if crawler == CRAWLER else None)
             usage = run_measured(command, env=bench_env(repo),
                                  log_path=run_dir / "crawler.log")
             written_dir = out_dir / crawl_id
@@ -369,7 +389,7 @@ def run_once(case: Case, crawler: str, run: int, work: Path,
             usage = run_measured(command, env=bench_env(), log_path=run_dir / "scrapy.out")
             written_dir = out_dir
         emulator_cpu = (emulators_cpu_s(emulator_pgids) - emulators_before
-                        if crawler in (CRAWLER, BASELINE) else 0.0)
+                        if crawler in (CRAWLER, WORKERS, BASELINE) else 0.0)
     finally:
         web.stop()
     figures = log_figures(log_path, description["crawl_delays"], case.delay,
@@ -377,17 +397,23 @@ def run_once(case: Case, crawler: str, run: int, work: Path,
     first_ns = figures.pop("first_ns")
     status = ""
     summary_path = written_dir / "summary.json"
+    workers: dict[str, Any] = {}
     if summary_path.exists():
         summary = json.loads(summary_path.read_text())
         # A crawl's summary says why it ended (`status` in summaries of earlier versions).
         status = summary.get("reason") or summary.get("status", "")
+        # The CPU of os.wait4 holds the workers' (the crawler waits for them); their memory
+        # is each worker's own, from the summary.
+        if summary.get("worker_peak_rss_mb"):
+            workers = {"workers": summary["workers"],
+                       "worker_peak_rss_mb": summary["worker_peak_rss_mb"]}
     result = RunFigures(
         case=case.name, crawler=crawler, run=run, returncode=usage.returncode,
         wall_s=usage.wall_s, cpu_s=usage.cpu_s, peak_rss_mb=usage.peak_rss_mb,
         startup_s=(first_ns / 1e9 - usage.started_at) if first_ns else float("nan"),
         bytes_written=directory_bytes(written_dir), out_dir=str(written_dir),
         port=int(description["port"]), emulator_cpu_s=emulator_cpu, status=status,
-        extra={"articles": sorted(description.get("articles", {}))}, **figures,
+        extra={"articles": sorted(description.get("articles", {})), **workers}, **figures,
     )
     print(f"  {label}: {result.pages} pages in {result.wall_s:.1f}s "
           f"({result.pages_per_s:.1f}/s), CPU {result.cpu_s:.1f}s, "
@@ -407,6 +433,8 @@ METRICS: tuple[tuple[str, str, str], ...] = (
     ("pages/s (higher is better)", "pages_per_s", "{:,.1f}"),
     ("CPU ms/page (lower is better)", "cpu_ms_per_page", "{:,.1f}"),
     ("peak RSS MB", "peak_rss_mb", "{:,.0f}"),
+    ("peak RSS MB per worker", "worker_peak_rss_mb", "{:,.0f}"),
+    ("worker processes", "workers", "{:,.0f}"),
     ("KB written/page", "kb_per_page", "{:,.1f}"),
     ("politeness utilisation", "utilisation", "{:.2f}"),
     ("start-up s (to first request)", "startup_s", "{:,.1f}"),
@@ -424,13 +452,17 @@ def e2e_table(cases: Sequence[Case], results: Sequence[RunFigures]) -> Any:
 
     runs = max((r.run for r in results), default=0) + 1
     with_baseline = any(r.crawler == BASELINE for r in results)
+    with_workers = any(r.crawler == WORKERS for r in results)
     table = Table(title=f"End to end: this crawler vs Scrapy (median of {runs} run"
                         f"{'s' if runs > 1 else ''} each)")
     table.add_column("case")
     table.add_column("metric")
-    table.add_column("crawler", justify="right")
+    table.add_column("crawler (--workers 1)" if with_workers else "crawler", justify="right")
     table.add_column("Scrapy", justify="right")
     table.add_column("crawler / Scrapy", justify="right")
+    if with_workers:
+        table.add_column("--workers default", justify="right")
+        table.add_column("default / 1", justify="right")
     if with_baseline:
         table.add_column("baseline", justify="right")
         table.add_column("crawler / baseline", justify="right")
@@ -443,12 +475,16 @@ def e2e_table(cases: Sequence[Case], results: Sequence[RunFigures]) -> Any:
         ours = [r for r in mine if r.crawler == CRAWLER]
         theirs = [r for r in mine if r.crawler == SCRAPY]
         before = [r for r in mine if r.crawler == BASELINE]
+        spread = [r for r in mine if r.crawler == WORKERS]
         if not ours and not theirs:
             continue
         for index, (label, attribute, fmt) in enumerate(METRICS):
             a, b = median_of(ours, attribute), median_of(theirs, attribute)
             row = [case.title if index == 0 else "", label, fmt.format(a), fmt.format(b),
                    ratio(a, b)]
+            if with_workers:
+                w = median_of(spread, attribute)
+                row += [fmt.format(w), ratio(w, a)]
             if with_baseline:
                 c = median_of(before, attribute)
                 row += [fmt.format(c), ratio(a, c)]
@@ -457,6 +493,10 @@ def e2e_table(cases: Sequence[Case], results: Sequence[RunFigures]) -> Any:
         pages = median_of(ours, "pages")
         row = ["", "+ emulators' CPU ms/page",
                f"{1000 * emulator / pages:,.1f}" if pages else "-", "-", "-"]
+        if with_workers:
+            spread_pages = median_of(spread, "pages")
+            row += [f"{1000 * median_of(spread, 'emulator_cpu_s') / spread_pages:,.1f}"
+                    if spread_pages else "-", "-"]
         if with_baseline:
             before_pages = median_of(before, "pages")
             row += [f"{1000 * median_of(before, 'emulator_cpu_s') / before_pages:,.1f}"
@@ -489,7 +529,8 @@ def run_cases(cases: Sequence[Case], runs: int, work: Path,
     if baseline is not None and not (baseline / ".venv" / "bin" / "crawler").exists():
         raise SystemExit(f"--baseline {baseline}: no .venv/bin/crawler there (run `make "
                          "demo` or `make .venv/bin/crawler` in that checkout first)")
-    contenders = (CRAWLER, SCRAPY) if baseline is None else (CRAWLER, BASELINE, SCRAPY)
+    contenders = (CRAWLER, WORKERS, SCRAPY) if baseline is None else (
+        CRAWLER, WORKERS, BASELINE, SCRAPY)
     started = start_emulators(work)
     results: list[RunFigures] = []
     try:

@@ -519,6 +519,12 @@ OPTIONS: tuple[Option, ...] = (
            serve=False),
     Option("progress", "do not draw the progress line (for logs and CI)", default=True,
            flag="--no-progress", action="store_false", value=None, template=False, serve=False),
+    Option("workers", "processes that run the crawl on this machine, each scheduling its own "
+           "share of the politeness keys (hosts, or domains with --politeness-key domain), so "
+           "that every key is asked by one process; 1 runs the crawl in this process alone "
+           "(default: one per core, as os.cpu_count() counts them, since parsing pages needs "
+           "a core and one process uses one; a program calling run_local_crawl without it "
+           "gets 1)", value=POSITIVE_INT, upper=256, metavar="N", template=False, serve=False),
 )
 
 _BY_DEST = {option.dest: option for option in OPTIONS}
@@ -636,6 +642,7 @@ class CrawlOptions:
     redrive: bool = False
     status_port: int | None = None
     progress: bool = True
+    workers: int | None = None  # None: one process (`crawler crawl` fills in the cores)
     # Time budget: seconds from started_at (when the command started, or else when these
     # options were made) after which fetching stops and every waiting URL ends over budget.
     max_duration: float | None = None

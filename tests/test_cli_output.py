@@ -42,3 +42,13 @@ def test_a_crawl_with_nothing_refused_prints_no_refused_line(capsys):
 ])
 def test_a_crawl_finished_when_it_ended_by_itself_or_was_interrupted(state, reason, finished):
     assert dataclasses.replace(SUMMARY, state=state, reason=reason).finished is finished
+
+
+def test_a_crawl_of_several_workers_says_their_cpu_and_each_one_s_memory(capsys):
+    print_summary(dataclasses.replace(SUMMARY, cpu_s=12.5, peak_rss_mb=180.0, workers=2,
+                                      worker_peak_rss_mb=[250.0, 260.4]))
+    out = capsys.readouterr().out
+    assert ("CPU             12.5s in this process and its 2 workers, peak memory 180 MB here, "
+            "250 / 260 MB in the workers") in out
+    print_summary(SUMMARY)
+    assert "s in this process, peak memory" in capsys.readouterr().out

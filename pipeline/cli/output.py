@@ -61,8 +61,14 @@ def print_summary(summary) -> None:
     if summary.links_rejected:
         print(f"  links rejected  {sum(summary.links_rejected.values()):,}: "
               + ", ".join(f"{reason} {n:,}" for reason, n in summary.links_rejected.items()))
-    print(f"  CPU             {summary.cpu_s:,.1f}s in this process, "
-          f"peak memory {summary.peak_rss_mb:,.0f} MB")
+    if summary.worker_peak_rss_mb:
+        print(f"  CPU             {summary.cpu_s:,.1f}s in this process and its "
+              f"{summary.workers} workers, peak memory {summary.peak_rss_mb:,.0f} MB here, "
+              + " / ".join(f"{mb:,.0f}" for mb in summary.worker_peak_rss_mb)
+              + " MB in the workers")
+    else:
+        print(f"  CPU             {summary.cpu_s:,.1f}s in this process, "
+              f"peak memory {summary.peak_rss_mb:,.0f} MB")
     for message in summary.invalid_seeds:
         print(f"  skipped: {message}")
     print(f"  output          {summary.out_dir}/ (warc/, wet/, pages/*.parquet, summary.json)")

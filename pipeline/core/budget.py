@@ -21,6 +21,11 @@ its failed attempt, so it claims the same URLs' first requests again, and those 
 pages the failed attempt took instead of spending more (docs/design.md, "Counters"). A
 retry on another process (its key moved) cannot see them: that attempt's pages stay
 unspent, an undershoot like a dead process's block.
+
+A crawl on one machine run by several worker processes (`crawler crawl --workers N`) must spend
+its budget exactly: a block one worker holds while its hosts have nothing left to ask would
+leave URLs of another worker `over_budget` below --max-pages. `exact_block` is the block that
+makes it so: a page claimed only when it is requested is always spent.
 """
 
 from __future__ import annotations
@@ -35,6 +40,18 @@ from typing import Protocol
 # seconds; at 23 pages/s a worker remembers ~14,000 URLs, about 2 MB), and at most how many.
 CHARGE_MEMORY_S = 600.0
 MAX_CHARGES_REMEMBERED = 100_000
+
+
+def exact_block(block: int, processes: int, limit: int | None) -> int:
+    """The block each of `processes` processes sharing a budget of `limit` pages claims, so
+    that the pages requested are exactly min(limit, pages wanted): one process spends every
+    page it claims, so it keeps `block`; several claim one page at a time (one
+    read-modify-write per page: a local crawl's few hundred pages a second are well within
+    the emulator's reach), since a block one holds may never be wanted by its hosts while
+    another's are refused. Without a limit nothing runs out, and `block` stays."""
+    if processes < 1:
+        raise ValueError(f"processes must be at least 1, got {processes}")
+    return block if processes == 1 or limit is None else 1
 
 
 class PageBudget(Protocol):

@@ -474,6 +474,11 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def tail(path: str, lines: int = 20) -> str:
+    """The last `lines` lines of a log (a few KiB at most), or why it cannot be read."""
+    return _tail(path, lines)
+
+
 def _tail(path: str, lines: int = 20) -> str:
     try:
         with open(path, "rb") as log:

@@ -8,6 +8,11 @@ pipeline running in the background, a watcher thread that runs a pass of
 pipeline.transforms.crawl_watch every `poll_s` (Beam's local runner cannot run the graph's own
 watch) and sends the wakes it makes, and publishing a crawl's messages counted in its record.
 Starting and stopping crawls is the caller's; deciding about URLs is the pipeline's.
+
+A crawl run by several processes (`crawler crawl --workers N`, pipeline.local.workers) uses a
+fleet in each: the coordinator's makes every worker's topic and subscription, publishes and
+watches, and runs no pipeline; each worker's runs the graph on its own subscription, its
+publisher routing frontier messages to their owners (pipeline.local.routing), with no watch.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from pipeline.io.pubsub import publish_once
 from pipeline.local.counts import local_crawl_counts
 from pipeline.local.direct_runner import direct_runner_speedups
 from pipeline.local.emulators import ensure_subscription, ensure_topic
+from pipeline.local.routing import FrontierRouter, RoutingPublisher
 from pipeline.options import CrawlOptions
 from pipeline.transforms.crawl_watch import CrawlEndings
 from pipeline.transforms.resources import TOTALS_FLUSH_S, worker_resources, write_totals_every
@@ -59,6 +65,20 @@ class FleetSettings:
     # Watch this crawl only (`crawler crawl`): a crawl on one machine ends no other crawl
     # whose record shares its tables. None: every crawl (`crawler serve`).
     watch_only: str | None = None
+    # A crawl run by several processes (pipeline.local.workers): how many workers share the
+    # politeness keys, and which of them this fleet is; None with workers > 1 is the
+    # coordinator, which makes every worker's topic and subscription (named by `run_tag`),
+    # publishes and watches, but runs no pipeline.
+    workers: int = 1
+    worker: int | None = None
+    run_tag: str = ""
+
+    def router(self) -> FrontierRouter | None:
+        """The frontier's topics per worker, for a crawl run by several processes."""
+        if self.workers == 1:
+            return None
+        return FrontierRouter(self.options.project, self.frontier_topic, self.workers,
+                              self.options.politeness_key)
 
 
 class LocalFleet:
@@ -73,31 +93,45 @@ class LocalFleet:
         self._watcher = threading.Thread(target=self._watch, name="crawl-watcher", daemon=True)
         self._publisher = None
         self.topic = ""
+        self._router: FrontierRouter | None = None
+        self._resources = None
+        self._failure: list[BaseException] = []
 
     def start(self) -> LocalFleet:
         s = self.settings
         project = s.options.project
+        self._router = router = s.router()
+        if router is None:
+            self.topic = ensure_topic(project, s.frontier_topic)
+            # A fresh subscription per run: after a streaming pull is cancelled the emulator
+            # hides some messages for ~60 s.
+            subscription = ensure_subscription(project, self.topic,
+                                               f"{s.frontier_topic}-{uuid.uuid4().hex[:8]}")
+        else:
+            # No subscription reads the graph's own topic: its publisher sends each message
+            # on to its owners' topics (pipeline.local.routing).
+            self.topic = router.topic_path
+            subscription = f"projects/{project}/subscriptions/" + router.subscription_name(
+                s.worker or 0, s.run_tag)
+        if s.worker is None:
+            self._make_topics(router)
+        if router is not None and s.worker is None:
+            self._watcher.start()  # the coordinator: the workers run the pipeline
+            return self
         self._speedups = contextlib.ExitStack()
         self._speedups.enter_context(direct_runner_speedups())
-        # The process is the whole job: its count steps' totals go from a thread of their own.
+        # The process is the whole job: its count steps' totals go from a thread of their own,
+        # added up where the runner commits each bundle, not by a keyed step per stage.
         self._speedups.callback(write_totals_every, write_totals_every(TOTALS_FLUSH_S))
-        # ... added up where the runner commits each bundle, not by a keyed step per stage.
         self._speedups.enter_context(local_crawl_counts(s.options.bigtable_config()))
-        self.topic = ensure_topic(project, s.frontier_topic)
-        # A fresh subscription per run: after a streaming pull is cancelled the emulator
-        # hides some messages for ~60 s.
-        subscription = ensure_subscription(project, self.topic,
-                                           f"{s.frontier_topic}-{uuid.uuid4().hex[:8]}")
-        dead_letters = ensure_topic(project, s.dead_letter_topic)
-        # Made before the pipeline can publish a letter: the topic keeps nothing by itself,
-        # and this subscription keeps letters across restarts until they are redriven.
-        ensure_subscription(project, dead_letters, s.dead_letter_subscription)
-        events = None
-        if s.events_topic is not None:
-            events = ensure_topic(project, s.events_topic)
-            if s.events_subscription is not None:
-                ensure_subscription(project, events, s.events_subscription)
+        if router is not None:
+            resources = worker_resources()
+            resources.publisher_wrapper = lambda client: RoutingPublisher(client, router)
+            self._resources = resources  # held, so the wrapper lasts as long as the fleet
         opts = s.options
+        dead_letters = f"projects/{project}/topics/{s.dead_letter_topic}"
+        events = (f"projects/{project}/topics/{s.events_topic}"
+                  if s.events_topic is not None else None)
         p = beam.Pipeline(options=PipelineOptions(
             flags=[], runner="DirectRunner", streaming=True, save_main_session=False))
         build_crawler(p, scheduler_config(opts, state_ttl_s=s.state_ttl_s), out=opts.out,
@@ -109,8 +143,44 @@ class LocalFleet:
                       page_step=s.page_step, events_topic=events,
                       bigquery_table=opts.bigquery_table)
         self._result = p.run()
-        self._watcher.start()
+        if router is None:
+            self._watcher.start()
+        else:  # a worker: its coordinator learns from it when its pipeline fails
+            threading.Thread(target=self._wait_for_pipeline, name="pipeline-waiter",
+                             daemon=True).start()
         return self
+
+    def _make_topics(self, router: FrontierRouter | None) -> None:
+        """The topics and subscriptions every process of the crawl uses, made before any of
+        them publishes (a topic keeps nothing for a subscription made later)."""
+        s = self.settings
+        project = s.options.project
+        if router is not None:
+            for worker in range(router.workers):
+                topic = ensure_topic(project, router.topic_name(worker))
+                ensure_subscription(project, topic, router.subscription_name(worker, s.run_tag))
+        dead_letters = ensure_topic(project, s.dead_letter_topic)
+        # Made before the pipeline can publish a letter: the topic keeps nothing by itself,
+        # and this subscription keeps letters across restarts until they are redriven.
+        ensure_subscription(project, dead_letters, s.dead_letter_subscription)
+        if s.events_topic is not None:
+            events = ensure_topic(project, s.events_topic)
+            if s.events_subscription is not None:
+                ensure_subscription(project, events, s.events_subscription)
+
+    def failure(self) -> BaseException | None:
+        """The error that ended this fleet's pipeline, if it ended (a streaming pipeline ends
+        only so); None while it runs."""
+        return self._failure[0] if self._failure else None
+
+    def _wait_for_pipeline(self) -> None:
+        assert self._result is not None
+        try:
+            self._result.wait_until_finish()
+        except BaseException as exc:  # the pipeline's own error, whatever it is
+            self._failure.append(exc)
+        else:
+            self._failure.append(RuntimeError("the crawl's pipeline ended by itself"))
 
     def publish(self, crawl_id: str, messages: Sequence) -> int:
         """Publish a crawl's messages (seeds, a resume's marks, dead letters to redrive) to
@@ -121,7 +191,12 @@ class LocalFleet:
             from google.cloud import pubsub_v1
 
             self._publisher = pubsub_v1.PublisherClient()
-        futures = [publish_once(self._publisher, self.topic, m.to_bytes()) for m in messages]
+        if self._router is None:
+            futures = [publish_once(self._publisher, self.topic, m.to_bytes())
+                       for m in messages]
+        else:  # each message's parts to their owners' topics, each part a message
+            futures = [publish_once(self._publisher, topic, part)
+                       for m in messages for topic, part in self._router.parts(m.to_bytes())[1]]
         for future in futures:
             future.result(timeout=60)
         count_published(worker_resources().bigtable(self.settings.options.bigtable_config()),
@@ -138,6 +213,8 @@ class LocalFleet:
         if self._publisher is not None:
             self._publisher.stop()
         worker_resources().close()  # counts written; no client outlives the fleet
+        if self._resources is not None:
+            self._resources.publisher_wrapper = None
         crawl_records().clear()  # a later fleet in this process reads afresh
         if self._speedups is not None:
             self._speedups.close()

@@ -50,6 +50,7 @@ from pipeline.local.resume import (
     read_manifest,
     resume_not_before,
 )
+from pipeline.local.workers import WorkerFailed, WorkerProcesses
 from pipeline.metrics import LocalTally
 from pipeline.options import CrawlOptions
 
@@ -105,6 +106,10 @@ class CrawlSummary:
     leases_expired: int = 0  # requests whose result never came back: fetched again
     links_rejected: dict[str, int] = field(default_factory=dict)  # by RejectReason: links on
     # stored pages that could not become URLs to crawl (mailto:, invalid hosts, ...)
+    workers: int = 1  # processes that ran the crawl's pipeline (--workers)
+    # Peak memory of each worker process (none: the pipeline ran in this process, whose
+    # peak is peak_rss_mb); cpu_s then adds up this process and every worker.
+    worker_peak_rss_mb: list[float] = field(default_factory=list)
 
     @property
     def finished(self) -> bool:
@@ -142,19 +147,24 @@ def run_local_crawl(
     out_dir = storage.join(opts.out, opts.crawl_id)
     log_dir = _prepare_output(opts, out_dir)
     emulators = start_missing_emulators(log_dir)
-    fleet = tables = None
+    fleet = tables = workers = None
     page = contextlib.ExitStack()
     started = time.monotonic()
     cpu_started = time.process_time()
     watch = _Watch(opts.crawl_id, started)
     interrupted = False
+    failed: WorkerFailed | None = None
     try:
         LocalTally.reset()
         settings = _fleet_settings(opts, page_step)
+        if settings.workers > 1:  # they import Beam while the crawl is recorded
+            workers = WorkerProcesses(settings.workers, log_dir).spawn()
         tables = open_tables(opts.bigtable_config(), create=True)
         plan = plan_resume(opts.out, opts.crawl_id, seeds) if opts.resume else None
         _record(tables, opts, seeds, plan, settings)
         fleet = LocalFleet(settings).start()
+        if workers is not None:
+            workers.start(settings)
         if opts.status_port is not None:
             url, token = page.enter_context(status_page(opts, tables, fleet))
             if on_status_page is not None:
@@ -162,33 +172,54 @@ def run_local_crawl(
         fleet.publish(opts.crawl_id, _first_messages(opts, seeds, plan))
         if opts.redrive:
             _redrive(fleet, opts)
-        watch.follow(tables, on_progress)
+        watch.follow(tables, on_progress, check=workers.check if workers else None)
     except KeyboardInterrupt:
         interrupted = True
+    except WorkerFailed as exc:
+        failed = exc
     finally:
         page.close()
+        if workers is not None:
+            for problem in workers.stop():  # their counts are written
+                if failed is None:
+                    log.warning("%s", problem)
         if fleet is not None:
             fleet.stop()  # the counts still in this process are written
         if tables is not None:
-            if interrupted:
+            if interrupted or failed is not None:
                 _pause_interrupted(tables, opts.crawl_id)
             with contextlib.suppress(Exception):  # the record as it stands at the end
                 watch.crawl = read_crawl(tables, opts.crawl_id)
             tables.close()
         stop_emulators(emulators)
+    if failed is not None:
+        raise failed
     return _write_summary(opts, out_dir, watch, bad_seeds, elapsed=time.monotonic() - started,
-                          cpu_s=time.process_time() - cpu_started)
+                          cpu_s=time.process_time() - cpu_started,
+                          workers=workers.stats() if workers is not None else None)
 
 
 def _write_summary(opts: CrawlOptions, out_dir: str, watch: _Watch, bad_seeds: list[str], *,
-                   elapsed: float, cpu_s: float) -> CrawlSummary:
+                   elapsed: float, cpu_s: float, workers: list[dict] | None = None,
+                   ) -> CrawlSummary:
     """The crawl's summary from its record as it stood at the end, written next to its
-    output as summary.json."""
+    output as summary.json; with `workers` (what each worker process measured of itself),
+    their CPU, memory and tallies with this process's."""
     crawl = watch.crawl
     if crawl is None:
         raise RuntimeError(f"crawl {opts.crawl_id} stopped before its record could be read")
+    tally, maxima = LocalTally.snapshot()
+    for stats in workers or ():
+        cpu_s += stats.get("cpu_s", 0.0)
+        for name, n in stats.get("tally", {}).items():
+            tally[name] = tally.get(name, 0) + n
+        for name, value in stats.get("maxima", {}).items():
+            maxima[name] = max(maxima.get(name, value), value)
     summary = _summary(opts, out_dir, crawl, watch.parked or crawl, bad_seeds,
-                       elapsed=elapsed, cpu_s=cpu_s)
+                       elapsed=elapsed, cpu_s=cpu_s, tally=tally, maxima=maxima)
+    if workers is not None:
+        summary.workers = len(workers)
+        summary.worker_peak_rss_mb = [stats.get("peak_rss_mb", 0.0) for stats in workers]
     storage.write_file(storage.join(out_dir, "summary.json"),
                        (json.dumps(asdict(summary), indent=2) + "\n").encode())
     return summary
@@ -204,11 +235,15 @@ class _Watch:
         self.crawl: Crawl | None = None
         self.parked: Crawl | None = None
 
-    def follow(self, tables, on_progress: Callable[[str], None] | None) -> None:
-        """Read the record every POLL_S, report progress, return once the crawl is final."""
+    def follow(self, tables, on_progress: Callable[[str], None] | None,
+               check: Callable[[], None] | None = None) -> None:
+        """Read the record every POLL_S, report progress, return once the crawl is final;
+        `check()` (the workers' health) is called as often, and what it raises ends it."""
         window = RateWindow()
         while True:
             time.sleep(POLL_S)  # the progress display's pace, not a synchronisation
+            if check is not None:
+                check()
             crawl = self.crawl = read_crawl(tables, self.crawl_id)
             deadline = crawl.deadline
             if deadline is None or time.time() < deadline:
@@ -270,8 +305,9 @@ def _prepare_output(opts: CrawlOptions, out_dir: str) -> Path:
 
 def _fleet_settings(opts: CrawlOptions, page_step: beam.PTransform | None) -> FleetSettings:
     """The crawl's own topics, so that two crawls sharing an emulator do not read each
-    other's frontier."""
+    other's frontier; with --workers, this run's subscriptions of each worker's share."""
     return FleetSettings(
+        workers=opts.workers or 1, run_tag=secrets.token_hex(4),
         options=opts, frontier_topic=frontier_topic_name(opts.crawl_id),
         dead_letter_topic=dead_letter_topic_name(opts.crawl_id),
         dead_letter_subscription=redrive_subscription_name(opts.crawl_id),
@@ -392,9 +428,9 @@ def resume_batches(crawl_id: str, plan: ResumePlan) -> list[FrontierBatch | Seen
 
 # ----------------------------------------------------------------------------- summary
 def _summary(opts: CrawlOptions, out_dir: str, crawl: Crawl, parked: Crawl,
-             bad_seeds: list[str], *, elapsed: float, cpu_s: float) -> CrawlSummary:
+             bad_seeds: list[str], *, elapsed: float, cpu_s: float, tally: dict[str, int],
+             maxima: dict[str, float]) -> CrawlSummary:
     c = crawl.counters
-    tally, maxima = LocalTally.snapshot()
     by_state = {name: c[name] for name in _TERMINAL if c[name]}
     return CrawlSummary(
         crawl_id=opts.crawl_id, out_dir=out_dir, state=str(crawl.state), reason=crawl.reason,

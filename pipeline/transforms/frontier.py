@@ -271,7 +271,10 @@ class PublishFn(beam.DoFn):
                 counter = self._published[kind] = crawl_counter(published(kind))
             counter.inc()
             if self._counts is not None:
-                self._counts.add(crawl_id, Counter.BATCHES_PUBLISHED)
+                # A publisher may send one message on as several (a local crawl run by
+                # several processes routes each part to its owner: pipeline.local.routing).
+                self._counts.add(crawl_id, Counter.BATCHES_PUBLISHED,
+                                 getattr(future, "messages", 1))
                 if kind in LINK_KINDS:  # the far side of the link batches emitted
                     self._counts.add(crawl_id, Counter.BATCHES_PUBLISHED_LINKS)
         self._pending = []

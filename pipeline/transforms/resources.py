@@ -21,7 +21,7 @@ import time
 import uuid
 import weakref
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -208,6 +208,9 @@ class WorkerResources:
         self._open = _Open()
         # The pages this process holds of each crawl's budget (pipeline.core.budget).
         self.budget_blocks = BudgetBlocks()
+        # Wraps the Pub/Sub publisher when it is made: a worker of a local crawl run by
+        # several processes routes frontier messages to their owners (pipeline.local.routing).
+        self.publisher_wrapper: Callable[[Any], Any] | None = None
         # Closed when collected too (Shared lets go of it when the endpoints change).
         self._finalizer = weakref.finalize(self, self._open.close)
         _LIVE.add(self)
@@ -232,6 +235,8 @@ class WorkerResources:
                     batch_settings=pubsub_v1.types.BatchSettings(max_messages=100,
                                                                  max_latency=0.005)
                 )
+                if self.publisher_wrapper is not None:
+                    self._open.publisher = self.publisher_wrapper(self._open.publisher)
             return self._open.publisher
 
     # --- Bigtable ---------------------------------------------------------------------------
