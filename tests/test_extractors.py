@@ -276,3 +276,10 @@ def test_every_choice_keeps_each_synthetic_pages_key_and_native_phrases(name):
                     missing.append(f"{url}: {phrase!r}")
     assert checked > 300
     assert missing == []
+
+
+def test_a_page_whose_text_is_only_control_whitespace_has_no_text():
+    """Found by the property above: resiliparse gives the body b'\\x1c' back as its text."""
+    page = parse_page(PAGE_URL, b"\x1c", "text/html", extractor=extractor_named("resiliparse"),
+                      agent="beam-crawler")
+    assert page.text is None

@@ -225,12 +225,19 @@ def test_audit_catches_a_violation_put_into_a_real_crawl_s_record(crawled, tmp_p
     _, tmp = crawled
     crawl_dir = tmp_path / "audited"
     shutil.copytree(tmp / "out" / "audited" / "requests", crawl_dir / "requests")
-    [log] = list((crawl_dir / "requests").glob("requests-*.jsonl"))
-    lines = [json.loads(line) for line in log.read_text().splitlines()]
-    # Move one page request of a host to 0.05 s after the request before it on that host.
-    host_of = [line["url"].split("/")[2] for line in lines]
-    target = next(i for i in range(len(lines)) if host_of[i] in host_of[:i]
-                  and not lines[i]["url"].endswith("robots.txt"))
+    # One log per process that made requests (a crawl run by several workers has several);
+    # a host's requests are all in its owner's.
+    logs = sorted((crawl_dir / "requests").glob("requests-*.jsonl"))
+    assert logs
+    for log in logs:
+        lines = [json.loads(line) for line in log.read_text().splitlines()]
+        # Move one page request of a host to 0.05 s after the request before it on that host.
+        host_of = [line["url"].split("/")[2] for line in lines]
+        target = next((i for i in range(len(lines)) if host_of[i] in host_of[:i]
+                       and not lines[i]["url"].endswith("robots.txt")), None)
+        if target is not None:
+            break
+    assert target is not None, "no host with two requests in the crawl's record"
     before = max((line["start"] for i, line in enumerate(lines[:target])
                   if host_of[i] == host_of[target]))
     lines[target]["start"] = before + 0.05

@@ -456,8 +456,11 @@ def extract_main_text(tree: HtmlElement, url: str | None, *, fast: bool = False)
 
 
 def resiliparse_text(html: str) -> str | None:
-    """Main text of a decoded page by resiliparse (its own lexbor parse), or None."""
-    return extract_plain_text(HTMLTree.parse(html), **RESILIPARSE_SETTINGS) or None
+    """Main text of a decoded page by resiliparse (its own lexbor parse), or None. A text of
+    nothing but whitespace (control characters such as U+001C included, which resiliparse
+    passes through from a page of junk) is no text."""
+    text = extract_plain_text(HTMLTree.parse(html), **RESILIPARSE_SETTINGS)
+    return text if text and text.strip() else None
 
 
 @dataclass(frozen=True, slots=True)
