@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from pipeline.core.host_backoff import BLOCKED_HOST_SECONDS, HostBackoff
 from pipeline.core.politeness import (
     DEADLINE_FETCH_GRACE,
+    RETRY_KEPT_S,
     FetchReport,
     HostPolicy,
     HostState,
@@ -951,3 +952,33 @@ def test_a_blocked_host_state_survives_the_state_coder():
     copy = pickle.loads(pickle.dumps(state))
     assert (copy.backoff.blocked, copy.backoff.blocked_until) == (
         BLOCKED, 5.0 + BLOCKED_HOST_SECONDS)
+
+
+def test_a_spent_budget_keeps_the_retry_that_holds_its_page_and_ends_the_first_requests():
+    """A URL whose first attempt got a 503 was charged its page: when the crawl's budget is
+    spent while it waits for its retry, it is still asked (the pages granted are the pages
+    fetched) and the URLs behind it end over budget. Behind an open circuit, or a
+    Retry-After past RETRY_KEPT_S, it ends with them."""
+    policy = HostPolicy(user_agent="testbot", min_delay=1.0, max_attempts=3)
+
+    def failed_once(retry_after: str | None) -> HostState:
+        state = HostState(host=HOST)
+        state.offer(urls("a", "b", "c"), 0, policy)
+        state.complete(state.next_action(0.0, policy).fetch.lease.lease_id, robots(), 0.0,
+                       policy)
+        lease = state.next_action(1.0, policy).fetch.lease
+        assert lease.url.endswith("/a")
+        state.complete(lease.lease_id, FetchReport(status=503, retry_after=retry_after),
+                       1.1, policy)
+        return state
+
+    state = failed_once(None)
+    spent = state.next_action(1.2, policy, budget_spent=lambda _url: True)
+    assert sorted(o.entry.url.rsplit("/", 1)[1] for o in spent.outcomes) == ["b", "c"]
+    assert all(o.state is PageState.OVER_BUDGET for o in spent.outcomes)
+    later = state.next_action(state.next_allowed, policy, budget_spent=lambda _url: True)
+    assert later.fetch is not None and later.fetch.lease.url.endswith("/a")  # asked again
+
+    state = failed_once(str(int(RETRY_KEPT_S) + 60))  # the server asks for a long wait
+    spent = state.next_action(1.2, policy, budget_spent=lambda _url: True)
+    assert sorted(o.entry.url.rsplit("/", 1)[1] for o in spent.outcomes) == ["a", "b", "c"]

@@ -57,6 +57,16 @@ class HostBacklog:
         self.queue.clear()
         return entries
 
+    def drain_first_requests(self) -> list[FrontierEntry]:
+        """The queued URLs not asked yet, taken out of the queue; retries (asked before, so
+        charged their page) stay, in order."""
+        first = [entry for entry in self.queue if entry.attempt == 0]
+        if first:
+            retries = [entry for entry in self.queue if entry.attempt > 0]
+            self.queue.clear()
+            self.queue.extend(retries)
+        return first
+
     def overflow(self, entries: list[FrontierEntry], policy: HostPolicy
                  ) -> list[tuple[int, tuple[FrontierEntry, ...]]]:
         """Number the URLs offer() spilled into chunks for overflow storage; from now on they

@@ -55,6 +55,10 @@ log = logging.getLogger(__name__)
 TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 # The reason every URL still waiting when the crawl's time budget runs out ends with.
 TIME_BUDGET_REASON = "time budget"
+# How long a retry waiting for its backoff (or Retry-After) is still asked once the crawl's
+# page budget is spent: its page was charged at its first attempt. One waiting longer ends
+# over budget, so that the crawl does not wait on it.
+RETRY_KEPT_S = 30.0
 # A request started before the time budget runs out may take at most this long past it (its
 # fetch deadline is shortened), so a crawl with a time budget ends soon after it.
 DEADLINE_FETCH_GRACE = 5.0
@@ -375,8 +379,26 @@ class HostState:
             reason = TIME_BUDGET_REASON
         else:
             return None
+        if reason != TIME_BUDGET_REASON and self._retry_holds_its_page(now):
+            # A retry was charged its page at its first attempt: it goes on to be asked
+            # again, so the pages a spent budget granted are the pages fetched. The first
+            # requests behind it end.
+            ended = self.backlog.drain_first_requests()
+            if not ended:
+                return None
+            return Decision(outcomes=_ended(ended, PageState.OVER_BUDGET, reason),
+                            wake_at=self.due_at(policy))
         return Decision(outcomes=_ended(self.backlog.drain(), PageState.OVER_BUDGET, reason),
                         robots_messages=self.gate.refuse_queries(now, reason))
+
+    def _retry_holds_its_page(self, now: float) -> bool:
+        """The queue's head is a retry of a page the budget granted, due soon: not behind an
+        open circuit, nor a backoff or Retry-After past RETRY_KEPT_S, which a crawl whose
+        budget is spent does not wait for (its URL then ends over budget)."""
+        head = self.backlog.queue[0] if self.backlog.queue else None
+        return (head is not None and head.attempt > 0
+                and self.backoff.refusal(now, self.host) is None
+                and self.next_allowed - now <= RETRY_KEPT_S)
 
     def _next_page(self, now: float, policy: HostPolicy,
                    claim_page: Callable[[str], bool]) -> Decision:
