@@ -47,6 +47,17 @@ class CountDeltas:
         return any(any(counts.values()) for counts in self._by_crawl.values())
 
 
+def shard_key(crawl_id: str, shard: int) -> str:
+    """The key a stage's counts of one crawl travel under to their shard's totals."""
+    return f"{crawl_id}/{shard}"
+
+
+def crawl_and_shard(key: str) -> tuple[str, int]:
+    """The crawl id and shard of a shard_key."""
+    crawl_id, shard = key.rsplit("/", 1)
+    return crawl_id, int(shard)
+
+
 def new_generation() -> str:
     """A name for a job's totals, which start from zero: the state of a new job (a relaunch
     after a drain) counts on top of what the job before it wrote, in columns of its own.

@@ -29,7 +29,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from pipeline.core.counts import ShardTotals, new_generation
+from pipeline.core.counts import ShardTotals, crawl_and_shard, new_generation
 from pipeline.io.bigtable import BigtableConfig
 from pipeline.transforms.resources import worker_resources
 from pipeline.transforms.tags import Tag
@@ -48,17 +48,11 @@ class LocalCrawlCounts:
 
     def add(self, key: str, deltas: dict[str, int]) -> None:
         """Add a counts output, (`crawl/shard`, deltas), to its crawl's totals."""
-        crawl_id = key.rsplit("/", 1)[0]
+        crawl_id, _ = crawl_and_shard(key)
         with self._lock:
             totals = self._totals.get(crawl_id) or ShardTotals(self._generation)
             self._totals[crawl_id] = totals = totals.plus(deltas)
             worker_resources().totals_writer(self._config).put(crawl_id, 0, STAGE, totals)
-
-    def totals(self, crawl_id: str) -> dict[str, int]:
-        """What this process counted for the crawl so far."""
-        with self._lock:
-            totals = self._totals.get(crawl_id)
-            return dict(totals.totals) if totals is not None else {}
 
 
 _install_lock = threading.Lock()

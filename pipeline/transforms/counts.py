@@ -24,7 +24,13 @@ from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 from apache_beam.transforms.window import GlobalWindows
 
 from pipeline.core.counters import Counter, record_name
-from pipeline.core.counts import CountDeltas, ShardTotals, new_generation
+from pipeline.core.counts import (
+    CountDeltas,
+    ShardTotals,
+    crawl_and_shard,
+    new_generation,
+    shard_key,
+)
 from pipeline.io.bigtable import BigtableConfig, check_crawl_id
 from pipeline.transforms.resources import worker_resources
 from pipeline.transforms.tags import Tag
@@ -50,7 +56,7 @@ class BundleCounts:
         """The bundle's counts, one tagged output per crawl, and empty again. In the global
         window at its end, as Beam's own batching emits from finish_bundle."""
         for crawl_id, deltas in self._deltas.take().items():
-            key = f"{crawl_id}/{random.randrange(COUNT_SHARDS)}"
+            key = shard_key(crawl_id, random.randrange(COUNT_SHARDS))
             yield TaggedOutput(Tag.COUNTS,
                                GlobalWindows.windowed_value_at_end_of_window((key, deltas)))
 
@@ -98,15 +104,10 @@ class CrawlCountsFn(beam.DoFn):
         if self._changed:
             writer = worker_resources().totals_writer(self._config)
             for key, totals in self._changed.items():
-                crawl_id, shard = _crawl_and_shard(key)
+                crawl_id, shard = crawl_and_shard(key)
                 writer.put(crawl_id, shard, self._stage, totals)
             writer.bundle_done()
         self._changed = {}
-
-
-def _crawl_and_shard(key: str) -> tuple[str, int]:
-    crawl_id, shard = key.rsplit("/", 1)
-    return crawl_id, int(shard)
 
 
 class WriteCrawlCounts(beam.PTransform):

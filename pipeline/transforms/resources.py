@@ -110,16 +110,18 @@ class TotalsWriter:
                                                 daemon=True)
                 self._thread.start()
 
+    def _take(self) -> list[tuple[str, int, str, ShardTotals]]:
+        """What is held, as (crawl id, shard, stage, totals), no longer held."""
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        return [(crawl_id, shard, stage, totals)
+                for (crawl_id, stage, shard, _), totals in pending.items()]
+
     def bundle_done(self) -> None:
         """The end of a count step's bundle: write what is held now, unless a thread does
         (a failure raises, so the runner retries the bundle)."""
-        if self._flush_s <= 0:
-            with self._lock:
-                pending, self._pending = self._pending, {}
-            if pending:
-                write_shard_totals(self._tables, [
-                    (crawl_id, shard, stage, totals)
-                    for (crawl_id, stage, shard, _), totals in pending.items()])
+        if self._flush_s <= 0 and (taken := self._take()):
+            write_shard_totals(self._tables, taken)
 
     def _run(self) -> None:
         while not self._stop.wait(self._flush_s):
@@ -127,17 +129,14 @@ class TotalsWriter:
 
     def flush(self) -> None:
         """Write what is held now (a failed write keeps it for the next one)."""
-        with self._lock:
-            pending, self._pending = self._pending, {}
-        if not pending:
+        taken = self._take()
+        if not taken:
             return
         try:
-            write_shard_totals(self._tables, [(crawl_id, shard, stage, totals) for
-                                              (crawl_id, stage, shard, _), totals in
-                                              pending.items()])
+            write_shard_totals(self._tables, taken)
         except Exception as exc:  # the client's errors: written at the next flush
             log.warning("cannot write the crawl counters (%s); trying again", exc)
-            for (crawl_id, stage, shard, _), totals in pending.items():
+            for crawl_id, shard, stage, totals in taken:
                 self.put(crawl_id, shard, stage, totals)
 
     def close(self) -> None:
