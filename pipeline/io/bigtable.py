@@ -617,8 +617,12 @@ def write_shard_totals(tables: BigtableTables,
         mutations: list[SetCell | DeleteRangeFromColumn] = []
         for name, n in sorted(totals.totals.items()):
             column = shard_column(stage, shard, totals.generation, name).encode()
-            mutations.append(DeleteRangeFromColumn(CRAWLS_FAMILY, column, 0, at))
+            # The new version first, then the older ones go: one request either way, but the
+            # column is never empty in between, which the Bigtable emulator would apply by
+            # dropping the column and adding it again, in place, under a read of the row that
+            # can then leave out other columns (pipeline.io.crawls._torn).
             mutations.append(SetCell(CRAWLS_FAMILY, column, _INT64.pack(n), at))
+            mutations.append(DeleteRangeFromColumn(CRAWLS_FAMILY, column, 0, at))
         entries.append(RowMutationEntry(check_crawl_id(crawl_id).encode(), mutations))
     if entries:
         tables.crawls.bulk_mutate_rows(entries)
