@@ -26,6 +26,7 @@ Row layout (family `c`, every cell but the counters at timestamp 0 so a rewrite 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
@@ -377,6 +378,9 @@ def list_crawls(
         for _, crawl_id in page:
             row = stored.get(crawl_id)
             crawl = None if row is None else _crawl_of(crawl_id, row)
+            if crawl is None and _torn(row):
+                with contextlib.suppress(CrawlNotFound):
+                    crawl = read_crawl(tables, crawl_id)  # reads it again
             if crawl is not None:
                 crawls.append(crawl)
     next_cursor = page[-1][0].decode() if more else None
