@@ -71,6 +71,7 @@ def build_crawler(
     subscription: str | None = None,
     payloads: beam.PTransform | None = None,
     frontier_id_label: str | None = MESSAGE_ID,
+    checkpoint_publishes: bool = True,
     duplicates: DuplicatePolicy | None = None,
     extractor: str = DEFAULT_EXTRACTOR,
     parse_attempts: int = PARSE_ATTEMPTS,
@@ -84,8 +85,10 @@ def build_crawler(
     """Add the crawler to pipeline `p`. It reads the frontier `subscription` (messages of any
     crawl; `payloads` replaces it with any PTransform PBegin -> bytes, a TestStream in
     tests; `frontier_id_label` is how the runner drops a message delivered twice, None on
-    Beam's local runner, see ReadFrontier), schedules every crawl's URLs in host state keyed
-    by host, stores each page under
+    Beam's local runner, see ReadFrontier; `checkpoint_publishes` names each message before a
+    checkpoint so that a retried publish sends the same ids, False on Beam's local runner,
+    which commits every step on its own, see PublishFrontier), schedules every crawl's URLs
+    in host state keyed by host, stores each page under
     its crawl's directory of `out` and its row in Bigtable and the crawl's Parquet table, and
     publishes links, and robots.txt queries and answers between hosts, back to `topic`.
     Dead letters `crawler redrive` sent back to the frontier are parsed again from their
@@ -111,15 +114,16 @@ def build_crawler(
     )
     rows = (scheduled.rows, replayed.rows, stored.rows) | "AllRows" >> beam.Flatten()
     _write_rows(rows, out=out, config=config, row_shards=row_shards, events_topic=events_topic,
-                bigquery_table=bigquery_table)
+                bigquery_table=bigquery_table, checkpoint=checkpoint_publishes)
     _loop_back(p, (stored.links, scheduled.robots, scheduled.relaunch), topic=topic,
-               config=config, watch=watch, clock=clock)
-    stored.dead_letters | "PublishDeadLetters" >> PublishDeadLetters(dead_letter_topic)
+               config=config, watch=watch, clock=clock, checkpoint=checkpoint_publishes)
+    stored.dead_letters | "PublishDeadLetters" >> PublishDeadLetters(
+        dead_letter_topic, checkpoint=checkpoint_publishes)
 
 
 def _loop_back(p: beam.Pipeline, messages: tuple[beam.PCollection, ...], *, topic: str,
                config: SchedulerConfig, watch: CrawlWatch | None,
-               clock: Callable[[], float]) -> None:
+               clock: Callable[[], float], checkpoint: bool) -> None:
     """The frontier messages the graph makes (links, robots.txt queries and answers, and at a
     drain the wakes for the relaunched job) back to `topic`, with the messages of the crawl
     watch that ends crawls when there is one."""
@@ -129,21 +133,24 @@ def _loop_back(p: beam.Pipeline, messages: tuple[beam.PCollection, ...], *, topi
     (
         messages
         | "AllFrontierMessages" >> beam.Flatten()
-        | "PublishFrontier" >> PublishFrontier(topic, counts=config.bigtable)
+        | "PublishFrontier" >> PublishFrontier(topic, counts=config.bigtable,
+                                               checkpoint=checkpoint)
     )
 
 
 def _write_rows(rows: beam.PCollection, *, out: str, config: SchedulerConfig, row_shards: int,
-                events_topic: str | None, bigquery_table: str | None) -> None:
+                events_topic: str | None, bigquery_table: str | None,
+                checkpoint: bool) -> None:
     """Every row to the crawl's Parquet table and to Bigtable, then (once durable) its page
-    event to `events_topic`; and to BigQuery with `bigquery_table`."""
+    event to `events_topic` (`checkpoint`: see PublishFrontier); and to BigQuery with
+    `bigquery_table`."""
     rows | "WritePagesTable" >> WritePagesTable(out, None, shards=row_shards)
     durable = rows | "WritePagesToBigtable" >> WritePagesToBigtable(config.bigtable)
     if events_topic is not None:
         (
             durable
             | "PageCrawledEvents" >> beam.FlatMap(lambda row: filter(None, [event_of(row)]))
-            | "PublishEvents" >> PublishPageEvents(events_topic)
+            | "PublishEvents" >> PublishPageEvents(events_topic, checkpoint=checkpoint)
         )
     if bigquery_table is not None:
         from pipeline.transforms.bigquery import WritePagesToBigQuery  # needs BigQuery's client

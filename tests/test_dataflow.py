@@ -243,10 +243,16 @@ def test_the_job_reads_the_fleet_subscription_and_publishes_to_the_fleet_topics(
     # Dataflow drops a message delivered twice by the id every publish sets (io/pubsub.py).
     assert payload.id_attribute == MESSAGE_ID
     topics = set()
-    for payload in _dofn_payloads(job).values():
+    transforms = {t.unique_name: t for t in job.proto_pipeline.components.transforms.values()}
+    # Each publisher reads what a checkpoint committed (a Reshuffle, after the messages were
+    # named): a retried publishing bundle sends the same ids, and the readers drop the copies.
+    checkpointed = {pc for t in _transforms(job, common_urns.composites.RESHUFFLE.urn).values()
+                    for pc in t.outputs.values()}
+    for name, payload in _dofn_payloads(job).items():
         fn = pickler.loads(payload)[0]
         if isinstance(fn, PublishFn):
             topics.add(fn._topic)
+            assert set(transforms[name].inputs.values()) <= checkpointed, name
     assert topics == {
         f"projects/{PROJECT}/topics/{name}"
         for name in (RESOURCES.frontier_topic, RESOURCES.dead_letter_topic,

@@ -268,15 +268,15 @@ def test_sitemap_batches_count_on_the_far_side_of_the_link_batches_they_were_emi
     batches_published_links, or the crawl's balance never settles (or settles early)."""
     from pipeline.core.records import FrontierBatch, HostSignal, HostSignalKind
     from pipeline.io.bigtable import BigtableConfig
-    from pipeline.transforms.frontier import PublishFn
+    from pipeline.transforms.frontier import PublishFn, named_message
 
     fn = PublishFn("projects/p/topics/t", counts=BigtableConfig(project="p", instance="i"))
     fn._publisher = _Publisher()
     fn.start_bundle()
     for kind in (BatchKind.LINKS, BatchKind.SITEMAP, BatchKind.SITEMAP_DOCUMENTS,
                  BatchKind.SEEDS):
-        fn.process(FrontierBatch("c", 1, ("http://a.test/",), kind=kind))
-    fn.process(HostSignal("c", "http://a.test/", HostSignalKind.THROTTLE))
+        fn.process(named_message(FrontierBatch("c", 1, ("http://a.test/",), kind=kind)))
+    fn.process(named_message(HostSignal("c", "http://a.test/", HostSignalKind.THROTTLE)))
     (out,) = fn.finish_bundle()  # the bundle's counts for crawl c's record
     key, counted = out.value.value
     assert key.startswith("c/")

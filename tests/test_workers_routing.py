@@ -27,7 +27,7 @@ from pipeline.core.worker_shares import owner_of, split_message, split_payload
 from pipeline.io.bigtable import BigtableConfig
 from pipeline.io.pubsub import MESSAGE_ID
 from pipeline.local.routing import FrontierRouter, RoutingPublisher
-from pipeline.transforms.frontier import PublishFn
+from pipeline.transforms.frontier import PublishFn, named_message
 
 HOSTS = [f"h{i}.test" for i in range(12)] + ["www.shop.example", "blog.shop.example"]
 urls = st.lists(st.builds(lambda host, page: f"http://{host}/p{page}",
@@ -147,7 +147,7 @@ def test_a_message_cut_in_k_parts_is_k_messages_each_with_its_own_id_and_k_count
     fn = PublishFn(ROUTER.topic_path, counts=BigtableConfig("p", "i"))
     fn._publisher = publisher
     fn.start_bundle()
-    fn.process(batch)
+    fn.process(named_message(batch))
     counts = [output.value.value[1] for output in fn.finish_bundle()]
     assert sum(delta["batches_published"] for delta in counts) == 3
     assert sum(delta["batches_published_links"] for delta in counts) == 1  # one batch

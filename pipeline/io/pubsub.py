@@ -13,9 +13,10 @@ seen: on Dataflow through `ReadFromPubSub(id_label=MESSAGE_ID)`, which the servi
 deduplicates over about 10 minutes; on the local runner, which does not support `id_label`,
 through `Deduplicator` in the runner's pull (pipeline/local/direct_runner.py).
 
-What this does not cover: a bundle that Dataflow retries after its publishes succeeded
-publishes again with new ids (its counters are at-least-once too); that is the job of the
-balance's per-bundle accounting, not of the transport.
+A bundle that the runner retries after its publishes succeeded publishes them again: the
+graph's publisher (pipeline.transforms.frontier.PublishFrontier) names each message before a
+checkpoint, so the retry sends the same ids and its copies are dropped as repeats like any
+other (docs/design.md, "Counters").
 """
 
 from __future__ import annotations
@@ -32,9 +33,15 @@ MESSAGE_ID = "crawler_message_id"
 DEDUP_WINDOW_S = 600.0
 
 
-def publish_once(publisher: Any, topic: str, data: bytes) -> Any:
-    """Publish `data` with a fresh MESSAGE_ID; returns the client's future."""
-    return publisher.publish(topic, data, **{MESSAGE_ID: uuid.uuid4().hex})
+def publish_once(publisher: Any, topic: str, data: bytes, message_id: str | None = None) -> Any:
+    """Publish `data` under `message_id` (a fresh MESSAGE_ID if None: a message published for
+    the first time); returns the client's future."""
+    return publisher.publish(topic, data, **{MESSAGE_ID: message_id or new_message_id()})
+
+
+def new_message_id() -> str:
+    """A fresh MESSAGE_ID."""
+    return uuid.uuid4().hex
 
 
 class Deduplicator:

@@ -138,6 +138,9 @@ class LocalFleet:
                       subscription=subscription, topic=self.topic,
                       # Beam's local runner has no id_label: its pulls drop repeats instead.
                       frontier_id_label=None,
+                      # It commits each step's output on its own: a retried publish already
+                      # sends the ids its messages were named with (PublishFrontier).
+                      checkpoint_publishes=False,
                       dead_letter_topic=dead_letters, duplicates=opts.duplicate_policy(),
                       extractor=opts.extractor, parse_attempts=opts.parse_attempts,
                       page_step=s.page_step, events_topic=events,

@@ -38,7 +38,7 @@ from pipeline.core.records import (
 )
 from pipeline.core.urls import MAX_URL_LENGTH, InvalidURL, host_key, normalize_url, url_hash
 from pipeline.io.bigtable import BigtableConfig, check_crawl_id
-from pipeline.io.pubsub import MESSAGE_ID, publish_once
+from pipeline.io.pubsub import MESSAGE_ID, new_message_id, publish_once
 from pipeline.metrics import CrawlCounter, crawl_counter
 from pipeline.transforms.counts import BundleCounts, WriteCrawlCounts
 from pipeline.transforms.resources import worker_resources
@@ -236,10 +236,21 @@ class ReadFrontier(beam.PTransform):
         return FrontierOutputs(decoded.batches, decoded[Tag.REDRIVE])
 
 
+# A message on its way to Pub/Sub: (message id, crawl id, kind, payload), all in Beam's own
+# deterministic coders, so that a checkpoint stores it as it is.
+NamedMessage = tuple[str, str, str, bytes]
+
+
+def named_message(record: FrontierBatch | HostSignal | DeadLetter) -> NamedMessage:
+    """A record (anything with `to_bytes()`, a `kind` and a `crawl_id`) as a message under a
+    MESSAGE_ID of its own."""
+    return new_message_id(), record.crawl_id, str(record.kind), record.to_bytes()
+
+
 class PublishFn(beam.DoFn):
-    """Publishes records (anything with `to_bytes()`, a `kind` and a `crawl_id`), counted per
-    kind (`batches_published_<kind>`) once Pub/Sub acknowledged them, and with `counts` in
-    their crawl's record (the near side of the frontier's balance)."""
+    """Publishes named messages (NamedMessage) under their ids, counted per kind
+    (`batches_published_<kind>`) once Pub/Sub acknowledged them, and with `counts` in their
+    crawl's record (the near side of the frontier's balance)."""
 
     def __init__(self, topic: str, counts: BigtableConfig | None = None) -> None:
         self._topic = topic
@@ -258,10 +269,11 @@ class PublishFn(beam.DoFn):
         self._sent = []
         self._counts = BundleCounts() if self._counting else None
 
-    def process(self, batch: FrontierBatch | HostSignal | DeadLetter) -> None:
+    def process(self, message: NamedMessage) -> None:
         assert self._publisher is not None
-        self._pending.append(publish_once(self._publisher, self._topic, batch.to_bytes()))
-        self._sent.append((batch.kind, batch.crawl_id))
+        message_id, crawl_id, kind, payload = message
+        self._pending.append(publish_once(self._publisher, self._topic, payload, message_id))
+        self._sent.append((kind, crawl_id))
 
     def finish_bundle(self) -> Iterator[TaggedOutput]:
         for future, (kind, crawl_id) in zip(self._pending, self._sent, strict=True):
@@ -285,19 +297,33 @@ class PublishFn(beam.DoFn):
 
 class PublishFrontier(beam.PTransform):
     """Frontier records -> the frontier topic. counts: the Bigtable of the crawl records, so
-    that each crawl's record counts what was published for it (see PublishFn)."""
+    that each crawl's record counts what was published for it (see PublishFn).
+
+    Each record is named (a MESSAGE_ID) before a checkpoint (a Reshuffle, which Dataflow
+    commits before the step after it runs), so a publishing bundle the runner retries sends
+    the same messages under the same ids and the readers drop the copies: the reader's count
+    of a crawl's messages is then exactly what the publisher counted (docs/design.md,
+    "Counters"). Without the checkpoint, Dataflow would run the naming again with the steps it
+    is fused with, and name the copies afresh. checkpoint=False is for a runner that commits
+    every step's output on its own (Beam's local runner), where the checkpoint would only cost
+    a keyed step per message."""
 
     COUNT_STAGE = "publish"  # its cells in the crawl records (pipeline.transforms.counts)
 
-    def __init__(self, topic: str, counts: BigtableConfig | None = None) -> None:
+    def __init__(self, topic: str, counts: BigtableConfig | None = None, *,
+                 checkpoint: bool = True) -> None:
         super().__init__()
         if not topic.startswith("projects/"):
             raise ValueError(f"topic must be a full path projects/P/topics/T, got {topic!r}")
         self._topic = topic
         self._counts = counts
+        self._checkpoint = checkpoint
 
     def expand(self, batches):
-        published = batches | "Publish" >> beam.ParDo(
+        named = batches | "Name" >> beam.Map(named_message).with_output_types(NamedMessage)
+        if self._checkpoint:
+            named = named | "Checkpoint" >> beam.Reshuffle().with_output_types(NamedMessage)
+        published = named | "Publish" >> beam.ParDo(
             PublishFn(self._topic, self._counts)).with_outputs(Tag.COUNTS)
         if self._counts is not None:
             published[Tag.COUNTS] | "CountInRecords" >> WriteCrawlCounts(self._counts,
