@@ -91,6 +91,34 @@ def test_a_resumed_crawl_waits_for_each_host_s_delay_and_retry_after_since_its_l
     assert until([robots(0), garbled]) == pytest.approx(8.0)
 
 
+def test_a_request_in_flight_when_its_process_was_killed_is_read_as_unfinished(tmp_path):
+    """A request's first line is written before it is sent: one the process never ended
+    (killed with the request in flight) is still a request, and a resumed crawl waits out its
+    host's delay after it."""
+    from pipeline.io.request_log import UNFINISHED, RequestLog, read_request_log
+
+    directory = tmp_path / "requests"
+    killed = RequestLog(str(directory))
+    ended = killed.started("http://a.test/robots.txt", 0.0)
+    killed.record("http://a.test/robots.txt", 0.001, 0.01, 200, None, (), RULES, ended)
+    killed.dropped(killed.started("http://10.0.0.1/", 1.0))  # a refused address: no request
+    killed.started("http://a.test/x", 4.0)  # in flight at the kill
+    # The resumed process may get the dead one's pid, and so append to its file.
+    resumed = RequestLog(str(directory))
+    assert resumed.path == killed.path
+    again = resumed.started("http://b.test/", 5.0)
+    resumed.record("http://b.test/", 5.0, 0.02, 200, None, (), b"", again)
+
+    recorded = list(read_request_log(tmp_path))
+    assert [(r.url, r.start, r.end, r.error) for r in recorded] == [
+        ("http://a.test/robots.txt", 0.001, 0.011, None),
+        ("http://a.test/x", 4.0, 4.0, UNFINISHED),
+        ("http://b.test/", 5.0, 5.02, None)]
+    # a.test asks Crawl-delay 2: its unfinished request at 4.0 keeps it quiet until 6.0.
+    assert quiet_until(recorded, user_agent=AGENT, min_delay=1.0, max_crawl_delay=30.0,
+                       retry_cap=600.0) == pytest.approx(6.0)
+
+
 def test_a_robots_txt_redirected_to_another_host_governs_the_host_that_asked():
     chain = [Request("http://a.test/robots.txt", 0, 0.01, 301,
                      location="http://rules.test/shared/robots.txt"),
@@ -232,6 +260,8 @@ def test_audit_catches_a_violation_put_into_a_real_crawl_s_record(crawled, tmp_p
     for log in logs:
         lines = [json.loads(line) for line in log.read_text().splitlines()]
         # Move one page request of a host to 0.05 s after the request before it on that host.
+        # (Lines of a request's start hold no `end`: its whole record follows.)
+        lines = [line for line in lines if "end" in line]
         host_of = [line["url"].split("/")[2] for line in lines]
         target = next((i for i in range(len(lines)) if host_of[i] in host_of[:i]
                        and not lines[i]["url"].endswith("robots.txt")), None)

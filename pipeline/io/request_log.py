@@ -10,8 +10,14 @@ writes the settings its politeness is judged by next to them (write_audit_settin
 process writes its own file, requests-HOST-PID.jsonl, a line flushed per request, so a
 killed crawl keeps what it did.
 
-A line: `url`; `start` and `end`, epoch seconds (start just before connecting, end when the
-body was read or the fetch gave up); `status` (null without an HTTP answer) and `error`;
+A request is written twice: when it starts, a line with its `id` (unique in the file), `url`
+and `start` only; when it ends, the whole record under the same `id`. A request whose process
+was killed while it was in flight keeps its first line alone, and is read as a request that
+started then and never ended (error "unfinished"): a resumed crawl waits out its host's delay
+after it, as after any other (pipeline.core.request_audit.quiet_until).
+
+A whole record: `url`; `start` and `end`, epoch seconds (start just before connecting, end when
+the body was read or the fetch gave up); `status` (null without an HTTP answer) and `error`;
 `location` of a 3xx answer; `retry_after`, an answer's Retry-After header as sent; and
 `robots`, the base64 of the first 500 KiB of a 2xx body whose path ends in robots.txt, so the
 rules the crawl obeyed can be checked. Page bodies are not kept: the WARC has them.
@@ -20,10 +26,13 @@ rules the crawl obeyed can be checked. Page bodies are not kept: the WARC has th
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import os
+import secrets
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -37,6 +46,9 @@ REQUEST_LOG_DIR = "requests"
 SETTINGS_FILE = "settings.json"
 
 
+UNFINISHED = "unfinished"  # the error of a request whose process ended while it was in flight
+
+
 class RequestLog:
     """Appends requests to this process's file under `directory`; thread-safe."""
 
@@ -45,12 +57,32 @@ class RequestLog:
         name = f"requests-{socket.gethostname()}-{os.getpid()}.jsonl"
         self.path = os.path.join(directory, name)
         self._lock = threading.Lock()
+        # Ids unique in the file across processes: a later process may reuse a dead one's
+        # pid, and so append to its file.
+        self._prefix = secrets.token_hex(4)
+        self._ids = itertools.count(1)
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open
 
+    def started(self, url: str, start: float) -> str:
+        """Write that a request of `url` starts now (`start`, epoch seconds), before it is
+        sent; returns its id, for record() or dropped() once it ends."""
+        with self._lock:
+            request_id = f"{self._prefix}-{next(self._ids)}"
+            self._write({"id": request_id, "url": url, "start": start})
+        return request_id
+
+    def dropped(self, request_id: str) -> None:
+        """The request started as `request_id` sent nothing (a refused address)."""
+        with self._lock:
+            self._write({"id": request_id, "dropped": True})
+
     def record(self, url: str, start: float, elapsed: float, status: int | None,
-               error: str | None, headers: tuple[tuple[str, str], ...], body: bytes) -> None:
+               error: str | None, headers: tuple[tuple[str, str], ...], body: bytes,
+               request_id: str | None = None) -> None:
         line: dict[str, object] = {"url": url, "start": start, "end": start + elapsed,
                                    "status": status, "error": error}
+        if request_id is not None:
+            line = {"id": request_id, **line}
         if status is not None and 300 <= status < 400:
             line["location"] = header_value(headers, "Location")
         retry_after = header_value(headers, "Retry-After")
@@ -59,10 +91,12 @@ class RequestLog:
         if (status is not None and 200 <= status < 300
                 and urlsplit(url).path.endswith("robots.txt")):
             line["robots"] = base64.b64encode(body[:ROBOTS_MAX_BYTES]).decode("ascii")
-        text = json.dumps(line, separators=(",", ":")) + "\n"
         with self._lock:
-            self._file.write(text)
-            self._file.flush()
+            self._write(line)
+
+    def _write(self, line: dict[str, object]) -> None:
+        self._file.write(json.dumps(line, separators=(",", ":")) + "\n")
+        self._file.flush()  # to the OS: a killed process keeps the line
 
 
 _logs: dict[str, RequestLog] = {}
@@ -89,10 +123,13 @@ def recording(fetch: Callable[..., FetchResponse],
     """`fetch` that records each request it makes in `journal` (a refused address sent
     nothing to anyone: not a request to audit)."""
     def fetch_and_record(url: str, **kwargs) -> FetchResponse:
+        request_id = journal.started(url, time.time())
         response = fetch(url, **kwargs)
-        if response.error != ERROR_BLOCKED_ADDRESS:
+        if response.error == ERROR_BLOCKED_ADDRESS:
+            journal.dropped(request_id)
+        else:
             journal.record(url, response.started_at, response.elapsed, response.status,
-                           response.error, response.headers, response.body)
+                           response.error, response.headers, response.body, request_id)
         return response
 
     return fetch_and_record
@@ -115,13 +152,29 @@ def read_request_log(crawl_dir: str | Path) -> Iterator[Request]:
     directory = Path(crawl_dir) / REQUEST_LOG_DIR
     for path in sorted(directory.glob("requests-*.jsonl")):
         lines = path.read_text(encoding="utf-8").splitlines()
+        items: list[tuple[int, dict]] = []
         for number, line in enumerate(lines, 1):
             try:
                 item = json.loads(line)
+                if not isinstance(item, dict):
+                    raise TypeError(f"not an object but {type(item).__name__}")
+            except (ValueError, TypeError) as exc:
+                if number == len(lines):  # torn by a kill
+                    continue
+                raise ValueError(f"{path}:{number} is not a request record: {exc}") from None
+            items.append((number, item))
+        # A request's first line stands for it only when nothing of its id followed.
+        ended = {item.get("id") for _, item in items if "end" in item or item.get("dropped")}
+        for number, item in items:
+            if item.get("dropped") or ("end" not in item and item.get("id") in ended):
+                continue
+            try:
                 robots = item.get("robots")
+                start = float(item["start"])
                 yield Request(
-                    url=str(item["url"]), start=float(item["start"]), end=float(item["end"]),
-                    status=item.get("status"), error=item.get("error"),
+                    url=str(item["url"]), start=start, end=float(item.get("end", start)),
+                    status=item.get("status"),
+                    error=item.get("error") if "end" in item else UNFINISHED,
                     location=item.get("location"), retry_after=item.get("retry_after"),
                     robots=None if robots is None else base64.b64decode(robots))
             except (ValueError, KeyError, TypeError) as exc:
