@@ -13,6 +13,7 @@ from pipeline.core.politeness_keys import (
     domain_key,
     host_key_function,
     key_function,
+    message_key,
     url_domain_key,
 )
 from pipeline.core.scope import registered_domain
@@ -100,3 +101,38 @@ def test_a_host_named_by_a_message_is_routed_to_the_key_its_urls_have_in_either_
     assert host_key_function("domain")("img.shop.example.co.uk:8080") == "example.co.uk"
     with pytest.raises(ValueError, match="politeness key 'origin'"):
         host_key_function("origin")
+
+
+def test_a_message_naming_one_key_is_keyed_alike_by_the_reader_and_the_local_router():
+    """The frontier's reader yields each message under message_key; a local crawl of several
+    processes sends it to the owner of the same key (split_message). A message of many URLs
+    is keyed URL by URL, and a dead letter by none."""
+    from pipeline.core.records import (
+        DeadLetter,
+        FrontierBatch,
+        HostSignal,
+        HostSignalKind,
+        HostWake,
+        RobotsRequest,
+        SeenMarks,
+    )
+    from pipeline.core.urls import InvalidURL
+    from pipeline.core.worker_shares import owner_of, split_message
+
+    url = "HTTP://Img.Shop.Example.co.uk:8080/p"
+    host = host_key(normalize_url(url))
+    for mode, key in (("host", "img.shop.example.co.uk:8080"), ("domain", "example.co.uk")):
+        keys = (key_function(mode), host_key_function(mode))
+        named = [HostWake("c", host), RobotsRequest("c", host, f"http://{host}/robots.txt",
+                                                    "a.test", "q1"),
+                 HostSignal("c", url, HostSignalKind.THROTTLE)]
+        for message in named:
+            assert message_key(message, *keys) == key, message
+            for workers in (2, 3, 5):
+                assert split_message(message, workers, key_of=keys[0], key_of_host=keys[1]) \
+                    == [(owner_of(key, workers), message)]
+        for many in (FrontierBatch("c", 1, (url,)), SeenMarks("c", (url,)),
+                     DeadLetter("c", "parse", url, 1, "boom", 1)):
+            assert message_key(many, *keys) is None
+        with pytest.raises(InvalidURL):
+            message_key(HostSignal("c", "mailto:x@y.z", HostSignalKind.THROTTLE), *keys)

@@ -18,8 +18,9 @@ import functools
 from collections.abc import Callable
 from enum import StrEnum
 
+from pipeline.core.records import HostSignal, HostWake, RobotsAnswer, RobotsRequest
 from pipeline.core.scope import registered_domain
-from pipeline.core.urls import host_key
+from pipeline.core.urls import host_key, normalize_url
 
 
 class PolitenessKey(StrEnum):
@@ -66,3 +67,19 @@ def host_key_function(mode: PolitenessKey | str) -> Callable[[str], str]:
     if mode not in PolitenessKey._value2member_map_:
         raise ValueError(f"politeness key {mode!r}: use one of {', '.join(PolitenessKey)}")
     return _same_host if PolitenessKey(mode) is PolitenessKey.HOST else domain_key
+
+
+def message_key(message: object, key_of: Callable[[str], str],
+                key_of_host: Callable[[str], str]) -> str | None:
+    """The politeness key a frontier message goes to when it names one: a wake's, a robots.txt
+    request's or answer's host (the host that fetches, the one that asked, the one asleep),
+    keyed by `key_of_host`; a host signal's URL, normalised, keyed by `key_of` (raises
+    InvalidURL for a URL that has no host). None for a message that names many keys, keyed URL
+    by URL (a batch, seen-marks), or none (a dead letter). The frontier's reader and a local
+    crawl's router to worker processes both key by it, so they cannot disagree on a key's
+    owner."""
+    if isinstance(message, RobotsRequest | RobotsAnswer | HostWake):
+        return key_of_host(message.host)
+    if isinstance(message, HostSignal):
+        return key_of(normalize_url(message.url))
+    return None

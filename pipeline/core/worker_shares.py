@@ -20,6 +20,7 @@ import dataclasses
 import hashlib
 from collections.abc import Callable
 
+from pipeline.core.politeness_keys import message_key
 from pipeline.core.records import (
     DeadLetter,
     FrontierBatch,
@@ -60,10 +61,15 @@ def split_message(message: Message, workers: int, *, key_of: Callable[[str], str
     """(owner, message) for each worker that gets a part of `message`, by owner; the parts'
     URLs together are the message's, each once. `key_of` and `key_of_host` are the job's
     politeness key functions (pipeline.core.politeness_keys), as the reader keys by them."""
-    if isinstance(message, RobotsRequest | RobotsAnswer | HostWake):
-        return [(owner_of(key_of_host(message.host), workers), message)]
-    if isinstance(message, HostSignal | DeadLetter):
+    if isinstance(message, DeadLetter):  # no key: any owner takes it (its URL's)
         return [(_url_owner(message.url, workers, key_of), message)]
+    if not isinstance(message, FrontierBatch | SeenMarks):
+        try:
+            key = message_key(message, key_of, key_of_host)
+        except InvalidURL:
+            return [(0, message)]  # its reader drops it, as on one process
+        assert key is not None
+        return [(owner_of(key, workers), message)]
     parts: dict[int, list[str]] = {}
     for url in message.urls:
         parts.setdefault(_url_owner(url, workers, key_of), []).append(url)

@@ -22,7 +22,12 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from pipeline.core.counters import Counter, published
 from pipeline.core.offers import MAX_OFFER_ENTRIES, OfferBuffer
-from pipeline.core.politeness_keys import PolitenessKey, host_key_function, key_function
+from pipeline.core.politeness_keys import (
+    PolitenessKey,
+    host_key_function,
+    key_function,
+    message_key,
+)
 from pipeline.core.records import (
     BatchKind,
     DeadLetter,
@@ -162,15 +167,13 @@ class DecodeFrontierFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(Tag.REDRIVE, message)
             return
         self._count(crawl_id, self._received)
-        if isinstance(message, RobotsRequest | RobotsAnswer | HostWake):
-            # The key it is for: the host that fetches, the one that asked, the one asleep.
-            yield self._key_of_host(message.host), (crawl_id, message)
-            return
-        if isinstance(message, HostSignal):
+        if not isinstance(message, FrontierBatch | SeenMarks):
             try:
-                yield self._key_of(normalize_url(message.url)), (crawl_id, message)
+                key = message_key(message, self._key_of, self._key_of_host)
             except InvalidURL as exc:
                 log.warning("dropping a host signal for %r: %s", message.url, exc)
+                return
+            yield key, (crawl_id, message)
             return
         by_host, invalid = split_by_host(message, self._key_of)
         self._count(crawl_id, self._invalid, invalid)
