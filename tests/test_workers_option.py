@@ -80,3 +80,35 @@ def test_each_worker_claims_the_page_budget_page_by_page_unless_unlimited():
     assert worker_settings(unlimited, 0).options.budget_block == 16
     with pytest.raises(ValueError, match="2 or more"):
         WorkerProcesses(1, Path("/nonexistent"))
+
+
+def test_crawl_reads_its_worker_count_before_parsing_to_spawn_them_first_thing():
+    from pipeline.cli.main import _workers_asked
+
+    assert _workers_asked(["crawl", "http://a.test/", "--workers", "3"]) == 3
+    assert _workers_asked(["crawl", "--workers=4", "http://a.test/"]) == 4
+    assert _workers_asked(["crawl", "--workers", "many"]) == 0  # the parser refuses it
+    assert _workers_asked(["crawl", "http://a.test/"]) == (os.cpu_count() or 1)
+
+
+def test_workers_spawned_first_thing_are_taken_by_a_crawl_of_as_many_and_log_beside_it(
+        tmp_path):
+    from pipeline.local import workers as spawning
+
+    spawning.prespawn(2)
+    spawned = list(spawning._prespawned[0].processes)
+    early = list(spawning._prespawned[0]._early_logs)
+    # A crawl that runs another number of workers stops them and spawns its own.
+    assert spawning.take_prespawned(3, tmp_path) is None
+    assert all(process.poll() is not None for process in spawned)
+    assert not any(path.exists() for path in early) and spawning._prespawned == []
+
+    spawning.prespawn(2)
+    early = list(spawning._prespawned[0]._early_logs)
+    taken = spawning.take_prespawned(2, tmp_path)
+    assert taken is not None and spawning.take_prespawned(2, tmp_path) is None  # taken once
+    assert taken.log_dir == tmp_path and taken.log_path(1) == tmp_path / "worker-1.log"
+    assert all(taken.log_path(i).exists() for i in range(2))
+    assert not any(path.exists() for path in early)
+    assert all(process.poll() is None for process in taken.processes)  # waiting for a spec
+    assert taken.stop(timeout=60) == []  # stdin closed before a spec: each exits cleanly

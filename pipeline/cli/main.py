@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import logging
+import os
 import signal
 import sys
 import time
@@ -208,6 +209,24 @@ def _stop_on_sigterm(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+def _workers_asked(given: list[str]) -> int:
+    """The worker processes `crawler crawl` will run, read from its arguments before they are
+    parsed (0 when --workers is not a number: the parser says so); the command's default is
+    one per core (pipeline.options)."""
+    for i, arg in enumerate(given):
+        if arg == "--workers" and i + 1 < len(given):
+            value = given[i + 1]
+        elif arg.startswith("--workers="):
+            value = arg.partition("=")[2]
+        else:
+            continue
+        try:
+            return int(value)
+        except ValueError:
+            return 0
+    return os.cpu_count() or 1
+
+
 def main(argv: list[str] | None = None) -> None:
     started = time.time()  # a time budget counts from here: the user's wall clock
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
@@ -223,6 +242,11 @@ def main(argv: list[str] | None = None) -> None:
         from pipeline.local.emulators import prestart_missing_emulators
 
         prestart_missing_emulators()
+        if command == "crawl":
+            # Its worker processes import Beam on cores of their own while this one does.
+            from pipeline.local.workers import prespawn
+
+            prespawn(_workers_asked(given))
     parser = build_parser([command] if command in COMMANDS else None)
     args = parser.parse_args(given)
     args.started_at = started

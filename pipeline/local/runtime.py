@@ -50,7 +50,7 @@ from pipeline.local.resume import (
     read_manifest,
     resume_not_before,
 )
-from pipeline.local.workers import WorkerFailed, WorkerProcesses
+from pipeline.local.workers import WorkerFailed, WorkerProcesses, take_prespawned
 from pipeline.metrics import LocalTally
 from pipeline.options import CrawlOptions
 
@@ -158,7 +158,8 @@ def run_local_crawl(
         LocalTally.reset()
         settings = _fleet_settings(opts, page_step)
         if settings.workers > 1:  # they import Beam while the crawl is recorded
-            workers = WorkerProcesses(settings.workers, log_dir).spawn()
+            workers = (take_prespawned(settings.workers, log_dir)
+                       or WorkerProcesses(settings.workers, log_dir).spawn())
         tables = open_tables(opts.bigtable_config(), create=True)
         plan = plan_resume(opts.out, opts.crawl_id, seeds) if opts.resume else None
         _record(tables, opts, seeds, plan, settings)

@@ -76,6 +76,10 @@ class WorkerSpec:
     settings: FleetSettings
     stats_path: str
     coordinator: int  # the coordinator's pid: a worker whose parent is another was orphaned
+    # The coordinator's environment when it handed the spec over (the emulators it started
+    # after the worker was spawned); None: the worker's own.
+    environment: dict[str, str] | None = None
+    log_path: str | None = None  # where the worker writes from now on; None: where it did
 
 
 def worker_stats(cpu_s: float) -> dict:
@@ -110,6 +114,16 @@ def run(spec: WorkerSpec, stop: Stopping) -> BaseException | None:
     return failure
 
 
+def _write_to(path: str) -> None:
+    """Send this process's stdout and stderr to the end of `path` from now on."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    handle = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(handle, 1)
+    os.dup2(handle, 2)
+    os.close(handle)
+
+
 def main() -> int:
     from apache_beam.internal import pickler
 
@@ -118,6 +132,10 @@ def main() -> int:
     if not line:  # the coordinator stopped before the crawl started
         return 0
     spec: WorkerSpec = pickler.loads(line)
+    if spec.environment is not None:
+        os.environ.update(spec.environment)
+    if spec.log_path is not None:
+        _write_to(spec.log_path)
     stop = Stopping(spec.coordinator)
     signal.signal(signal.SIGTERM, lambda *_: stop.request())
     logging.basicConfig(

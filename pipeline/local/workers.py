@@ -13,20 +13,25 @@ a share of its keys.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipeline.core.budget import exact_block
 from pipeline.local.emulators import tail
-from pipeline.local.fleet import FleetSettings
-from pipeline.local.worker import WorkerSpec
+
+if TYPE_CHECKING:  # this module stays light: `crawler crawl` spawns workers before Beam loads
+    from pipeline.local.fleet import FleetSettings
 
 log = logging.getLogger(__name__)
 
@@ -51,26 +56,56 @@ def worker_settings(settings: FleetSettings, worker: int) -> FleetSettings:
 class WorkerProcesses:
     """`workers = WorkerProcesses(n, log_dir).spawn()`, `workers.start(settings)` ...
     `workers.check()` ... `workers.stop()`; `stats()` after stop. Spawned early, a worker
-    imports Beam while the coordinator records the crawl, and waits for its spec."""
+    imports Beam while the coordinator records the crawl, and waits for its spec, which
+    brings the coordinator's environment (the emulators it started meanwhile).
 
-    def __init__(self, workers: int, log_dir: Path) -> None:
+    Spawned without a log directory (`crawler crawl` spawns them first thing, before it knows
+    where the crawl's output goes: take_prespawned), each logs to a file of its own in the
+    temporary directory until adopt(log_dir) moves what it wrote beside the crawl's output,
+    where it goes on writing."""
+
+    def __init__(self, workers: int, log_dir: Path | None) -> None:
         if workers < 2:
             raise ValueError("worker processes are for a crawl run by 2 or more")
         self.workers = workers
         self.log_dir = log_dir
         self.processes: list[subprocess.Popen[bytes]] = []
         self._stopping = False
+        self._early_logs: list[Path] = []
 
     def log_path(self, worker: int) -> Path:
+        if self.log_dir is None:
+            return self._early_logs[worker]
         return self.log_dir / f"worker-{worker}.log"
 
     def stats_path(self, worker: int) -> Path:
+        if self.log_dir is None:
+            raise RuntimeError("the workers' log directory is not known yet (adopt it first)")
         return self.log_dir / f"worker-{worker}.stats.json"
 
+    def adopt(self, log_dir: Path) -> WorkerProcesses:
+        """Give workers spawned without a log directory the crawl's: what each wrote so far
+        (nothing, unless it failed) goes to the start of its log there."""
+        if self.log_dir is not None:
+            raise RuntimeError(f"the workers already log under {self.log_dir}")
+        self.log_dir = log_dir
+        for worker, early in enumerate(self._early_logs):
+            with open(early, "rb") as source, open(self.log_path(worker), "ab") as target:
+                shutil.copyfileobj(source, target)
+            early.unlink(missing_ok=True)
+        self._early_logs = []
+        return self
+
     def spawn(self) -> WorkerProcesses:
-        """Start the processes (with the emulators' environment: call it once they run)."""
+        """Start the processes; each waits for its spec (start)."""
         for worker in range(self.workers):
-            self.stats_path(worker).unlink(missing_ok=True)
+            if self.log_dir is None:
+                handle, name = tempfile.mkstemp(prefix=f"crawler-worker-{worker}-",
+                                                suffix=".log")
+                os.close(handle)
+                self._early_logs.append(Path(name))
+            else:
+                self.stats_path(worker).unlink(missing_ok=True)
             with open(self.log_path(worker), "ab") as log_file:
                 # No preexec function: with one, the child runs gRPC's fork handlers
                 # between fork and exec, which can abort it (this process holds channels).
@@ -81,14 +116,21 @@ class WorkerProcesses:
         return self
 
     def start(self, settings: FleetSettings) -> None:
-        """Hand each worker its share of the crawl (its topics and subscription exist)."""
+        """Hand each worker its share of the crawl (its topics and subscription exist), with
+        this process's environment and the log it writes to."""
         from apache_beam.internal import pickler
+
+        from pipeline.local.worker import WorkerSpec
 
         if settings.workers != self.workers:
             raise ValueError(f"{self.workers} workers spawned for {settings.workers}")
+        if self.log_dir is None:
+            raise RuntimeError("the workers' log directory is not known yet (adopt it first)")
         for worker, process in enumerate(self.processes):
+            self.stats_path(worker).unlink(missing_ok=True)
             spec = WorkerSpec(worker_settings(settings, worker), str(self.stats_path(worker)),
-                              coordinator=os.getpid())
+                              coordinator=os.getpid(), environment=dict(os.environ),
+                              log_path=str(self.log_path(worker)))
             assert process.stdin is not None
             try:
                 process.stdin.write(pickler.dumps(spec) + b"\n")
@@ -141,3 +183,53 @@ class WorkerProcesses:
             except (OSError, ValueError):
                 found.append({})
         return found
+
+
+# Workers `crawler crawl` spawned first thing (prespawn), not yet taken by the crawl.
+_prespawned: list[WorkerProcesses] = []
+
+
+def prespawn(workers: int) -> None:
+    """Spawn `workers` worker processes now, without a log directory, for the crawl this
+    process is about to run (take_prespawned): they import Beam while this process does, on
+    cores of their own. Not taken, they end with this process (their stdin closes)."""
+    if workers < 2 or _prespawned:
+        return
+    try:
+        spawned = WorkerProcesses(workers, None).spawn()
+    except OSError as exc:  # the crawl spawns them itself, and says what is wrong
+        log.debug("could not spawn workers early: %s", exc)
+        return
+    _prespawned.append(spawned)
+    atexit.register(_discard_prespawned)
+
+
+def take_prespawned(workers: int, log_dir: Path) -> WorkerProcesses | None:
+    """The workers prespawn() started, logging under `log_dir` from now on, if there are
+    `workers` of them all still running; otherwise None (and any others are stopped)."""
+    if not _prespawned:
+        return None
+    spawned = _prespawned.pop()
+    if spawned.workers != workers or any(p.poll() is not None for p in spawned.processes):
+        _stop_unused(spawned)
+        return None
+    return spawned.adopt(log_dir)
+
+
+def _stop_unused(spawned: WorkerProcesses) -> None:
+    """End workers that never got a spec: they hold nothing yet, so at once."""
+    spawned._stopping = True
+    for process in spawned.processes:
+        with contextlib.suppress(OSError):
+            process.kill()
+        process.wait()
+        with contextlib.suppress(OSError):
+            assert process.stdin is not None
+            process.stdin.close()
+    for early in spawned._early_logs:
+        early.unlink(missing_ok=True)
+
+
+def _discard_prespawned() -> None:
+    while _prespawned:
+        _stop_unused(_prespawned.pop())
