@@ -599,3 +599,20 @@ def test_the_sitemap_hosts_pages_are_listed_by_sitemaps_only_and_other_webs_list
     plain = SyntheticWeb(WebSpec(hosts=12, robots_elsewhere=True), port=8080)
     assert not any(b"Sitemap:" in plain.render(host, "/robots.txt", 1).body
                    for host in plain.hosts())
+
+
+def test_the_ground_truth_of_a_web_with_sitemap_hosts_seeded_at_their_home():
+    """The sitemap hosts have no articles, so no print copy of one: the truth of a web with
+    them, seeded with sitemap-home.test's home as `crawler testweb --sitemaps` prints it, is
+    worked out rather than raising."""
+    from testweb.web import SyntheticWeb, WebSpec
+
+    web = SyntheticWeb(WebSpec(hosts=4, pages_per_host=20, sitemaps=True), 8080)
+    seeds = list(web.seeds())
+    home = "http://sitemap-home.test:8080/"
+    assert home in seeds
+    expected = web.expected(seeds, max_depth=None, max_pages_per_host=None, user_agent="x")
+    # Its home answers 404 (the host serves sitemaps and the pages only they list).
+    assert (expected[home].state, expected[home].http_status) == (PageState.FAILED, 404)
+    assert expected[home].same_content_as is None
+    assert sum(e.state == PageState.FETCHED for e in expected.values()) > len(seeds)

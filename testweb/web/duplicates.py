@@ -67,8 +67,9 @@ class Duplicates(WebBase):
             if path == _WIRE_ORIGINAL:
                 return self.url(host, "/wire/copy-1.html")
             return self.url(host, _WIRE_ORIGINAL) if path.startswith("/wire/copy-") else None
-        if plan.profile.role in (HostRole.CALENDAR, HostRole.FAULT, HostRole.ROBOTS):
-            return None
+        if plan.profile.role in (HostRole.CALENDAR, HostRole.FAULT, HostRole.ROBOTS,
+                                 HostRole.SITEMAPS) or not plan.articles:
+            return None  # hosts without articles have no print copy of one
         original = f"/articles/{plan.print_article}.html"
         if path == original:
             return self.url(host, f"/print/articles/{plan.print_article}.html")
