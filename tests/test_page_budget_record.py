@@ -22,18 +22,22 @@ def _claims(budget) -> int:
 
 def test_a_crawls_max_pages_holds_across_worker_processes(bigtable_config, bigtable_tables):
     crawl_id = fresh_name("b")
-    create_crawl(bigtable_tables, crawl_id, seeds=("http://a.test/",),
-                 limits=CrawlLimits(max_pages=7), at=0.0)
+    record = create_crawl(bigtable_tables, crawl_id, seeds=("http://a.test/",),
+                          limits=CrawlLimits(max_pages=7), at=0.0)
+
+    def budget(blocks):  # as the scheduler makes it, from the record
+        return shared_page_budget(bigtable_config, crawl_id, 7, block=3, blocks=blocks,
+                                  shards=record.budget_shards, base=record.budget_base)
+
     try:
         # One process spends what the record lets it claim, block by block ...
         one, other = BudgetBlocks(), BudgetBlocks()
-        first = _claims(shared_page_budget(bigtable_config, crawl_id, 7, block=3, blocks=one))
-        assert shared_page_budget(bigtable_config, crawl_id, 7, block=3, blocks=one).spent
+        first = _claims(budget(one))
+        assert budget(one).spent
         # ... and another process (its own blocks) finds nothing left.
-        second = _claims(shared_page_budget(bigtable_config, crawl_id, 7, block=3,
-                                            blocks=other))
+        second = _claims(budget(other))
         assert (first, second) == (7, 0)
-        # The claim counter lives in the crawl's record, which still reads as before.
+        # The claims are counted beside the crawl's record, which reads them.
         crawl = read_crawl(bigtable_tables, crawl_id)
         assert crawl.state is CrawlState.RUNNING and crawl.limits.max_pages == 7
         assert crawl.budget_exhausted and crawl.pages_claimed >= 7

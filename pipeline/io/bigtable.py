@@ -71,6 +71,16 @@ FRONTIER_FAMILY = "q"  # table `frontier`: URLs a full host queue keeps out of h
 COUNTERS: tuple[str, ...] = tuple(record_name(counter) for counter in RECORD_COUNTERS)
 # The page budget's shared counter in a crawl's record (pipeline.transforms.budget).
 PAGES_CLAIMED = b"pages_claimed"
+# A crawl's page budget is counted on shard rows of their own beside its record (a crawl id
+# holds no "#": no crawl's row can be one), each a PAGES_CLAIMED counter
+# (pipeline.core.budget, pipeline.transforms.budget); the record keeps how many there are and
+# what was spent before the crawl last (re)started.
+BUDGET_SHARDS = b"budget_shards"
+
+
+def budget_shard_key(crawl_id: str, shard: int) -> bytes:
+    """The row of shard `shard` of a crawl's page budget."""
+    return f"{check_crawl_id(crawl_id)}#budget{shard:02d}".encode()
 
 # Rate samples: (time, fetched) pairs in a ring of slot columns, at most one per slot period.
 SAMPLE_EVERY_S = 5.0

@@ -31,13 +31,14 @@ import functools
 import json
 import re
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from google.cloud.bigtable.data import (
     DeleteAllFromRow,
     DeleteRangeFromColumn,
     ReadRowsQuery,
+    RowMutationEntry,
     RowRange,
     SetCell,
 )
@@ -49,6 +50,7 @@ from google.cloud.bigtable.data.row_filters import (
     ValueRegexFilter,
 )
 
+from pipeline.core.budget import MAX_BUDGET_SHARDS, budget_shards_for, shard_quota
 from pipeline.core.counters import Counter, record_name
 from pipeline.core.counts import COLUMN_PREFIX, summed
 from pipeline.core.crawl_states import (
@@ -63,6 +65,7 @@ from pipeline.core.crawl_states import (
 from pipeline.core.records import PageState
 from pipeline.core.scope import Scope, ScopeRule, seed_hosts
 from pipeline.io.bigtable import (
+    BUDGET_SHARDS,
     COUNTERS,
     CRAWLS_FAMILY,
     PAGES_CLAIMED,
@@ -71,6 +74,7 @@ from pipeline.io.bigtable import (
     CrawlCounterBatch,
     CrawlExists,
     CrawlNotFound,
+    budget_shard_key,
     check_crawl_id,
     decode_sample,
 )
@@ -123,6 +127,10 @@ class Crawl:
     counters: Mapping[str, int]
     pages_claimed: int = 0
     samples: tuple[tuple[float, int], ...] = ()
+    # How many shard rows count its page budget (0: the record itself, as before budgets had
+    # shards) and the pages spent before it last (re)started, which they do not count.
+    budget_shards: int = 0
+    budget_base: int = 0
     # Where the engine running the crawl reads its frontier, and the subscription that keeps
     # its dead letters (full paths; None: the fleet's, pipeline.io.resources).
     frontier_topic: str | None = None
@@ -235,12 +243,14 @@ def _limit_cells(limits: CrawlLimits) -> dict[str, bytes]:
 def create_crawl(
     tables: BigtableTables, crawl_id: str, *, seeds: tuple[str, ...], limits: CrawlLimits,
     at: float, pages_claimed: int = 0, frontier_topic: str | None = None,
-    dead_letter_subscription: str | None = None,
+    dead_letter_subscription: str | None = None, budget_shards: int | None = None,
 ) -> Crawl:
     """Record a new crawl, `running` from `at`, with `pages_claimed` of its budget already
     spent (a crawl resumed from its output), on the frontier topic and dead-letter
-    subscription of the engine that runs it (None: the fleet's). Raises CrawlExists if the id
-    has a record (checked and written in one CheckAndMutateRow)."""
+    subscription of the engine that runs it (None: the fleet's), its page budget counted on
+    `budget_shards` shard rows (None: as many as what is left of it calls for,
+    pipeline.core.budget). Raises CrawlExists if the id has a record (checked and written in
+    one CheckAndMutateRow)."""
     check_crawl_id(crawl_id)
     cells: dict[str, bytes] = {
         "status": CrawlState.RUNNING.encode(),
@@ -254,9 +264,11 @@ def create_crawl(
         cells["frontier_topic"] = frontier_topic.encode()
     if dead_letter_subscription is not None:
         cells["dead_letter_subscription"] = dead_letter_subscription.encode()
+    cells[BUDGET_SHARDS.decode()] = _INT64.pack(
+        _shards(limits, pages_claimed) if budget_shards is None else budget_shards)
     mutations = [SetCell(CRAWLS_FAMILY, name.encode(), value, 0) for name, value in cells.items()]
     if pages_claimed:
-        # An increment's cell: the budget's claims add to it (pipeline.transforms.budget).
+        # What was spent before: the budget's shard rows count what is left of it.
         mutations.append(SetCell(CRAWLS_FAMILY, PAGES_CLAIMED, _INT64.pack(pages_claimed)))
     # The index row first: a listing skips an index row whose crawl has no record, whereas a
     # record without an index row would be a crawl nobody can list.
@@ -278,8 +290,11 @@ def restart_crawl(tables: BigtableTables, crawl_id: str, *, limits: CrawlLimits,
     """Start an existing crawl again from what its output holds (its process died, or it was
     interrupted): `running` from `at` with `limits`, its counters and rate samples cleared
     (work counted in flight when it stopped is redone and counted again), its budget's claims
-    set to `pages_claimed`. Raises CrawlNotFound."""
+    set to `pages_claimed` and what is left of it counted afresh on new shard rows. Raises
+    CrawlNotFound."""
     current = read_crawl(tables, crawl_id)
+    tables.crawls.bulk_mutate_rows([RowMutationEntry(key, [DeleteAllFromRow()])
+                                    for key in _shard_keys(crawl_id)])
     stored = tables.crawls.read_row(crawl_id.encode(), row_filter=_LATEST)
     shard_columns = [] if stored is None else [
         cell.qualifier for cell in stored.cells
@@ -296,6 +311,7 @@ def restart_crawl(tables: BigtableTables, crawl_id: str, *, limits: CrawlLimits,
         SetCell(CRAWLS_FAMILY, b"started_at", _INT64.pack(_micros(at)), 0),
         DeleteRangeFromColumn(CRAWLS_FAMILY, PAGES_CLAIMED),
         SetCell(CRAWLS_FAMILY, PAGES_CLAIMED, _INT64.pack(pages_claimed)),
+        SetCell(CRAWLS_FAMILY, BUDGET_SHARDS, _INT64.pack(_shards(limits, pages_claimed)), 0),
         *(SetCell(CRAWLS_FAMILY, name.encode(), value, 0)
           for name, value in _limit_cells(limits).items()),
     ]
@@ -312,9 +328,13 @@ def _read(tables: BigtableTables, crawl_id: str) -> tuple[Crawl, bytes]:
     """The record and its status cell as stored (an old record's status is read as the state
     it ended in, but a check-and-set must compare against what is there)."""
     key = check_crawl_id(crawl_id).encode()
+    # The record and its budget's shard rows, in one request.
+    query = ReadRowsQuery(row_keys=[key, *_shard_keys(crawl_id)], row_filter=_LATEST)
     for _ in range(_TORN_READS):
-        stored = tables.crawls.read_row(key, row_filter=_LATEST)
-        crawl = None if stored is None else _crawl_of(crawl_id, stored)
+        rows = list(tables.crawls.read_rows(query))
+        stored = next((row for row in rows if row.row_key == key), None)
+        crawl = None if stored is None else _crawl_of(crawl_id, stored,
+                                                     _shard_claims(rows, crawl_id))
         if crawl is not None or not _torn(stored):
             break
     if crawl is None:
@@ -372,12 +392,16 @@ def list_crawls(
     page, more = index[:limit], len(index) > limit
     crawls: list[Crawl] = []
     if page:
-        records = ReadRowsQuery(row_keys=[crawl_id.encode() for _, crawl_id in page],
-                                row_filter=_LATEST)
-        stored = {row.row_key.decode(): row for row in tables.crawls.read_rows(records)}
+        records = ReadRowsQuery(
+            row_keys=[key for _, crawl_id in page
+                      for key in (crawl_id.encode(), *_shard_keys(crawl_id))],
+            row_filter=_LATEST)
+        rows = list(tables.crawls.read_rows(records))
+        stored = {row.row_key.decode(): row for row in rows}
         for _, crawl_id in page:
             row = stored.get(crawl_id)
-            crawl = None if row is None else _crawl_of(crawl_id, row)
+            crawl = None if row is None else _crawl_of(crawl_id, row,
+                                                       _shard_claims(rows, crawl_id))
             if crawl is None and _torn(row):
                 with contextlib.suppress(CrawlNotFound):
                     crawl = read_crawl(tables, crawl_id)  # reads it again
@@ -404,7 +428,10 @@ def _torn(stored: Row | None) -> bool:
     return stored is not None and any(cell.qualifier == b"created_at" for cell in stored.cells)
 
 
-def _crawl_of(crawl_id: str, stored: Row) -> Crawl | None:
+def _crawl_of(crawl_id: str, stored: Row,
+              shard_claims: Mapping[int, int] | None = None) -> Crawl | None:
+    """The record in `stored`, with its budget's shard rows' counts by shard (read with it),
+    or None if it is no record."""
     cells = {cell.qualifier.decode(): cell.value for cell in stored.cells
              if cell.family == CRAWLS_FAMILY}
     status = cells.get("status", b"").decode()
@@ -433,17 +460,51 @@ def _crawl_of(crawl_id: str, stored: Row) -> Crawl | None:
     )
     samples = sorted(decode_sample(value) for name, value in cells.items()
                      if name.startswith(SAMPLE_PREFIX))
+    base = number(PAGES_CLAIMED.decode()) or 0
+    shards = number(BUDGET_SHARDS.decode()) or 0
     return Crawl(
         id=crawl_id, state=state, reason=cells.get("reason", b"").decode() or status,
         seeds=tuple(json.loads(cells["seeds"])) if "seeds" in cells else (),
         limits=limits, created_at=times["created_at"] or 0.0,
         started_at=times["started_at"], ended_at=times["finished_at"],
         counters=_counters(cells),
-        pages_claimed=number(PAGES_CLAIMED.decode()) or 0,
+        pages_claimed=_pages_claimed(base, shards, limits.max_pages, shard_claims or {}),
         samples=tuple(samples),
+        budget_shards=shards, budget_base=base,
         frontier_topic=text("frontier_topic"),
         dead_letter_subscription=text("dead_letter_subscription"),
     )
+
+
+def _shards(limits: CrawlLimits, spent: int) -> int:
+    """The shard rows a budget of limits.max_pages with `spent` pages spent is counted on."""
+    return budget_shards_for(limits.max_pages - spent)
+
+
+def _pages_claimed(base: int, shards: int, max_pages: int, claims: Mapping[int, int]) -> int:
+    """Pages granted from a crawl's budget: what was spent before it last (re)started, and
+    what each shard granted of its quota; with no shards, the record's own counter."""
+    if shards < 1:
+        return base
+    remaining = max_pages - base
+    return base + sum(min(claims.get(shard, 0), shard_quota(remaining, shards, shard))
+                      for shard in range(shards))
+
+
+def _shard_keys(crawl_id: str) -> list[bytes]:
+    """Every row a crawl's budget may be counted on (there are at most MAX_BUDGET_SHARDS)."""
+    return [budget_shard_key(crawl_id, shard) for shard in range(MAX_BUDGET_SHARDS)]
+
+
+def _shard_claims(rows: Iterable[Row], crawl_id: str) -> dict[int, int]:
+    """The claims counted on each of a crawl's budget shard rows among `rows`."""
+    keys = {key: shard for shard, key in enumerate(_shard_keys(crawl_id))}
+    claims = {}
+    for row in rows:
+        shard = keys.get(row.row_key)
+        if shard is not None and row.cells:
+            claims[shard] = _INT64.unpack(row.cells[0].value)[0]
+    return claims
 
 
 def count_published(tables: BigtableTables, crawl_id: str, n: int) -> None:

@@ -505,7 +505,8 @@ class HostSchedulerFn(beam.DoFn):
                 continue
             policy = self._policy(crawl)
             budget = shared_page_budget(self._config.bigtable, crawl_id,
-                                        crawl.limits.max_pages, block=self._config.budget_block)
+                                        crawl.limits.max_pages, block=self._config.budget_block,
+                                        shards=crawl.budget_shards, base=crawl.budget_base)
             terms[crawl_id] = CrawlTerms(
                 policy=policy, state=crawl.state, claim_page=budget.try_claim,
                 budget_spent=functools.partial(_spent, budget, crawl),
