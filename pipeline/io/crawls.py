@@ -31,7 +31,7 @@ import functools
 import json
 import re
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from google.cloud.bigtable.data import (
@@ -331,8 +331,8 @@ def _read(tables: BigtableTables, crawl_id: str) -> tuple[Crawl, bytes]:
     # The record and its budget's shard rows, in one request.
     query = ReadRowsQuery(row_keys=[key, *_shard_keys(crawl_id)], row_filter=_LATEST)
     for _ in range(_TORN_READS):
-        rows = list(tables.crawls.read_rows(query))
-        stored = next((row for row in rows if row.row_key == key), None)
+        rows = {row.row_key: row for row in tables.crawls.read_rows(query)}
+        stored = rows.get(key)
         crawl = None if stored is None else _crawl_of(crawl_id, stored,
                                                      _shard_claims(rows, crawl_id))
         if crawl is not None or not _torn(stored):
@@ -396,10 +396,9 @@ def list_crawls(
             row_keys=[key for _, crawl_id in page
                       for key in (crawl_id.encode(), *_shard_keys(crawl_id))],
             row_filter=_LATEST)
-        rows = list(tables.crawls.read_rows(records))
-        stored = {row.row_key.decode(): row for row in rows}
+        rows = {row.row_key: row for row in tables.crawls.read_rows(records)}
         for _, crawl_id in page:
-            row = stored.get(crawl_id)
+            row = rows.get(crawl_id.encode())
             crawl = None if row is None else _crawl_of(crawl_id, row,
                                                        _shard_claims(rows, crawl_id))
             if crawl is None and _torn(row):
@@ -496,13 +495,12 @@ def _shard_keys(crawl_id: str) -> list[bytes]:
     return [budget_shard_key(crawl_id, shard) for shard in range(MAX_BUDGET_SHARDS)]
 
 
-def _shard_claims(rows: Iterable[Row], crawl_id: str) -> dict[int, int]:
-    """The claims counted on each of a crawl's budget shard rows among `rows`."""
-    keys = {key: shard for shard, key in enumerate(_shard_keys(crawl_id))}
+def _shard_claims(rows: Mapping[bytes, Row], crawl_id: str) -> dict[int, int]:
+    """The claims counted on each of a crawl's budget shard rows among `rows` (by key)."""
     claims = {}
-    for row in rows:
-        shard = keys.get(row.row_key)
-        if shard is not None and row.cells:
+    for shard, key in enumerate(_shard_keys(crawl_id)):
+        row = rows.get(key)
+        if row is not None and row.cells:
             claims[shard] = _INT64.unpack(row.cells[0].value)[0]
     return claims
 

@@ -174,6 +174,19 @@ class WorkerProcesses:
                 problems.append(self._failure(worker, code))
         return problems
 
+    def discard(self) -> None:
+        """End workers that never got a spec: they hold nothing yet, so at once."""
+        self._stopping = True
+        for process in self.processes:
+            with contextlib.suppress(OSError):
+                process.kill()
+            process.wait()
+            with contextlib.suppress(OSError):
+                assert process.stdin is not None
+                process.stdin.close()
+        for early in self._early_logs:
+            early.unlink(missing_ok=True)
+
     def stats(self) -> list[dict]:
         """What each worker measured of itself ({} for one that wrote nothing)."""
         found = []
@@ -211,25 +224,11 @@ def take_prespawned(workers: int, log_dir: Path) -> WorkerProcesses | None:
         return None
     spawned = _prespawned.pop()
     if spawned.workers != workers or any(p.poll() is not None for p in spawned.processes):
-        _stop_unused(spawned)
+        spawned.discard()
         return None
     return spawned.adopt(log_dir)
 
 
-def _stop_unused(spawned: WorkerProcesses) -> None:
-    """End workers that never got a spec: they hold nothing yet, so at once."""
-    spawned._stopping = True
-    for process in spawned.processes:
-        with contextlib.suppress(OSError):
-            process.kill()
-        process.wait()
-        with contextlib.suppress(OSError):
-            assert process.stdin is not None
-            process.stdin.close()
-    for early in spawned._early_logs:
-        early.unlink(missing_ok=True)
-
-
 def _discard_prespawned() -> None:
     while _prespawned:
-        _stop_unused(_prespawned.pop())
+        _prespawned.pop().discard()
