@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
 import pytest
 from apache_beam.coders import PickleCoder
 from apache_beam.transforms import userstate
-from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
+from apache_beam.utils.timestamp import Timestamp
 
 from pipeline.local import direct_runner
 from pipeline.local.direct_runner import direct_runner_speedups
@@ -244,21 +248,24 @@ def test_an_empty_pull_pauses_only_when_idle_and_never_past_the_next_timer(
 
 
 def test_beam_is_restored_when_the_last_crawl_leaves() -> None:
-    from apache_beam.runners.direct import transform_evaluator, watermark_manager
+    from apache_beam.runners.direct import executor, transform_evaluator, watermark_manager
 
+    monitor = executor._ExecutorServiceParallelExecutor._MonitorTask
     originals = (userstate.get_dofn_specs, transform_evaluator._ParDoEvaluator.__init__,
                  watermark_manager._TransformWatermarks.extract_transform_timers,
-                 vars(transform_evaluator._PubSubReadEvaluator)["_get_subscriber_client"])
+                 vars(transform_evaluator._PubSubReadEvaluator)["_get_subscriber_client"],
+                 monitor._add_work_if_necessary)
     with direct_runner_speedups() as outer:
         assert outer
         with direct_runner_speedups() as inner:  # a second crawl in the same process
             assert inner
             assert userstate.get_dofn_specs is not originals[0]
+            assert monitor._add_work_if_necessary is not originals[4]
         assert userstate.get_dofn_specs is not originals[0]  # the first crawl still runs
     assert (userstate.get_dofn_specs, transform_evaluator._ParDoEvaluator.__init__,
             watermark_manager._TransformWatermarks.extract_transform_timers,
-            vars(transform_evaluator._PubSubReadEvaluator)["_get_subscriber_client"]
-            ) == originals
+            vars(transform_evaluator._PubSubReadEvaluator)["_get_subscriber_client"],
+            monitor._add_work_if_necessary) == originals
 
 
 def test_another_beam_release_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -281,3 +288,100 @@ def test_only_the_crawls_own_dofns_skip_the_pickle_round_trip() -> None:
     assert not direct_runner._is_crawler_dofn(Outside())
     assert not direct_runner._is_crawler_dofn(beam.Map(lambda x: x).dofn)
     assert not direct_runner._is_crawler_dofn(beam.Map(len).dofn)
+
+
+# --- the frontier is read while timers keep firing ------------------------------------------
+
+TICK = TimerSpec("tick", TimeDomain.REAL_TIME)
+
+
+class BusyTimersFn(beam.DoFn):
+    """Keeps each key's real-time timer due until `until` (wall-clock s), each firing taking
+    a millisecond of work, as a crawl's busy hosts do, and notes each firing."""
+
+    def __init__(self, log_path: str, until: float) -> None:
+        self.log_path = log_path
+        self.until = until
+
+    def process(self, element: Any, tick=beam.DoFn.TimerParam(TICK)) -> None:
+        tick.set(Timestamp.of(time.time()))
+
+    @on_timer(TICK)
+    def on_tick(self, tick=beam.DoFn.TimerParam(TICK)) -> None:
+        now = time.time()
+        with open(self.log_path, "a") as log:
+            log.write(f"tick {now}\n")
+        time.sleep(0.001)  # the firing's work
+        if now < self.until:
+            tick.set(Timestamp.of(now))
+
+
+def _note_read(message: bytes, log_path: str) -> None:
+    with open(log_path, "a") as log:
+        log.write(f"read {time.time()} {message.decode()}\n")
+
+
+def _events(log_path: Path, kind: str) -> list[float]:
+    if not log_path.exists():
+        return []
+    return [float(line.split()[1]) for line in log_path.read_text().splitlines()
+            if line.startswith(kind + " ")]
+
+
+def _wait_for(condition: Callable[[], bool], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)  # polling an observable condition, with a deadline
+    return condition()
+
+
+def test_the_frontier_is_read_while_timers_keep_firing(emulators: dict[str, str],
+                                                        tmp_path: Path) -> None:
+    """Beam's local runner pulls only in a pass where no timer fired: while 20 keys' timers
+    fire every 10 ms, a message waits until they stop. With the speedups it is read within
+    ROOTS_READ_EVERY_S, while they still fire."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from google.cloud import pubsub_v1
+
+    from pipeline.local.emulators import ensure_subscription, ensure_topic
+    from tests.conftest import fresh_name
+
+    project = "local-crawler"
+    topic = ensure_topic(project, fresh_name("frontier"))
+    subscription = ensure_subscription(project, topic, fresh_name("frontier-sub"))
+    # The keys come through Pub/Sub too: an unbounded input, as the crawl's hosts do (a
+    # bounded one's watermark ends the global window, and its timers with it).
+    keys_topic = ensure_topic(project, fresh_name("keys"))
+    keys = ensure_subscription(project, keys_topic, fresh_name("keys-sub"))
+    publisher = pubsub_v1.PublisherClient()
+    for future in [publisher.publish(keys_topic, f"k{i}".encode()) for i in range(20)]:
+        future.result(timeout=30)
+    log_path = tmp_path / "events.log"
+    busy_s = 10.0  # well past ROOTS_READ_EVERY_S
+    with direct_runner_speedups() as active:
+        assert active
+        pipeline = beam.Pipeline(options=PipelineOptions(
+            streaming=True, project=project, runner="DirectRunner"))
+        _ = (pipeline | "Frontier" >> beam.io.ReadFromPubSub(subscription=subscription)
+             | beam.Map(_note_read, str(log_path)))
+        _ = (pipeline | "Keys" >> beam.io.ReadFromPubSub(subscription=keys)
+             | beam.Map(lambda key: (key.decode(), 0))
+             | beam.ParDo(BusyTimersFn(str(log_path), time.time() + busy_s)))
+        result = pipeline.run()
+        try:
+            assert _wait_for(lambda: len(_events(log_path, "tick")) >= 200, 60), \
+                "the timers never fired"
+            published_at = time.time()
+            publisher.publish(topic, b"m1").result(timeout=30)
+            _wait_for(lambda: bool(_events(log_path, "read")), busy_s + 30)
+            # Until the timers fire a second past the read, or have stopped for good.
+            _wait_for(lambda: max(_events(log_path, "tick")) > min(
+                _events(log_path, "read") or [float("inf")]) + 1.0, busy_s + 30)
+        finally:
+            result.cancel()
+    reads, ticks = _events(log_path, "read"), _events(log_path, "tick")
+    assert reads, "the message was never read"
+    assert reads[0] - published_at < direct_runner.ROOTS_READ_EVERY_S + 2.0
+    assert max(ticks) > reads[0] + 1.0, "read only once the timers stopped firing"

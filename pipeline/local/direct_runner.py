@@ -78,6 +78,12 @@ PULL_MAX_MESSAGES = 100
 # times a second, each loop a pull, a bundle and a timer scan: much of a core, and as much
 # emulator CPU, while a politeness-bound crawl waits for its hosts.
 IDLE_PAUSE_MAX_S = 0.05
+# While hosts' timers keep firing, the frontier is still read at least this often
+# (_install_roots_read_while_busy): a bound on how long a discovered link waits to be pulled.
+# Each such pull is a bundle through the steps that read the frontier, so a shorter bound
+# costs CPU: 0.05 s doubled the crawl's CPU on the 80-host benchmark web, 1 s cost none
+# measurable (docs/benchmarks.md, "The frontier read while timers fire").
+ROOTS_READ_EVERY_S = 1.0
 
 
 class _Idleness:
@@ -166,6 +172,46 @@ def _install_idle_pauses(executor: Any) -> bool:
         _Idleness.executor = weakref.ref(self)
 
     _patch(service, "__init__", init)
+    return True
+
+
+def _install_roots_read_while_busy(executor: Any) -> bool:
+    """Read the frontier while hosts' timers keep firing.
+
+    Beam 2.77's monitor loop (`_MonitorTask._add_work_if_necessary`) schedules a root's
+    pending bundle (the next Pub/Sub pull) only in a pass where no timer fired and no bundle
+    is running. A crawl with dozens of busy hosts has a timer due in nearly every pass, so
+    the pull waits until the hosts fall quiet: measured on the 80-host benchmark web, no pull
+    for 8 s and links waiting up to 11 s, during which the hosts they lead to go unfetched.
+    Here a pending root bundle is also scheduled in a busy pass once ROOTS_READ_EVERY_S has
+    passed since roots were last scheduled; a quiet pass schedules everything as Beam does.
+    Dataflow reads its sources on their own threads, so this has no counterpart there."""
+    parallel = getattr(executor, "_ExecutorServiceParallelExecutor", None)
+    monitor = getattr(parallel, "_MonitorTask", None)
+    original = getattr(monitor, "_add_work_if_necessary", None)
+    if original is None:
+        return False
+
+    @functools.wraps(original)
+    def add_work_if_necessary(self: Any, timers_fired: bool) -> None:
+        runner = self._executor
+        now = time.monotonic()
+        if not timers_fired and not self._is_executing():
+            runner.crawler_roots_read_at = now
+            original(self, timers_fired)
+            return
+        if now - getattr(runner, "crawler_roots_read_at", 0.0) < ROOTS_READ_EVERY_S:
+            return
+        runner.crawler_roots_read_at = now
+        for root in runner.root_nodes:
+            pending = runner.node_to_pending_bundles.get(root)
+            if not pending or runner.evaluation_context.is_done(root):
+                continue
+            runner.node_to_pending_bundles[root] = []
+            for bundle in pending:
+                runner.schedule_consumption(root, bundle, [], runner.default_completion_callback)
+
+    _patch(monitor, "_add_work_if_necessary", add_work_if_necessary)
     return True
 
 
@@ -523,6 +569,7 @@ def _install() -> bool:
         _install_no_pickle_round_trip(transform_evaluator)
         _install_frontier_pulls(transform_evaluator, short=True)
         _install_idle_pauses(executor)
+        _install_roots_read_while_busy(executor)
         _install_cached_option_views(transform_evaluator)
         _install_cheaper_timer_scan(evaluation_context, watermark_manager)
         _patch(core, "get_function_args_defaults",
