@@ -65,6 +65,9 @@ RUN_TIMEOUT_S = 900.0
 # one can arrive a few ms early when the previous one's connection was slower to set up.
 SHORT_GAP_SLACK_S = 0.02
 _ROBOTS_PREFIX = "/robots"  # /robots.txt, and /robots-moved.txt on the synthetic web
+# The synthetic web's calendar hosts are one chain of month pages, each linking the next: a
+# page's links must be fetched, parsed and scheduled before the next request can start.
+_CALENDAR_PREFIX = "/calendar/"
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,8 @@ class RunFigures:
     port: int
     emulator_cpu_s: float = 0.0
     status: str = ""
+    # Mean seconds between a calendar host's consecutive chain pages (NaN: no chain crawled)
+    calendar_hop_s: float = float("nan")
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -344,6 +349,7 @@ def log_figures(log_path: Path, crawl_delays: dict[str, float], delay: float,
         last_page_ns[r.host] = max(last_page_ns.get(r.host, 0), r.arrival_ns)
     capacity = 0.0
     short_gaps = 0
+    hops = calendar_hops(requests)
     for host, times in arrivals.items():
         host_delay = max(delay, min(crawl_delays.get(host, 0.0), max_crawl_delay))
         times.sort()
@@ -353,7 +359,23 @@ def log_figures(log_path: Path, crawl_delays: dict[str, float], delay: float,
             # +1: the host's first request needs no gap before it.
             capacity += (last_page_ns[host] - first_ns) / 1e9 / host_delay + 1
     return {"pages": pages, "requests": len(requests), "hosts_with_pages": len(last_page_ns),
-            "capacity_pages": capacity, "short_gaps": short_gaps, "first_ns": first_ns}
+            "capacity_pages": capacity, "short_gaps": short_gaps, "first_ns": first_ns,
+            "calendar_hop_s": statistics.mean(hops) if hops else float("nan")}
+
+
+def calendar_hops(requests: Sequence[Any]) -> list[float]:
+    """Seconds between consecutive chain pages of each calendar host, from the web's log:
+    how long a hop (a page fetched, its link parsed and scheduled, the next request) takes
+    while the rest of the crawl runs."""
+    chains: dict[str, list[int]] = {}
+    for r in requests:
+        if r.path.startswith(_CALENDAR_PREFIX):
+            chains.setdefault(r.host, []).append(r.arrival_ns)
+    hops = []
+    for times in chains.values():
+        times.sort()
+        hops += [(b - a) / 1e9 for a, b in zip(times, times[1:], strict=False)]
+    return hops
 
 
 def run_once(case: Case, crawler: str, run: int, work: Path,
@@ -438,6 +460,7 @@ METRICS: tuple[tuple[str, str, str], ...] = (
     ("KB written/page", "kb_per_page", "{:,.1f}"),
     ("politeness utilisation", "utilisation", "{:.2f}"),
     ("start-up s (to first request)", "startup_s", "{:,.1f}"),
+    ("calendar hop s (page -> its link fetched)", "calendar_hop_s", "{:.2f}"),
     ("politeness: gaps < delay - 20 ms", "short_gaps", "{:,.0f}"),
 )
 
