@@ -14,11 +14,24 @@ from dataclasses import dataclass
 from google.cloud.bigtable.data.read_modify_write_rules import IncrementRule
 
 from pipeline.core.budget import BlockPageBudget, BudgetBlocks, ShardMemory, granted, shard_quota
-from pipeline.io.bigtable import CRAWLS_FAMILY, BigtableConfig, budget_shard_key, check_crawl_id
+from pipeline.io.bigtable import (
+    CRAWLS_FAMILY,
+    PAGES_CLAIMED,
+    BigtableConfig,
+    BigtableTables,
+    budget_shard_key,
+    check_crawl_id,
+)
 from pipeline.transforms.resources import worker_resources
 
-PAGES_CLAIMED = b"pages_claimed"
 _INT64 = struct.Struct(">q")
+
+
+def _increment(tables: BigtableTables, row_key: bytes, n: int) -> int:
+    """Add n to the `pages_claimed` counter of row `row_key`; returns its new total."""
+    row = tables.crawls.read_modify_write_row(row_key,
+                                              [IncrementRule(CRAWLS_FAMILY, PAGES_CLAIMED, n)])
+    return _INT64.unpack(row.cells[0].value)[0]
 
 
 @dataclass(frozen=True)
@@ -29,12 +42,8 @@ class BigtablePageClaims:
     crawl_id: str
 
     def __call__(self, n: int) -> int:
-        tables = worker_resources().bigtable(self.config)
-        row = tables.crawls.read_modify_write_row(
-            check_crawl_id(self.crawl_id).encode(),
-            [IncrementRule(CRAWLS_FAMILY, PAGES_CLAIMED, n)],
-        )
-        return _INT64.unpack(row.cells[0].value)[0]
+        return _increment(worker_resources().bigtable(self.config),
+                          check_crawl_id(self.crawl_id).encode(), n)
 
 
 @dataclass(frozen=True)
@@ -62,10 +71,7 @@ class ShardedPageClaims:
                 memory.spent.add(shard)
                 continue
             asked = pages - got
-            row = tables.crawls.read_modify_write_row(
-                budget_shard_key(self.crawl_id, shard),
-                [IncrementRule(CRAWLS_FAMILY, PAGES_CLAIMED, asked)])
-            total = _INT64.unpack(row.cells[0].value)[0]
+            total = _increment(tables, budget_shard_key(self.crawl_id, shard), asked)
             got += granted(total, asked, quota)
             if total >= quota:
                 memory.spent.add(shard)
