@@ -7,6 +7,7 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -70,6 +71,13 @@ def emulators(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, st
             for variable, value in env.items():
                 patch.setenv(variable, value)
             yield env
+
+
+def write_request_log(path: Path, rows: list[tuple[str, str, int]]) -> Path:
+    """A web's request log at `path` (testweb.server's format), of (host, path, arrival ns)
+    rows, each answered 200."""
+    path.write_text("".join(f"{host}\t{p}\t{ns}\t200\tUA\n" for host, p, ns in rows))
+    return path
 
 
 def fresh_name(prefix: str) -> str:

@@ -8,16 +8,12 @@ from pathlib import Path
 import pytest
 
 from bench.e2e import calendar_hops, log_figures
+from tests.conftest import write_request_log
 from testweb.server import read_request_log
 
 
-def _log(path: Path, rows: list[tuple[str, str, int]]) -> Path:
-    path.write_text("".join(f"{host}\t{p}\t{ns}\t200\tUA\n" for host, p, ns in rows))
-    return path
-
-
 def test_a_calendar_hop_is_between_chain_pages_of_one_host(tmp_path: Path) -> None:
-    log = _log(tmp_path / "requests.tsv", [
+    log = write_request_log(tmp_path / "requests.tsv", [
         ("c.test", "/robots.txt", 1_000_000_000),
         ("c.test", "/", 1_500_000_000),  # the home page: not a hop
         ("c.test", "/calendar/2026/01", 2_100_000_000),
@@ -33,7 +29,7 @@ def test_a_calendar_hop_is_between_chain_pages_of_one_host(tmp_path: Path) -> No
 
 
 def test_a_web_without_calendar_hosts_has_no_hop_figure(tmp_path: Path) -> None:
-    log = _log(tmp_path / "requests.tsv", [("a.test", "/robots.txt", 1_000_000_000),
-                                            ("a.test", "/", 1_600_000_000)])
+    log = write_request_log(tmp_path / "requests.tsv", [("a.test", "/robots.txt", 1_000_000_000),
+                                                        ("a.test", "/", 1_600_000_000)])
     assert calendar_hops(read_request_log(log)) == []
     assert math.isnan(log_figures(log, {}, 0.5)["calendar_hop_s"])

@@ -7,17 +7,13 @@ from pathlib import Path
 import pytest
 
 from bench.hops import CHAIN_CASE, chain_host, hop_gaps
+from tests.conftest import write_request_log
 from testweb.web import SyntheticWeb, WebSpec
 from testweb.web.spec import HostRole
 
 
-def _log(path: Path, rows: list[tuple[str, str, int]]) -> Path:
-    path.write_text("".join(f"{host}\t{p}\t{ns}\t200\tUA\n" for host, p, ns in rows))
-    return path
-
-
 def test_gaps_are_between_page_requests_of_the_chain_host(tmp_path: Path) -> None:
-    log = _log(tmp_path / "requests.tsv", [
+    log = write_request_log(tmp_path / "requests.tsv", [
         ("c.test", "/robots.txt", 1_000_000_000),
         ("c.test", "/", 1_100_000_000),
         ("o.test", "/", 1_200_000_000),  # another host: not a hop
