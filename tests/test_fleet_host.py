@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.core.crawl_states import CrawlState
-from pipeline.core.fleet_host import RECHECK_S, CrawlTerms, FleetHostState
+from pipeline.core.fleet_host import FIRST_LOOK_S, RECHECK_S, CrawlTerms, FleetHostState
 from pipeline.core.politeness import TIME_BUDGET_REASON, FetchReport, HostPolicy, LeaseKind
 from pipeline.core.records import PageState
 from pipeline.core.robots import UNREACHABLE_RETRY_SECONDS
@@ -645,3 +645,65 @@ def test_a_marked_url_is_never_accepted_again_and_marks_touch_only_their_crawl(
         accepted_b, _, _ = host.offer("b", same_urls(*map(str, offered)), 0, p)
         assert len(accepted_b) == len(offered)  # b's seen-set knows nothing of a's marks
     assert "b" not in host.crawls or host.crawls["b"].limits.pages_issued == 0
+
+
+def _start(host: FleetHostState, now: float, policies) -> tuple[str, object, float | None]:
+    """Fire until a request starts; (crawl, its lease, the wake the start set)."""
+    states = dict.fromkeys(policies, CrawlState.RUNNING)
+    while True:
+        decision = host.next_action(now, terms_of(policies, states))
+        if decision.fetch is not None:
+            crawl_id, order = decision.fetch
+            return crawl_id, order.lease, decision.wake_at
+        assert decision.wake_at is not None and decision.wake_at > now
+        now = decision.wake_at
+
+
+def _answer(host: FleetHostState, lease, at: float, policies, crawl_id: str) -> None:
+    host.complete(lease.lease_id, FetchReport(status=200, finished_at=at), at,
+                  policies[crawl_id])
+
+
+def test_a_host_waiting_for_its_pages_links_looks_at_the_fetch_when_it_probably_ends():
+    """With nothing else queued, the next URL of the host can only come from the page being
+    fetched: the host looks at the fetch about when it ends (as long as its last exchange
+    took, at least FIRST_LOOK_S), so the page's links travel during the delay. With more
+    queued, one firing at the next due time collects the result and starts the next."""
+    policies = {"a": policy(1.0)}
+    host = FleetHostState(HOST)
+    host.offer("a", urls("a", "1"), 0, policies["a"])
+    crawl_id, robots, wake = _start(host, 0.0, policies)  # robots.txt first; /1 is queued
+    assert robots.kind is LeaseKind.ROBOTS
+    assert wake is not None and wake >= 1.0  # at the due time of /1
+    _answer(host, robots, 0.3, policies, crawl_id)
+    crawl_id, page, wake = _start(host, 1.3, policies)
+    assert page.kind is LeaseKind.PAGE
+    # Nothing queued behind /1: it is looked at when it probably ends, the robots.txt
+    # exchange having taken 0.3 s, long before the host's next due time (2.6 s at least).
+    assert wake == 1.3 + 0.3
+    _answer(host, page, 1.5, policies, crawl_id)
+    # Its link arrives; the next request waits the delay from the end of the last exchange.
+    host.offer("a", urls("a", "2", "3"), 1, policies["a"])
+    crawl_id, page, wake = _start(host, 1.6, policies)
+    assert page.started_at == 2.5  # 1.5 + the delay: collecting early changes no spacing
+    # /3 is queued behind /2: the firing that collects /2 is the one that starts /3.
+    assert wake is not None and wake >= 2.5 + 1.0
+
+
+def test_a_host_with_another_crawls_urls_queued_collects_at_its_next_due_time():
+    policies = {"a": policy(1.0), "b": policy(1.0)}
+    host = FleetHostState(HOST)
+    host.offer("a", urls("a", "1"), 0, policies["a"])
+    crawl_id, robots, _ = _start(host, 0.0, policies)
+    _answer(host, robots, 0.01, policies, crawl_id)
+    host.offer("b", urls("b", "1"), 0, policies["b"])
+    crawl_id, page, wake = _start(host, 1.01, policies)
+    # One crawl's page is in flight, the other's waits: no look before the next due time.
+    assert wake is not None and wake >= page.started_at + 1.0
+    # A first exchange that took no time still gets FIRST_LOOK_S before it is looked at.
+    lone = FleetHostState(HOST)
+    lone.offer("a", urls("a", "9"), 0, policies["a"])
+    crawl_id, robots, _ = _start(lone, 0.0, policies)
+    _answer(lone, robots, 0.0, policies, crawl_id)
+    _, page, wake = _start(lone, 1.0, policies)
+    assert wake == 1.0 + FIRST_LOOK_S
