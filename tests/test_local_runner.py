@@ -220,9 +220,15 @@ def test_an_empty_pull_pauses_only_when_idle_and_never_past_the_next_timer(
         def __init__(self) -> None:
             self.queue: queue.Queue[str] = queue.Queue()
 
+    class Updates:
+        def __init__(self) -> None:
+            self._queue: queue.Queue[str] = queue.Queue()
+
     service = Service()
-    previous = _Idleness.executor
+    updates = Updates()
+    previous = _Idleness.executor, _Idleness.updates
     _Idleness.executor = weakref.ref(service)
+    _Idleness.updates = weakref.ref(updates)
     try:
         state = InMemoryUnmergedState()
         state.set_timer(GlobalWindow(), "wake", TimeDomain.REAL_TIME, Timestamp(100.02))
@@ -240,32 +246,38 @@ def test_an_empty_pull_pauses_only_when_idle_and_never_past_the_next_timer(
         states[b"other"] = other
         watermarks.extract_transform_timers()
         assert abs(_Idleness.pause_s(100.0) - 0.01) < 1e-6
+        updates._queue.put("a finished bundle")
+        assert _Idleness.pause_s(99.0) == 0.0  # its consumers are about to be scheduled
+        updates._queue.get()
+        assert _Idleness.pause_s(99.0) > 0.0
         service.queue.put("a bundle")
         assert _Idleness.pause_s(99.0) == 0.0  # other work is queued: no pause
     finally:
-        _Idleness.executor = previous
+        _Idleness.executor, _Idleness.updates = previous
         _Idleness.next_timer.clear()
 
 
 def test_beam_is_restored_when_the_last_crawl_leaves() -> None:
     from apache_beam.runners.direct import executor, transform_evaluator, watermark_manager
 
-    monitor = executor._ExecutorServiceParallelExecutor._MonitorTask
-    originals = (userstate.get_dofn_specs, transform_evaluator._ParDoEvaluator.__init__,
-                 watermark_manager._TransformWatermarks.extract_transform_timers,
-                 vars(transform_evaluator._PubSubReadEvaluator)["_get_subscriber_client"],
-                 monitor._add_work_if_necessary)
+    runner = executor._ExecutorServiceParallelExecutor
+    monitor = runner._MonitorTask
+
+    def patched() -> tuple[Any, ...]:
+        return (userstate.get_dofn_specs, transform_evaluator._ParDoEvaluator.__init__,
+                watermark_manager._TransformWatermarks.extract_transform_timers,
+                vars(transform_evaluator._PubSubReadEvaluator)["_get_subscriber_client"],
+                monitor._add_work_if_necessary, runner.schedule_consumers, runner.__init__,
+                executor._SerialEvaluationState._update_currently_evaluating)
+
+    originals = patched()
     with direct_runner_speedups() as outer:
         assert outer
         with direct_runner_speedups() as inner:  # a second crawl in the same process
             assert inner
-            assert userstate.get_dofn_specs is not originals[0]
-            assert monitor._add_work_if_necessary is not originals[4]
+            assert all(now is not then for now, then in zip(patched(), originals, strict=True))
         assert userstate.get_dofn_specs is not originals[0]  # the first crawl still runs
-    assert (userstate.get_dofn_specs, transform_evaluator._ParDoEvaluator.__init__,
-            watermark_manager._TransformWatermarks.extract_transform_timers,
-            vars(transform_evaluator._PubSubReadEvaluator)["_get_subscriber_client"],
-            monitor._add_work_if_necessary) == originals
+    assert patched() == originals
 
 
 def test_another_beam_release_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -385,3 +397,69 @@ def test_the_frontier_is_read_while_timers_keep_firing(emulators: dict[str, str]
     assert reads, "the message was never read"
     assert reads[0] - published_at < direct_runner.ROOTS_READ_EVERY_S + 2.0
     assert max(ticks) > reads[0] + 1.0, "read only once the timers stopped firing"
+
+
+# --- no step runs on an empty bundle; a stateful step runs elements before timers -----------
+
+class MainOnlyFn(beam.DoFn):
+    """Declares a second output ('side') and never writes to it, as most of a crawl's
+    steps leave most of their outputs empty in most bundles."""
+
+    def process(self, element: Any) -> Any:
+        yield element * 10
+
+
+class NoteBundlesFn(beam.DoFn):
+    """Notes every bundle it starts, and every element, in a file."""
+
+    def __init__(self, log_path: str, kind: str) -> None:
+        self.log_path = log_path
+        self.kind = kind
+
+    def start_bundle(self) -> None:
+        with open(self.log_path, "a") as log:
+            log.write(f"{self.kind}-bundle\n")
+
+    def process(self, element: Any) -> None:
+        with open(self.log_path, "a") as log:
+            log.write(f"{self.kind} {element}\n")
+
+
+def test_no_step_runs_on_an_empty_bundle(speedups: bool, tmp_path: Path) -> None:
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.testing.test_stream import TestStream
+
+    assert speedups
+    log_path = tmp_path / "bundles.log"
+    stream = TestStream()
+    for batch in ([1, 2], [3], [4, 5, 6]):
+        stream = stream.add_elements(batch).advance_processing_time(1)
+    stream = stream.advance_watermark_to_infinity()
+    with beam.Pipeline(options=PipelineOptions(streaming=True)) as p:
+        outputs = (p | stream
+                   | beam.ParDo(MainOnlyFn()).with_outputs("side", main="main"))
+        outputs.main | "Main" >> beam.ParDo(NoteBundlesFn(str(log_path), "main"))
+        outputs.side | "Side" >> beam.ParDo(NoteBundlesFn(str(log_path), "side"))
+    lines = log_path.read_text().splitlines()
+    # Every element reached the step that reads the main output, and the pipeline ended
+    # (its watermark passed the end of time with no bundle run on the empty side output).
+    assert sorted(line for line in lines if line.startswith("main ")) == [
+        f"main {n * 10}" for n in (1, 2, 3, 4, 5, 6)]
+    assert "side-bundle" not in lines, lines  # Beam alone runs it once per bundle upstream
+
+
+class _Work:
+    def __init__(self, name: str, elements: int) -> None:
+        self.name = name
+        self._input_bundle = type("Bundle", (), {"has_elements": lambda _: elements > 0})()
+
+
+def test_a_stateful_step_takes_its_oldest_element_bundle_before_any_timer_firing() -> None:
+    from collections import deque
+
+    queue = deque([_Work("timers-1", 0), _Work("offer-1", 3), _Work("timers-2", 0),
+                   _Work("offer-2", 1), _Work("timers-3", 0)])
+    order = [direct_runner._next_serial_work(queue).name for _ in range(5)]
+    # Element bundles oldest first; then timer firings newest first, as Beam takes them all.
+    assert order == ["offer-1", "offer-2", "timers-3", "timers-2", "timers-1"]
+    assert not queue

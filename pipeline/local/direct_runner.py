@@ -26,6 +26,7 @@ a repeat of a frontier message, which Dataflow does through `id_label` and this 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import heapq
@@ -80,17 +81,21 @@ PULL_MAX_MESSAGES = 100
 IDLE_PAUSE_MAX_S = 0.05
 # While hosts' timers keep firing, the frontier is still read at least this often
 # (_install_roots_read_while_busy): a bound on how long a discovered link waits to be pulled.
-# Each such pull is a bundle through the steps that read the frontier, so a shorter bound
-# costs CPU: 0.05 s doubled the crawl's CPU on the 80-host benchmark web, 1 s cost none
-# measurable (docs/benchmarks.md, "The frontier read while timers fire").
-ROOTS_READ_EVERY_S = 1.0
+# Each such pull costs a request to the emulator and a bundle: 0.05 s doubled the crawl's
+# CPU on the 80-host benchmark web while empty bundles still ran every step after it; since
+# they do not (_install_no_empty_bundles), 0.25 s costs no more CPU than 1 s there and
+# takes a link's wait to be read from 0.26 s to 0.12 s on average (docs/benchmarks.md,
+# "The hop under load").
+ROOTS_READ_EVERY_S = 0.25
 
 
 class _Idleness:
-    """What an empty pull needs to know to pause: the runner's task queue and, per step, the
-    earliest real-time timer not yet due (recorded by the timer scan)."""
+    """What an empty pull needs to know to pause: the runner's task queue, its queue of
+    finished bundles the monitor has not yet handed on, and, per step, the earliest
+    real-time timer not yet due (recorded by the timer scan)."""
 
     executor: Any = None  # weakref to the runner's _ExecutorService
+    updates: Any = None  # weakref to the runner's queue of updates (finished bundles)
     next_timer: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
 
     @classmethod
@@ -100,6 +105,13 @@ class _Idleness:
         # The runner's monitor task is always queued while a bundle runs; anything more is
         # work that must not wait.
         if tasks is None or tasks.qsize() > 1:
+            return 0.0
+        # A bundle that finished since the monitor's last pass has consumers to schedule:
+        # pausing would hold each step of a page's way to the frontier (measured: 33 ms a
+        # step, a third of a second over the ~12 steps from a fetch to its links' publish).
+        updates = cls.updates() if cls.updates is not None else None
+        pending = getattr(updates, "_queue", None)
+        if pending is None or pending.qsize() > 0:
             return 0.0
         due = min(cls.next_timer.values(), default=float("inf"))
         return max(0.0, min(IDLE_PAUSE_MAX_S, due - now))
@@ -162,8 +174,10 @@ class _FrontierPulls:
 
 def _install_idle_pauses(executor: Any) -> bool:
     service = getattr(executor, "_ExecutorService", None)
+    parallel = getattr(executor, "_ExecutorServiceParallelExecutor", None)
     original = getattr(service, "__init__", None)
-    if original is None:
+    original_parallel = getattr(parallel, "__init__", None)
+    if original is None or original_parallel is None:
         return False
 
     @functools.wraps(original)
@@ -171,7 +185,13 @@ def _install_idle_pauses(executor: Any) -> bool:
         original(self, *args, **kwargs)
         _Idleness.executor = weakref.ref(self)
 
+    @functools.wraps(original_parallel)
+    def init_parallel(self: Any, *args: Any, **kwargs: Any) -> None:
+        original_parallel(self, *args, **kwargs)
+        _Idleness.updates = weakref.ref(self.all_updates)
+
     _patch(service, "__init__", init)
+    _patch(parallel, "__init__", init_parallel)
     return True
 
 
@@ -212,6 +232,81 @@ def _install_roots_read_while_busy(executor: Any) -> bool:
                 runner.schedule_consumption(root, bundle, [], runner.default_completion_callback)
 
     _patch(monitor, "_add_work_if_necessary", add_work_if_necessary)
+    return True
+
+
+def _install_no_empty_bundles(executor: Any) -> bool:
+    """Run no step on an empty bundle.
+
+    Beam 2.77's ParDo hands on a bundle for every output it declares, empty or not, and its
+    executor schedules every consumer of every bundle. A crawl's steps declare several
+    outputs each (rows, links, robots messages, counts, dead letters), so one timer firing
+    of one host ran ~30 steps on nothing, one after another on the runner's single thread:
+    measured on the 80-host benchmark web, 108,000 bundles in a 72 s crawl, 25,600 without
+    the empty ones, and each step of a discovered link's way back to its host waited behind
+    them. Beam's own watermark bookkeeping already ignores empty
+    bundles ("they do not impact watermarks and should not trigger downstream execution",
+    WatermarkManager._update_pending), and a producer's new watermark reaches its consumers
+    whether they run or not (_refresh_watermarks), so nothing waits for such a run. Timer
+    firings are scheduled apart (schedule_consumption with the firings) and still run.
+    Dataflow never schedules work for an empty bundle, so this has no counterpart there."""
+    parallel = getattr(executor, "_ExecutorServiceParallelExecutor", None)
+    original = getattr(parallel, "schedule_consumers", None)
+    if original is None:
+        return False
+
+    @functools.wraps(original)
+    def schedule_consumers(self: Any, committed_bundle: Any) -> None:
+        if committed_bundle.has_elements():
+            original(self, committed_bundle)
+
+    _patch(parallel, "schedule_consumers", schedule_consumers)
+    return True
+
+
+def _next_serial_work(queue: collections.deque) -> Any:
+    """The next bundle of a step that runs one bundle at a time: the oldest with elements,
+    else the newest timer firing (Beam's own choice for every bundle)."""
+    for i, work in enumerate(queue):
+        bundle = getattr(work, "_input_bundle", None)
+        if bundle is not None and bundle.has_elements():
+            del queue[i]
+            return work
+    return queue.pop()
+
+
+def _install_elements_before_timers(executor: Any) -> bool:
+    """A stateful step runs its waiting element bundles before its timer firings.
+
+    Beam 2.77 runs a stateful step's bundles one at a time from a deque it pops from the
+    right (_SerialEvaluationState), newest first. The host scheduler gets a bundle of timer
+    firings at nearly every pass of the runner's monitor while hosts are busy, so a bundle
+    of frontier messages (a new host's first URLs, the next page of a chain) waited under
+    them: measured, links pulled at 13.0 s reached their hosts at 22.8 s. Running every
+    bundle oldest first instead made each firing wait behind the whole backlog and cost
+    60 % more CPU (docs/benchmarks.md). Here the oldest bundle with elements goes first and
+    timer firings keep Beam's order, so an offer waits for at most the bundle running now.
+    Dataflow processes a key's messages and timers as they come, with no such queue."""
+    state_class = getattr(executor, "_SerialEvaluationState", None)
+    base = getattr(executor, "_TransformEvaluationState", None)
+    original = getattr(state_class, "_update_currently_evaluating", None)
+    if original is None or base is None:
+        return False
+
+    @functools.wraps(original)
+    def update_currently_evaluating(self: Any, new_work: Any, completed_work: Any) -> None:
+        with self._lock:
+            if new_work:
+                self.serial_queue.append(new_work)
+            if completed_work:
+                assert self.currently_evaluating == completed_work
+                self.currently_evaluating = None
+            if self.serial_queue and not self.currently_evaluating:
+                next_work = _next_serial_work(self.serial_queue)
+                self.currently_evaluating = next_work
+                base.schedule(self, next_work)
+
+    _patch(state_class, "_update_currently_evaluating", update_currently_evaluating)
     return True
 
 
@@ -570,6 +665,8 @@ def _install() -> bool:
         _install_frontier_pulls(transform_evaluator, short=True)
         _install_idle_pauses(executor)
         _install_roots_read_while_busy(executor)
+        _install_no_empty_bundles(executor)
+        _install_elements_before_timers(executor)
         _install_cached_option_views(transform_evaluator)
         _install_cheaper_timer_scan(evaluation_context, watermark_manager)
         _patch(core, "get_function_args_defaults",
