@@ -24,9 +24,10 @@ from pipeline.io.crawls import read_crawl
 from pipeline.io.pages_table import query_pages
 from pipeline.io.redrive import fleet_route, redrive_route, run_redrive
 from pipeline.io.resources import RESOURCES
-from pipeline.local.fleet import FleetSettings, LocalFleet
+from pipeline.local.fleet import LOCAL_PUBLISH_LATENCY_S, FleetSettings, LocalFleet
 from pipeline.options import CrawlOptions
 from pipeline.service.control import CrawlControl, PubSubFrontier
+from pipeline.transforms.resources import PUBLISH_LATENCY_S, worker_resources
 from tests.conftest import fresh_name
 from tests.harness_redrive import (  # the same bug, the same checks
     assert_parsed_again_without_a_request,
@@ -73,6 +74,8 @@ def test_crawler_redrive_turns_a_fleet_crawl_s_dead_letters_into_pages_without_f
             state_ttl_s=1.0, quiet_s=3.0)
         monkeypatch.setattr(store, "parse_page", buggy_parse)
         fleet = LocalFleet(settings).start()
+        # The fleet's runner waits on each publishing bundle: its publisher batches briefly.
+        assert worker_resources().publish_latency_s == LOCAL_PUBLISH_LATENCY_S
         frontier = PubSubFrontier(fleet.topic)
         try:
             control = CrawlControl(tables, frontier, knobs.limits())
@@ -104,6 +107,7 @@ def test_crawler_redrive_turns_a_fleet_crawl_s_dead_letters_into_pages_without_f
             fleet.stop()
         requests = read_request_log(log_path)
         port = web.port
+    assert worker_resources().publish_latency_s == PUBLISH_LATENCY_S  # as it was
     assert (crawl.state, crawl.reason) == (CrawlState.DONE, "drained"), crawl
     assert dead and dead == broken
     assert said.startswith(f"{len(dead)} dead letters of {crawl_id} sent back")

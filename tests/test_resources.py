@@ -120,3 +120,24 @@ def test_collected_resources_close_their_writers(tmp_path: Path) -> None:
     del resources
     gc.collect()
     assert Path(pointer.file).stat().st_size >= pointer.offset + pointer.length
+
+
+def test_the_publisher_batches_for_as_long_as_the_process_is_told(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """5 ms where threads share the publisher (Dataflow); a local crawl sets less
+    (pipeline.local.fleet.LOCAL_PUBLISH_LATENCY_S), as its runner waits on each bundle."""
+    from pipeline.local.fleet import LOCAL_PUBLISH_LATENCY_S
+    from pipeline.transforms.resources import PUBLISH_LATENCY_S
+
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", "127.0.0.1:1")  # no request is made
+    shared = WorkerResources()
+    assert shared.publish_latency_s == PUBLISH_LATENCY_S == 0.005
+    local = WorkerResources()
+    local.publish_latency_s = LOCAL_PUBLISH_LATENCY_S
+    try:
+        assert shared.publisher().batch_settings.max_latency == PUBLISH_LATENCY_S
+        assert local.publisher().batch_settings.max_latency == LOCAL_PUBLISH_LATENCY_S
+        assert LOCAL_PUBLISH_LATENCY_S < PUBLISH_LATENCY_S
+    finally:
+        shared.close()
+        local.close()

@@ -38,8 +38,20 @@ from pipeline.local.emulators import ensure_subscription, ensure_topic
 from pipeline.local.routing import FrontierRouter, RoutingPublisher
 from pipeline.options import CrawlOptions
 from pipeline.transforms.crawl_watch import CrawlEndings
-from pipeline.transforms.resources import TOTALS_FLUSH_S, worker_resources, write_totals_every
+from pipeline.transforms.resources import (
+    PUBLISH_LATENCY_S,
+    TOTALS_FLUSH_S,
+    worker_resources,
+    write_totals_every,
+)
 from pipeline.transforms.schedule import crawl_records
+
+# The publisher's batching window in a local crawl. Beam's local runner runs one bundle at a
+# time and a publishing bundle waits until Pub/Sub has its messages, so the window shared
+# threads fill on Dataflow (PUBLISH_LATENCY_S, 5 ms) only held every publishing bundle, and
+# the runner with it: 8-9 ms a bundle, about a quarter of a many-hosts crawl's time, and each
+# link's way to the frontier waited behind those bundles (docs/benchmarks.md).
+LOCAL_PUBLISH_LATENCY_S = 0.0005
 
 log = logging.getLogger(__name__)
 
@@ -124,10 +136,11 @@ class LocalFleet:
         # added up where the runner commits each bundle, not by a keyed step per stage.
         self._speedups.callback(write_totals_every, write_totals_every(TOTALS_FLUSH_S))
         self._speedups.enter_context(local_crawl_counts(s.options.bigtable_config()))
+        resources = worker_resources()
+        resources.publish_latency_s = LOCAL_PUBLISH_LATENCY_S
         if router is not None:
-            resources = worker_resources()
             resources.publisher_wrapper = lambda client: RoutingPublisher(client, router)
-            self._resources = resources  # held, so the wrapper lasts as long as the fleet
+        self._resources = resources  # held, so its settings last as long as the fleet
         opts = s.options
         dead_letters = f"projects/{project}/topics/{s.dead_letter_topic}"
         events = (f"projects/{project}/topics/{s.events_topic}"
@@ -218,6 +231,7 @@ class LocalFleet:
         worker_resources().close()  # counts written; no client outlives the fleet
         if self._resources is not None:
             self._resources.publisher_wrapper = None
+            self._resources.publish_latency_s = PUBLISH_LATENCY_S
         crawl_records().clear()  # a later fleet in this process reads afresh
         if self._speedups is not None:
             self._speedups.close()

@@ -199,6 +199,10 @@ class _Open:
             pool.shutdown(wait=False, cancel_futures=True)
 
 
+# The publisher's batching window on a worker that shares it between threads (Dataflow).
+PUBLISH_LATENCY_S = 0.005
+
+
 class WorkerResources:
     """The clients, pools and open files the DoFns of this process share."""
 
@@ -210,6 +214,10 @@ class WorkerResources:
         # Wraps the Pub/Sub publisher when it is made: a worker of a local crawl run by
         # several processes routes frontier messages to their owners (pipeline.local.routing).
         self.publisher_wrapper: Callable[[Any], Any] | None = None
+        # How long the publisher gathers messages into one request. Many threads of a
+        # Dataflow worker share it, so a few ms make fewer, fuller requests; a local crawl,
+        # whose runner runs one bundle at a time, sets less (pipeline.local.fleet).
+        self.publish_latency_s = PUBLISH_LATENCY_S
         # Closed when collected too (Shared lets go of it when the endpoints change).
         self._finalizer = weakref.finalize(self, self._open.close)
         _LIVE.add(self)
@@ -225,14 +233,15 @@ class WorkerResources:
 
     # --- Pub/Sub ----------------------------------------------------------------------------
     def publisher(self) -> Any:
-        """The process's Pub/Sub publisher (thread-safe; batches messages for 5 ms)."""
+        """The process's Pub/Sub publisher (thread-safe; batches messages for
+        `publish_latency_s`, set before its first use)."""
         with self._lock:
             if self._open.publisher is None:
                 from google.cloud import pubsub_v1
 
                 self._open.publisher = pubsub_v1.PublisherClient(
-                    batch_settings=pubsub_v1.types.BatchSettings(max_messages=100,
-                                                                 max_latency=0.005)
+                    batch_settings=pubsub_v1.types.BatchSettings(
+                        max_messages=100, max_latency=self.publish_latency_s)
                 )
                 if self.publisher_wrapper is not None:
                     self._open.publisher = self.publisher_wrapper(self._open.publisher)
