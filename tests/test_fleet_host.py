@@ -12,7 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.core.crawl_states import CrawlState
-from pipeline.core.fleet_host import FIRST_LOOK_S, RECHECK_S, CrawlTerms, FleetHostState
+from pipeline.core.fleet_host import (
+    FIRST_LOOK_S,
+    LOOK_MARGIN,
+    RECHECK_S,
+    CrawlTerms,
+    FleetHostState,
+)
 from pipeline.core.politeness import TIME_BUDGET_REASON, FetchReport, HostPolicy, LeaseKind
 from pipeline.core.records import PageState
 from pipeline.core.robots import UNREACHABLE_RETRY_SECONDS
@@ -666,9 +672,9 @@ def _answer(host: FleetHostState, lease, at: float, policies, crawl_id: str) -> 
 
 def test_a_host_waiting_for_its_pages_links_looks_at_the_fetch_when_it_probably_ends():
     """With nothing else queued, the next URL of the host can only come from the page being
-    fetched: the host looks at the fetch about when it ends (as long as its last exchange
-    took, at least FIRST_LOOK_S), so the page's links travel during the delay. With more
-    queued, one firing at the next due time collects the result and starts the next."""
+    fetched: the host looks at the fetch about when it ends (its last exchange's time and
+    half again, at least FIRST_LOOK_S), so the page's links travel during the delay. With
+    more queued, one firing at the next due time collects the result and starts the next."""
     policies = {"a": policy(1.0)}
     host = FleetHostState(HOST)
     host.offer("a", urls("a", "1"), 0, policies["a"])
@@ -679,8 +685,8 @@ def test_a_host_waiting_for_its_pages_links_looks_at_the_fetch_when_it_probably_
     crawl_id, page, wake = _start(host, 1.3, policies)
     assert page.kind is LeaseKind.PAGE
     # Nothing queued behind /1: it is looked at when it probably ends, the robots.txt
-    # exchange having taken 0.3 s, long before the host's next due time (2.6 s at least).
-    assert wake == 1.3 + 0.3
+    # exchange having taken 0.3 s (and half again), long before the next due time (2.3 s).
+    assert wake == 1.3 + LOOK_MARGIN * 0.3
     _answer(host, page, 1.5, policies, crawl_id)
     # Its link arrives; the next request waits the delay from the end of the last exchange.
     host.offer("a", urls("a", "2", "3"), 1, policies["a"])
