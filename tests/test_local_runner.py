@@ -268,7 +268,7 @@ def test_beam_is_restored_when_the_last_crawl_leaves() -> None:
                 watermark_manager._TransformWatermarks.extract_transform_timers,
                 vars(transform_evaluator._PubSubReadEvaluator)["_get_subscriber_client"],
                 monitor._add_work_if_necessary, runner.schedule_consumers, runner.__init__,
-                executor._SerialEvaluationState._update_currently_evaluating)
+                executor._SerialEvaluationState.__init__)
 
     originals = patched()
     with direct_runner_speedups() as outer:
@@ -457,9 +457,10 @@ class _Work:
 def test_a_stateful_step_takes_its_oldest_element_bundle_before_any_timer_firing() -> None:
     from collections import deque
 
-    queue = deque([_Work("timers-1", 0), _Work("offer-1", 3), _Work("timers-2", 0),
-                   _Work("offer-2", 1), _Work("timers-3", 0)])
-    order = [direct_runner._next_serial_work(queue).name for _ in range(5)]
+    queue = direct_runner._ElementsFirst(deque([
+        _Work("timers-1", 0), _Work("offer-1", 3), _Work("timers-2", 0), _Work("offer-2", 1),
+        _Work("timers-3", 0)]))
+    order = [queue.pop().name for _ in range(5)]  # Beam takes the next bundle with pop()
     # Element bundles oldest first; then timer firings newest first, as Beam takes them all.
     assert order == ["offer-1", "offer-2", "timers-3", "timers-2", "timers-1"]
     assert not queue

@@ -63,6 +63,17 @@ def _patch(owner: Any, name: str, value: Any) -> None:
     setattr(owner, name, value)
 
 
+def _wrap(owner: Any, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]
+          ) -> bool:
+    """Patch owner.name (a function) with make(original), named and documented as the
+    original; False, and nothing patched, if Beam has no such function there."""
+    original = getattr(owner, name, None)
+    if original is None:
+        return False
+    _patch(owner, name, functools.wraps(original)(make(original)))
+    return True
+
+
 def _undo_patches() -> None:
     while _restore:
         owner, name, original = _restore.pop()
@@ -173,26 +184,14 @@ class _FrontierPulls:
 
 
 def _install_idle_pauses(executor: Any) -> bool:
-    service = getattr(executor, "_ExecutorService", None)
-    parallel = getattr(executor, "_ExecutorServiceParallelExecutor", None)
-    original = getattr(service, "__init__", None)
-    original_parallel = getattr(parallel, "__init__", None)
-    if original is None or original_parallel is None:
-        return False
+    def make(original: Callable[..., None]) -> Callable[..., None]:
+        def init(self: Any, *args: Any, **kwargs: Any) -> None:
+            original(self, *args, **kwargs)
+            _Idleness.executor = weakref.ref(self.executor_service)
+            _Idleness.updates = weakref.ref(self.all_updates)
+        return init
 
-    @functools.wraps(original)
-    def init(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        _Idleness.executor = weakref.ref(self)
-
-    @functools.wraps(original_parallel)
-    def init_parallel(self: Any, *args: Any, **kwargs: Any) -> None:
-        original_parallel(self, *args, **kwargs)
-        _Idleness.updates = weakref.ref(self.all_updates)
-
-    _patch(service, "__init__", init)
-    _patch(parallel, "__init__", init_parallel)
-    return True
+    return _wrap(getattr(executor, "_ExecutorServiceParallelExecutor", None), "__init__", make)
 
 
 def _install_roots_read_while_busy(executor: Any) -> bool:
@@ -206,33 +205,29 @@ def _install_roots_read_while_busy(executor: Any) -> bool:
     Here a pending root bundle is also scheduled in a busy pass once ROOTS_READ_EVERY_S has
     passed since roots were last scheduled; a quiet pass schedules everything as Beam does.
     Dataflow reads its sources on their own threads, so this has no counterpart there."""
-    parallel = getattr(executor, "_ExecutorServiceParallelExecutor", None)
-    monitor = getattr(parallel, "_MonitorTask", None)
-    original = getattr(monitor, "_add_work_if_necessary", None)
-    if original is None:
-        return False
-
-    @functools.wraps(original)
-    def add_work_if_necessary(self: Any, timers_fired: bool) -> None:
-        runner = self._executor
-        now = time.monotonic()
-        if not timers_fired and not self._is_executing():
+    def make(original: Callable[..., None]) -> Callable[..., None]:
+        def add_work_if_necessary(self: Any, timers_fired: bool) -> None:
+            runner = self._executor
+            now = time.monotonic()
+            if not timers_fired and not self._is_executing():
+                runner.crawler_roots_read_at = now
+                original(self, timers_fired)
+                return
+            if now - getattr(runner, "crawler_roots_read_at", 0.0) < ROOTS_READ_EVERY_S:
+                return
             runner.crawler_roots_read_at = now
-            original(self, timers_fired)
-            return
-        if now - getattr(runner, "crawler_roots_read_at", 0.0) < ROOTS_READ_EVERY_S:
-            return
-        runner.crawler_roots_read_at = now
-        for root in runner.root_nodes:
-            pending = runner.node_to_pending_bundles.get(root)
-            if not pending or runner.evaluation_context.is_done(root):
-                continue
-            runner.node_to_pending_bundles[root] = []
-            for bundle in pending:
-                runner.schedule_consumption(root, bundle, [], runner.default_completion_callback)
+            for root in runner.root_nodes:
+                pending = runner.node_to_pending_bundles.get(root)
+                if not pending or runner.evaluation_context.is_done(root):
+                    continue
+                runner.node_to_pending_bundles[root] = []
+                for bundle in pending:
+                    runner.schedule_consumption(root, bundle, [],
+                                                runner.default_completion_callback)
+        return add_work_if_necessary
 
-    _patch(monitor, "_add_work_if_necessary", add_work_if_necessary)
-    return True
+    parallel = getattr(executor, "_ExecutorServiceParallelExecutor", None)
+    return _wrap(getattr(parallel, "_MonitorTask", None), "_add_work_if_necessary", make)
 
 
 def _install_no_empty_bundles(executor: Any) -> bool:
@@ -250,29 +245,28 @@ def _install_no_empty_bundles(executor: Any) -> bool:
     whether they run or not (_refresh_watermarks), so nothing waits for such a run. Timer
     firings are scheduled apart (schedule_consumption with the firings) and still run.
     Dataflow never schedules work for an empty bundle, so this has no counterpart there."""
-    parallel = getattr(executor, "_ExecutorServiceParallelExecutor", None)
-    original = getattr(parallel, "schedule_consumers", None)
-    if original is None:
-        return False
+    def make(original: Callable[..., None]) -> Callable[..., None]:
+        def schedule_consumers(self: Any, committed_bundle: Any) -> None:
+            if committed_bundle.has_elements():
+                original(self, committed_bundle)
+        return schedule_consumers
 
-    @functools.wraps(original)
-    def schedule_consumers(self: Any, committed_bundle: Any) -> None:
-        if committed_bundle.has_elements():
-            original(self, committed_bundle)
-
-    _patch(parallel, "schedule_consumers", schedule_consumers)
-    return True
+    return _wrap(getattr(executor, "_ExecutorServiceParallelExecutor", None),
+                 "schedule_consumers", make)
 
 
-def _next_serial_work(queue: collections.deque) -> Any:
-    """The next bundle of a step that runs one bundle at a time: the oldest with elements,
-    else the newest timer firing (Beam's own choice for every bundle)."""
-    for i, work in enumerate(queue):
-        bundle = getattr(work, "_input_bundle", None)
-        if bundle is not None and bundle.has_elements():
-            del queue[i]
-            return work
-    return queue.pop()
+class _ElementsFirst(collections.deque):
+    """The queue of a step that runs one bundle at a time, as Beam takes from it (pop()):
+    the oldest bundle with elements, else the newest timer firing (Beam's own choice for
+    every bundle)."""
+
+    def pop(self) -> Any:
+        for i, work in enumerate(self):
+            bundle = getattr(work, "_input_bundle", None)
+            if bundle is not None and bundle.has_elements():
+                del self[i]
+                return work
+        return super().pop()
 
 
 def _install_elements_before_timers(executor: Any) -> bool:
@@ -284,30 +278,17 @@ def _install_elements_before_timers(executor: Any) -> bool:
     of frontier messages (a new host's first URLs, the next page of a chain) waited under
     them: measured, links pulled at 13.0 s reached their hosts at 22.8 s. Running every
     bundle oldest first instead made each firing wait behind the whole backlog and cost
-    60 % more CPU (docs/benchmarks.md). Here the oldest bundle with elements goes first and
-    timer firings keep Beam's order, so an offer waits for at most the bundle running now.
+    60 % more CPU (docs/benchmarks.md). Here the step's queue (_ElementsFirst) hands Beam
+    the oldest bundle with elements first and timer firings in Beam's order, so an offer
+    waits for at most the bundle running now.
     Dataflow processes a key's messages and timers as they come, with no such queue."""
-    state_class = getattr(executor, "_SerialEvaluationState", None)
-    base = getattr(executor, "_TransformEvaluationState", None)
-    original = getattr(state_class, "_update_currently_evaluating", None)
-    if original is None or base is None:
-        return False
+    def make(original: Callable[..., None]) -> Callable[..., None]:
+        def init(self: Any, *args: Any, **kwargs: Any) -> None:
+            original(self, *args, **kwargs)
+            self.serial_queue = _ElementsFirst(self.serial_queue)
+        return init
 
-    @functools.wraps(original)
-    def update_currently_evaluating(self: Any, new_work: Any, completed_work: Any) -> None:
-        with self._lock:
-            if new_work:
-                self.serial_queue.append(new_work)
-            if completed_work:
-                assert self.currently_evaluating == completed_work
-                self.currently_evaluating = None
-            if self.serial_queue and not self.currently_evaluating:
-                next_work = _next_serial_work(self.serial_queue)
-                self.currently_evaluating = next_work
-                base.schedule(self, next_work)
-
-    _patch(state_class, "_update_currently_evaluating", update_currently_evaluating)
-    return True
+    return _wrap(getattr(executor, "_SerialEvaluationState", None), "__init__", make)
 
 
 def _install_frontier_pulls(transform_evaluator: Any, *, short: bool) -> bool:
@@ -351,20 +332,15 @@ class _CachedViews:
 
 
 def _install_cached_option_views(transform_evaluator: Any) -> bool:
-    evaluator = getattr(transform_evaluator, "_PubSubReadEvaluator", None)
-    original = getattr(evaluator, "__init__", None)
-    if original is None:
-        return False
+    def make(original: Callable[..., None]) -> Callable[..., None]:
+        def init(self: Any, evaluation_context: Any, *args: Any, **kwargs: Any) -> None:
+            options = getattr(evaluation_context, "pipeline_options", None)
+            if options is not None and not isinstance(options, _CachedViews):
+                evaluation_context.pipeline_options = _CachedViews(options)
+            original(self, evaluation_context, *args, **kwargs)
+        return init
 
-    @functools.wraps(original)
-    def init(self: Any, evaluation_context: Any, *args: Any, **kwargs: Any) -> None:
-        options = getattr(evaluation_context, "pipeline_options", None)
-        if options is not None and not isinstance(options, _CachedViews):
-            evaluation_context.pipeline_options = _CachedViews(options)
-        original(self, evaluation_context, *args, **kwargs)
-
-    _patch(evaluator, "__init__", init)
-    return True
+    return _wrap(getattr(transform_evaluator, "_PubSubReadEvaluator", None), "__init__", make)
 
 
 # A full scan of a step's keys still runs this often, in case Beam ever gives a key timers
@@ -596,21 +572,17 @@ def _install_no_pickle_round_trip(transform_evaluator: Any) -> bool:
     reuse a DoFn instance across bundles (Dataflow does), so the check is skipped for them;
     every other DoFn keeps it.
     """
-    evaluator = getattr(transform_evaluator, "_ParDoEvaluator", None)
-    original = getattr(evaluator, "__init__", None)
-    if original is None:
-        return False
+    def make(original: Callable[..., None]) -> Callable[..., None]:
+        def init(self: Any, evaluation_context: Any, applied_ptransform: Any, *args: Any,
+                 **kwargs: Any) -> None:
+            dofn = getattr(getattr(applied_ptransform, "transform", None), "dofn", None)
+            if (len(args) < 3 and "perform_dofn_pickle_test" not in kwargs
+                    and _is_crawler_dofn(dofn)):
+                kwargs["perform_dofn_pickle_test"] = False
+            original(self, evaluation_context, applied_ptransform, *args, **kwargs)
+        return init
 
-    @functools.wraps(original)
-    def init(self: Any, evaluation_context: Any, applied_ptransform: Any, *args: Any,
-             **kwargs: Any) -> None:
-        dofn = getattr(getattr(applied_ptransform, "transform", None), "dofn", None)
-        if len(args) < 3 and "perform_dofn_pickle_test" not in kwargs and _is_crawler_dofn(dofn):
-            kwargs["perform_dofn_pickle_test"] = False
-        original(self, evaluation_context, applied_ptransform, *args, **kwargs)
-
-    _patch(evaluator, "__init__", init)
-    return True
+    return _wrap(getattr(transform_evaluator, "_ParDoEvaluator", None), "__init__", make)
 
 
 def _beam_release() -> str:
