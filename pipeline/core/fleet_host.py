@@ -304,13 +304,15 @@ class FleetHostState:
                 decisions.append((crawl_id, decision))
             if decision.fetch is not None:
                 self.holder = self.last_served = crawl_id
-                return FleetDecision(tuple(decisions), self._wake_for_fetch(decision, now))
+                return FleetDecision(tuple(decisions),
+                                     self._wake_for_fetch(state, decision, now))
             wake_at = _earliest(wake_at, decision.wake_at)
         if recheck:
             wake_at = _earliest(wake_at, now + RECHECK_S)
         return FleetDecision(tuple(decisions), wake_at)
 
-    def _wake_for_fetch(self, started: Decision, now: float) -> float | None:
+    def _wake_for_fetch(self, holder: HostState, started: Decision, now: float
+                        ) -> float | None:
         """When to look at the fetch just started. A host with more to fetch wakes when its
         next request will probably be allowed, so that one firing collects this result and
         starts the next (HostState._start). A host with nothing else queued, for any crawl,
@@ -319,10 +321,7 @@ class FleetHostState:
         the delay rather than after it, and its next request can start at its due time. The
         same one firing either way; a fetch still running then is looked at again soon (the
         scheduler's poll). Measured on the synthetic web's calendar chains (docs/benchmarks.md)."""
-        holder = self.crawls[self.holder] if self.holder is not None else None
-        if holder is None or any(state.backlog.queue or state.backlog.has_overflow
-                                 or state.gate.queries_waiting
-                                 for state in self.crawls.values()):
+        if any(state.waiting for state in self.crawls.values()):
             return started.wake_at
         return now + max(LOOK_MARGIN * holder.last_elapsed, FIRST_LOOK_S)
 

@@ -213,10 +213,15 @@ class HostState:
 
     @property
     def busy(self) -> bool:
-        """True while the host has work: queued or stored URLs, a request in flight, or
-        robots.txt to fetch for other hosts."""
-        return (bool(self.backlog.queue) or self.lease is not None
-                or self.backlog.has_overflow or self.gate.queries_waiting)
+        """True while the host has work: a request in flight, or work waiting."""
+        return self.lease is not None or self.waiting
+
+    @property
+    def waiting(self) -> bool:
+        """True while work waits for a request: queued or stored URLs, or robots.txt to
+        fetch for other hosts."""
+        return (bool(self.backlog.queue) or self.backlog.has_overflow
+                or bool(self.gate.queries_waiting))
 
     def due_at(self, policy: HostPolicy) -> float:
         """When the host next needs its timer while it has work: its lease's end, else when
